@@ -1,0 +1,222 @@
+"""The model's constants (MODEL.md section 2) and the TOML files that name them.
+
+A config is a frozen value. `load_config` accepts a built-in name (`small`,
+`default`, ... shipped in `kvsm/configs/`) or a path to a TOML file; a bad file is
+an error that names the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+POLICIES = ("write_through", "write_back")
+BUGS = (
+    "none",
+    "skip_collective",
+    "local_host_alloc",
+    "double_free",
+    "load_uaf",
+    "evict_pending",
+    "split_pending",
+    "duplicate_ack",
+    "reload_stale_anchor",
+    "l3_no_min",
+    "wallclock_tiebreak",
+)
+
+
+class ConfigError(ValueError):
+    """A config file or value that cannot be used; the message names where and why."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request shape: its cached page symbols and the pages it holds while decoding."""
+
+    pages: tuple[int, ...]
+    out_pages: int = 0
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "custom"
+    R: int = 2
+    P: int = 1
+    L1: int = 4
+    L2: int = 8
+    payloads: tuple[str, ...] = ("kv",)
+    policy: str = "write_through"
+    write_threshold: int = 1
+    load_back_threshold: int = 1
+    reload_ttl: int = 2
+    spill_inflight: int = 1
+    reload_inflight: int = 1
+    bug: str = "none"
+    # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
+    max_requests: int = 0
+    max_live: int = 0
+    prompts: tuple[Prompt, ...] = ()
+    # Relative weights of transition families in `kvsm walk` (missing = 1).
+    walk_weights: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def device_pages(self) -> int:
+        return self.R * self.L1
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["payloads"] = list(self.payloads)
+        d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages} for p in self.prompts]
+        d["walk_weights"] = {k: v for k, v in self.walk_weights}
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = "config") -> "Config":
+        return _build(dict(data), where)
+
+
+_INT_FIELDS = {
+    "R": 1,
+    "P": 1,
+    "L1": 1,
+    "L2": 1,
+    "write_threshold": 1,
+    "load_back_threshold": 0,
+    "reload_ttl": 1,
+    "spill_inflight": 1,
+    "reload_inflight": 1,
+    "max_requests": 0,
+    "max_live": 0,
+}
+
+
+def _build(data: dict[str, Any], where: str) -> Config:
+    known = {f.name for f in fields(Config)} | {"prompt_generator"}
+    for k in data:
+        if k not in known:
+            raise ConfigError(f"{where}: unknown field '{k}'")
+    out: dict[str, Any] = {}
+    if "name" in data:
+        if not isinstance(data["name"], str):
+            raise ConfigError(f"{where}: field 'name' must be a string")
+        out["name"] = data["name"]
+    for k, lo in _INT_FIELDS.items():
+        if k in data:
+            v = data[k]
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(f"{where}: field '{k}' must be an integer, got {v!r}")
+            if v < lo:
+                raise ConfigError(f"{where}: field '{k}' must be >= {lo}, got {v}")
+            out[k] = v
+    if "payloads" in data:
+        p = data["payloads"]
+        if not isinstance(p, list) or not p or not all(isinstance(x, str) for x in p) or len(set(p)) != len(p):
+            raise ConfigError(f"{where}: field 'payloads' must be a non-empty list of distinct names")
+        out["payloads"] = tuple(p)
+    if "policy" in data:
+        if data["policy"] not in POLICIES:
+            raise ConfigError(f"{where}: field 'policy' must be one of {', '.join(POLICIES)}, got {data['policy']!r}")
+        out["policy"] = data["policy"]
+    if "bug" in data:
+        if data["bug"] not in BUGS:
+            raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
+        out["bug"] = data["bug"]
+    prompts: list[Prompt] = []
+    if "prompts" in data:
+        if not isinstance(data["prompts"], list):
+            raise ConfigError(f"{where}: field 'prompts' must be a list of tables")
+        for i, p in enumerate(data["prompts"]):
+            prompts.append(_prompt(p, f"{where}: prompts[{i}]"))
+    if "prompt_generator" in data:
+        prompts.extend(_generate_prompts(data["prompt_generator"], f"{where}: prompt_generator"))
+    out["prompts"] = tuple(prompts)
+    if "walk_weights" in data:
+        w = data["walk_weights"]
+        if not isinstance(w, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in w.values()
+        ):
+            raise ConfigError(f"{where}: field 'walk_weights' must map transition names to weights >= 0")
+        out["walk_weights"] = tuple(sorted((str(k), float(v)) for k, v in w.items()))
+    cfg = Config(**out)
+    if cfg.bug != "none":
+        raise ConfigError(f"{where}: injected defect '{cfg.bug}' is not implemented by this model yet")
+    return cfg
+
+
+def _prompt(p: Any, where: str) -> Prompt:
+    if not isinstance(p, dict) or "pages" not in p:
+        raise ConfigError(f"{where}: a prompt is a table with 'pages' (and optional 'out_pages')")
+    pages = p["pages"]
+    if not isinstance(pages, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in pages):
+        raise ConfigError(f"{where}: 'pages' must be a list of integers")
+    out = p.get("out_pages", 0)
+    if not isinstance(out, int) or isinstance(out, bool) or out < 0:
+        raise ConfigError(f"{where}: 'out_pages' must be an integer >= 0")
+    extra = set(p) - {"pages", "out_pages"}
+    if extra:
+        raise ConfigError(f"{where}: unknown field '{sorted(extra)[0]}'")
+    return Prompt(tuple(pages), out)
+
+
+def _generate_prompts(g: Any, where: str) -> list[Prompt]:
+    """Deterministic prompt families: `systems` shared system prefixes, each followed by
+    `per_system` user suffixes; page symbols are drawn from one seeded stream."""
+    spec = {"seed": 0, "systems": 4, "system_pages": 4, "per_system": 8, "min_pages": 1, "max_pages": 8, "out_pages": 1}
+    if not isinstance(g, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for k, v in g.items():
+        if k not in spec:
+            raise ConfigError(f"{where}: unknown field '{k}'")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"{where}: field '{k}' must be an integer >= 0")
+        spec[k] = v
+    if spec["min_pages"] > spec["max_pages"]:
+        raise ConfigError(f"{where}: min_pages must not exceed max_pages")
+    rng = random.Random(spec["seed"])
+    next_sym = 1
+    prompts = []
+    for _ in range(spec["systems"]):
+        system = tuple(range(next_sym, next_sym + spec["system_pages"]))
+        next_sym += spec["system_pages"]
+        for _ in range(spec["per_system"]):
+            n = rng.randint(spec["min_pages"], spec["max_pages"])
+            # suffixes share a symbol alphabet so that some of them share a few pages too
+            suffix = tuple(1_000_000 + rng.randrange(4 * spec["per_system"]) * 64 + i for i in range(n))
+            prompts.append(Prompt(system + suffix, spec["out_pages"]))
+    return prompts
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[: -len(".toml")] for p in resources.files("kvsm.configs").iterdir() if p.name.endswith(".toml"))
+
+
+def load_config(name_or_path: str | Path) -> Config:
+    """A built-in config by name, or a TOML file by path."""
+    text: str
+    where: str
+    s = str(name_or_path)
+    if s in builtin_names():
+        text = resources.files("kvsm.configs").joinpath(f"{s}.toml").read_text()
+        where = f"config '{s}'"
+    else:
+        path = Path(s)
+        if not path.exists():
+            raise ConfigError(
+                f"config '{s}': no such file, and not a built-in config (built-ins: {', '.join(builtin_names())})"
+            )
+        text = path.read_text()
+        where = str(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}") from None
+    data.setdefault("name", Path(s).stem)
+    return _build(data, where)
+
+
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "BUGS"]

@@ -1,0 +1,250 @@
+"""Invariants 1-7 and 10 of MODEL.md section 6, checked from scratch.
+
+`violations(state)` returns a list of readable strings, empty when every invariant
+holds. It recomputes everything it checks from the tree itself and never trusts a
+running structure (those are what invariant 10 checks), so it is O(size of state).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from . import content
+from .state import (
+    MATCHED,
+    PHASES,
+    QUEUED,
+    ROOT_ID,
+    ClusterState,
+    backup_candidate,
+    dev_victim_key,
+    host_victim_key,
+    recompute_sums,
+)
+
+NAMES = {
+    1: "Tree",
+    2: "Residency",
+    3: "Locks",
+    4: "Pending",
+    5: "DevicePages",
+    6: "HostPages",
+    7: "Content",
+    10: "Counts",
+}
+
+
+def violations(s: ClusterState) -> list[str]:
+    out: list[str] = []
+
+    def bad(i: int, msg: str) -> None:
+        out.append(f"{i} {NAMES[i]}: {msg}")
+
+    cfg = s.config
+    nodes = s.nodes
+    R, L2 = cfg.R, cfg.L2
+
+    # 1. Tree -------------------------------------------------------------------------------------
+    root = nodes.get(ROOT_ID)
+    if root is None or root.key or root.dev or root.host is not None:
+        bad(1, "node 0 is not an empty root")
+        return out
+    for nid, n in nodes.items():
+        if nid != n.id:
+            bad(1, f"node stored under {nid} has id {n.id}")
+        if nid == ROOT_ID:
+            continue
+        if not n.key:
+            bad(1, f"node {nid} has an empty key")
+        p = nodes.get(n.parent)
+        if p is None:
+            bad(1, f"node {nid} has missing parent {n.parent}")
+        elif p.children.get(n.key[0] if n.key else None) != nid:
+            bad(1, f"node {nid} is not its parent {n.parent}'s child for its first page")
+        seen, cur = set(), nid
+        while cur != ROOT_ID and cur in nodes and cur not in seen:
+            seen.add(cur)
+            cur = nodes[cur].parent
+        if cur != ROOT_ID:
+            bad(1, f"node {nid} does not reach the root")
+    for nid, n in nodes.items():
+        for sym, cid in n.children.items():
+            c = nodes.get(cid)
+            if c is None or c.parent != nid or not c.key or c.key[0] != sym:
+                bad(1, f"node {nid} lists child {cid} under page {sym} wrongly")
+    if out:
+        return out
+
+    def chain_of(nid: int) -> tuple[int, ...]:
+        syms: list[int] = []
+        for a in reversed(s.path_to_root(nid)):
+            syms.extend(nodes[a].key)
+        return tuple(syms)
+
+    # 2. Residency ----------------------------------------------------------------------------------
+    for nid, n in nodes.items():
+        if nid == ROOT_ID:
+            continue
+        if n.dev and len(n.dev) != len(n.key):
+            bad(2, f"node {nid} has {len(n.dev)} device pages for {len(n.key)} pages of key")
+        if not n.dev:
+            if n.host is None:
+                bad(2, f"node {nid} is neither on L1 nor backed on L2")
+            elif n.host not in s.objects or not s.objects[n.host].committed:
+                bad(2, f"node {nid} points at object {n.host}, which is not committed")
+        if n.dev and n.parent != ROOT_ID and not nodes[n.parent].dev:
+            bad(2, f"node {nid} is on L1 but its parent {n.parent} is not")
+
+    # 3. Locks ------------------------------------------------------------------------------------------
+    holders: Counter[int] = Counter()
+    for req in s.requests.values():
+        if req.phase not in PHASES:
+            bad(3, f"request {req.id} has unknown phase {req.phase!r}")
+        if req.phase == QUEUED:
+            if req.node != ROOT_ID:
+                bad(3, f"queued request {req.id} holds a lock on node {req.node}")
+            continue
+        if req.node not in nodes:
+            bad(3, f"request {req.id} locks missing node {req.node}")
+            continue
+        for a in s.path_to_root(req.node):
+            holders[a] += 1
+    for nid, pend in s.pending.items():
+        if pend.locked:
+            holders[nid] += 1
+    for nid, n in nodes.items():
+        if n.lock != holders.get(nid, 0):
+            bad(3, f"node {nid} has lock {n.lock} but {holders.get(nid, 0)} holders")
+        if n.lock and nid != ROOT_ID and not n.dev:
+            bad(3, f"node {nid} is locked but not on L1")
+
+    # 4. Pending ------------------------------------------------------------------------------------------
+    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()):
+        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} disagree")
+    for nid, pend in s.pending.items():
+        n = nodes.get(nid)
+        if n is None:
+            bad(4, f"pending backup of missing node {nid}")
+            continue
+        if not n.lock:
+            bad(4, f"pending node {nid} is not locked")
+        if not n.dev:
+            bad(4, f"pending node {nid} is not on L1")
+        if n.host is not None:
+            bad(4, f"pending node {nid} is already backed")
+        if dev_victim_key(n, True, cfg) is not None:
+            bad(4, f"pending node {nid} is evictable")
+        obj = s.objects.get(pend.obj)
+        if obj is None or obj.committed or obj.length != n.pages:
+            bad(4, f"pending node {nid} has object {pend.obj} that is missing, committed or of another length (split)")
+    for r, d in enumerate(s.write_done):
+        if not 0 <= d <= len(s.writes):
+            bad(4, f"rank {r} has finished {d} of {len(s.writes)} writes")
+
+    # 5. Device pages -------------------------------------------------------------------------------------
+    owner: dict[int, str] = {}
+
+    def claim(page: int, who: str) -> None:
+        if not 0 <= page < cfg.device_pages:
+            bad(5, f"{who} holds device page {page}, outside 0..{cfg.device_pages - 1}")
+        elif page in owner:
+            bad(5, f"device page {page} is held by {owner[page]} and by {who}")
+        else:
+            owner[page] = who
+
+    for nid, n in nodes.items():
+        for p in n.dev:
+            claim(p, f"node {nid}")
+    for req in s.requests.values():
+        for p in req.pages:
+            claim(p, f"request {req.id}")
+    for lane, free in enumerate(s.dev_free):
+        for p in free:
+            if p % R != lane:
+                bad(5, f"free page {p} is listed in lane {lane}")
+            claim(p, "the free list")
+    if len(owner) != cfg.device_pages and not any(v.startswith("5 ") for v in out):
+        missing = sorted(set(range(cfg.device_pages)) - set(owner))
+        bad(5, f"device pages {missing[:8]} are neither used nor free (leak)")
+
+    # 6. Host pages ------------------------------------------------------------------------------------------
+    for region, runs in enumerate(s.l2_free):
+        used: dict[int, str] = {}
+        for key, obj in s.objects.items():
+            for page in range(obj.base, obj.base + obj.length):
+                if page in used:
+                    bad(6, f"host page {page} (region {region}) is in object {used[page]} and object {key}")
+                used[page] = f"{key}"
+        prev_end = -1
+        for base, length in runs:
+            if length <= 0 or base < 0 or base + length > L2:
+                bad(6, f"free run ({base}, {length}) is outside the pool")
+            if base <= prev_end:
+                bad(6, f"free runs overlap or touch at page {base} (region {region})")
+            prev_end = base + length
+            for page in range(base, base + length):
+                if page in used:
+                    bad(6, f"host page {page} is free and in object {used[page]}")
+                used[page] = "free"
+        if len(used) != L2:
+            missing = sorted(set(range(L2)) - set(used))
+            bad(6, f"host pages {missing[:8]} (region {region}) are neither used nor free (leak)")
+    for key, obj in s.objects.items():
+        n = nodes.get(obj.owner)
+        if obj.committed:
+            if n is None or n.host != key:
+                bad(6, f"committed object {key} belongs to no node")
+            elif obj.length != n.pages:
+                bad(6, f"committed object {key} has {obj.length} pages for node {n.id} of {n.pages}")
+        elif key not in s.pending or s.pending[key].obj != key:
+            bad(6, f"uncommitted object {key} belongs to no pending backup")
+    for nid, n in nodes.items():
+        if n.host is not None and n.host in s.objects and s.objects[n.host].owner != nid:
+            bad(6, f"node {nid} and object {n.host} disagree on ownership")
+
+    # 7. Content ------------------------------------------------------------------------------------------------
+    for nid, n in nodes.items():
+        if nid == ROOT_ID:
+            continue
+        expect = content.prefix_content(chain_of(nid))[-len(n.key) :]
+        if n.hashes != expect:
+            bad(7, f"node {nid} carries page hashes that are not its prefix's")
+        for i, p in enumerate(n.dev):
+            if s.dev_content.get(p) != expect[i]:
+                bad(7, f"device page {p} of node {nid} (page {i}) does not hold its prefix's KV")
+        if n.host is not None and n.host in s.objects:
+            obj = s.objects[n.host]
+            for region in range(len(cfg.payloads)):
+                for i in range(min(obj.length, len(expect))):
+                    if s.host_content.get(region * L2 + obj.base + i) != expect[i]:
+                        bad(7, f"host page {obj.base + i} of node {nid} (region {region}) does not hold its prefix's KV")
+    for p in s.dev_content.keys():
+        if p not in owner or owner[p] == "the free list":
+            bad(7, f"free device page {p} still holds content (not poisoned)")
+
+    # 10. Counts -----------------------------------------------------------------------------------------------------
+    for nid, n in nodes.items():
+        ondev = sum(1 for c in n.children.values() if nodes[c].dev)
+        if n.ondev != ondev:
+            bad(10, f"node {nid} counts {n.ondev} children on L1, has {ondev}")
+    dev_keys = sorted(k for k in (dev_victim_key(n, nid in s.pending, cfg) for nid, n in nodes.items()) if k)
+    if list(s.dev_index) != dev_keys:
+        bad(10, "the device victim index differs from its recomputation")
+    host_keys = sorted(k for k in (host_victim_key(n) for n in nodes.values()) if k)
+    if list(s.host_index) != host_keys:
+        bad(10, "the host victim index differs from its recomputation")
+    backups = sorted(nid for nid, n in nodes.items() if backup_candidate(n, nid in s.pending, cfg))
+    if list(s.backup_index) != backups:
+        bad(10, "the backup candidate index differs from its recomputation")
+    if s.sums != recompute_sums(s):
+        bad(10, "the digest sums differ from their recomputation")
+    if nodes and max(nodes.keys()) >= s.next_id:
+        bad(10, f"next_id {s.next_id} is not above every node id")
+    if any(n.touched > s.clock for n in nodes.values()):
+        bad(10, f"a node is stamped after the clock {s.clock}")
+    if s.requests and max(s.requests.keys()) >= s.next_rid:
+        bad(10, f"next_rid {s.next_rid} is not above every request id")
+    for req in s.requests.values():
+        if req.phase == MATCHED and req.node != ROOT_ID and not nodes[req.node].dev:
+            bad(3, f"request {req.id} locks node {req.node}, which is not on L1")
+    return out

@@ -1,0 +1,545 @@
+"""`ClusterState`: one immutable value holding the whole cluster (MODEL.md section 3).
+
+Replicated part: `nodes`, `next_id`, `clock`, `next_rid`, `dev_free`, `l2_free`,
+`objects`, `pending`, `writes`, `requests`. Local part (per rank): `write_done`.
+Ghost part (checking only, never an input to a decision): `dev_content` and
+`host_content`, the identity of the prefix whose KV each page holds (absent =
+poisoned/free).
+
+Derived part, kept so that a transition costs time proportional to what it changes
+(invariant 10 recomputes each from scratch): `dev_index` and `host_index` (the
+device and host victim orders), `backup_index` (nodes a `Reserve` may take), each
+node's `children`, `ondev` (children on L1) and `hashes`, and the digest sums.
+
+Maps are `immutables.Map` (HAMT). Transitions never mutate a state; they open a
+`Tx` on it, which records every write, maintains the derived part for exactly the
+entries written, and produces a new state. A transition that rejects raises before
+`Tx.commit()`, so nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+import immutables
+
+from . import content
+from .config import Config
+from .digest import MOD, combine, entry_hash
+from .sortedset import PSortedSet
+
+ROOT_ID = 0
+NO_PARENT = -1
+
+QUEUED, MATCHED, DECODING = "queued", "matched", "decoding"
+PHASES = (QUEUED, MATCHED, DECODING)
+
+
+def _tup(t: tuple) -> str:
+    return ",".join(map(str, t))
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: int
+    parent: int
+    key: tuple[int, ...]  # one symbol per page (P tokens); never empty except at the root
+    dev: tuple[int, ...]  # device page ids, one per page, or () when not on L1
+    host: int | None  # key of its committed L2 object, or None
+    durable: bool
+    lock: int
+    pin: int
+    hits: int
+    touched: int
+    # derived
+    children: immutables.Map  # first symbol -> child id
+    ondev: int  # children on L1
+    hashes: tuple[int, ...]  # content identity of each page (prefix-chained)
+
+    def encode(self) -> str:
+        host = "~" if self.host is None else str(self.host)
+        return (
+            f"N{self.id}|{self.parent}|{_tup(self.key)}|{_tup(self.dev)}|{host}|"
+            f"{int(self.durable)}|{self.lock}|{self.pin}|{self.hits}|{self.touched}"
+        )
+
+    @property
+    def on_l1(self) -> bool:
+        return bool(self.dev) or self.id == ROOT_ID
+
+    @property
+    def committed(self) -> bool:
+        return self.host is not None
+
+    @property
+    def pages(self) -> int:
+        return len(self.key)
+
+    @property
+    def last_content(self) -> int:
+        return self.hashes[-1] if self.hashes else content.ROOT
+
+
+@dataclass(frozen=True, slots=True)
+class Obj:
+    """An L2 object: one contiguous run `(base, length)` per payload region."""
+
+    base: int
+    length: int
+    committed: bool
+    owner: int  # node id of the backup it holds
+
+    def encode(self) -> str:
+        return f"O{self.base}|{self.length}|{int(self.committed)}|{self.owner}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    obj: int
+    locked: bool
+
+    def encode(self) -> str:
+        return f"B{self.obj}|{int(self.locked)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: int
+    tokens: tuple[int, ...]  # page symbols of its cacheable prompt
+    out_pages: int  # pages it holds while decoding (output tokens and the sub-page tail)
+    phase: str
+    node: int  # where its lock sits (root = none)
+    pages: tuple[int, ...]  # device pages it holds itself (allocated at Insert)
+
+    def encode(self) -> str:
+        return f"Q{self.id}|{_tup(self.tokens)}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
+
+
+COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "dev_content", "host_content")
+REPLICATED_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    config: Config
+    nodes: immutables.Map
+    next_id: int
+    clock: int
+    next_rid: int
+    dev_free: tuple[PSortedSet, ...]  # per lane
+    l2_free: tuple[PSortedSet, ...]  # per payload: free runs (base, length)
+    objects: immutables.Map
+    pending: immutables.Map
+    writes: tuple[int, ...]
+    requests: immutables.Map
+    write_done: tuple[int, ...]
+    dev_content: immutables.Map
+    host_content: immutables.Map  # key: payload_index * L2 + page
+    dev_index: PSortedSet
+    host_index: PSortedSet
+    backup_index: PSortedSet
+    sums: tuple[int, ...]  # per COMPONENTS
+
+    # ---- reading -------------------------------------------------------------------
+    def node(self, nid: int) -> Node:
+        return self.nodes[nid]
+
+    def root(self) -> Node:
+        return self.nodes[ROOT_ID]
+
+    def lane(self, page: int) -> int:
+        return page % self.config.R
+
+    def scalars(self, replicated_only: bool = False) -> dict[str, Any]:
+        s: dict[str, Any] = {
+            "next_id": self.next_id,
+            "clock": self.clock,
+            "next_rid": self.next_rid,
+            "writes": self.writes,
+        }
+        if not replicated_only:
+            s["write_done"] = self.write_done
+        return s
+
+    def digest(self) -> str:
+        return combine(self.scalars(), dict(zip(COMPONENTS, self.sums)))
+
+    def replicated_digest(self) -> str:
+        sums = {n: v for n, v in zip(COMPONENTS, self.sums) if n in REPLICATED_COMPONENTS}
+        return combine(self.scalars(replicated_only=True), sums)
+
+    def path_to_root(self, nid: int) -> list[int]:
+        """Ids from `nid` up to (excluding) the root."""
+        out = []
+        while nid != ROOT_ID:
+            out.append(nid)
+            nid = self.nodes[nid].parent
+        return out
+
+
+# ---- derived-part membership ---------------------------------------------------------------
+
+
+def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
+    """Victim-order key of a node that `EvictDevice` may take now, else None.
+
+    Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
+    backed (it keeps its host copy) or, under write_through, unbacked with no
+    children at all (it is deleted; deleting one with host-only children would orphan
+    them). Under write_back an unbacked leaf must be written back first (`Reserve`).
+    """
+    if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
+        return None
+    if node.host is None and (cfg.policy != "write_through" or len(node.children)):
+        return None
+    return (node.hits >= 2, node.touched, node.id)
+
+
+def host_victim_key(node: Node) -> tuple | None:
+    """Victim-order key of a node that `EvictHost` may take now: evicted from L1, backed,
+    no children, not pinned by a spill."""
+    if node.id == ROOT_ID or node.dev or node.host is None or len(node.children) or node.pin or node.lock:
+        return None
+    return (node.hits >= 2, node.touched, node.id)
+
+
+def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
+    """Whether `Reserve` may start a backup of this node (before capacity is considered)."""
+    if node.id == ROOT_ID or not node.dev or node.host is not None or is_pending:
+        return False
+    if cfg.policy == "write_through":
+        return node.hits >= cfg.write_threshold
+    return node.lock == 0 and node.ondev == 0
+
+
+# ---- construction ---------------------------------------------------------------------------
+
+
+def initial_state(cfg: Config) -> ClusterState:
+    root = Node(
+        id=ROOT_ID,
+        parent=NO_PARENT,
+        key=(),
+        dev=(),
+        host=None,
+        durable=False,
+        lock=0,
+        pin=0,
+        hits=0,
+        touched=0,
+        children=immutables.Map(),
+        ondev=0,
+        hashes=(),
+    )
+    nodes = immutables.Map({ROOT_ID: root})
+    dev_free = tuple(PSortedSet(range(lane, cfg.device_pages, cfg.R)) for lane in range(cfg.R))
+    l2_free = tuple(PSortedSet([(0, cfg.L2)]) for _ in cfg.payloads)
+    s = ClusterState(
+        config=cfg,
+        nodes=nodes,
+        next_id=1,
+        clock=0,
+        next_rid=0,
+        dev_free=dev_free,
+        l2_free=l2_free,
+        objects=immutables.Map(),
+        pending=immutables.Map(),
+        writes=(),
+        requests=immutables.Map(),
+        write_done=(0,) * cfg.R,
+        dev_content=immutables.Map(),
+        host_content=immutables.Map(),
+        dev_index=PSortedSet(),
+        host_index=PSortedSet(),
+        backup_index=PSortedSet(),
+        sums=(0,) * len(COMPONENTS),
+    )
+    return replace(s, sums=recompute_sums(s))
+
+
+def component_items(s: ClusterState, name: str) -> Iterable[tuple[Any, Any]]:
+    if name == "dev_free":
+        return ((p, True) for lane in s.dev_free for p in lane)
+    if name == "l2_free":
+        return (((i, run), True) for i, runs in enumerate(s.l2_free) for run in runs)
+    return getattr(s, name).items()
+
+
+def recompute_sums(s: ClusterState) -> tuple[int, ...]:
+    out = []
+    for name in COMPONENTS:
+        total = 0
+        for k, v in component_items(s, name):
+            total += entry_hash(name, k, v)
+        out.append(total % MOD)
+    return tuple(out)
+
+
+# ---- the transaction ----------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+class _MapTx:
+    __slots__ = ("name", "orig", "mut", "dirty")
+
+    def __init__(self, name: str, m: immutables.Map) -> None:
+        self.name = name
+        self.orig = m
+        self.mut: Any = None
+        self.dirty: set = set()
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        return (self.mut if self.mut is not None else self.orig).get(k, default)
+
+    def __getitem__(self, k: Any) -> Any:
+        return (self.mut if self.mut is not None else self.orig)[k]
+
+    def __contains__(self, k: Any) -> bool:
+        return k in (self.mut if self.mut is not None else self.orig)
+
+    def __len__(self) -> int:
+        return len(self.mut if self.mut is not None else self.orig)
+
+    def keys(self) -> Iterable[Any]:
+        return (self.mut if self.mut is not None else self.orig).keys()
+
+    def set(self, k: Any, v: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        self.mut[k] = v
+        self.dirty.add(k)
+
+    def delete(self, k: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        del self.mut[k]
+        self.dirty.add(k)
+
+    def finish(self) -> tuple[immutables.Map, int]:
+        if self.mut is None:
+            return self.orig, 0
+        new = self.mut.finish()
+        delta = 0
+        for k in self.dirty:
+            o = self.orig.get(k, _MISSING)
+            n = new.get(k, _MISSING)
+            if o is n or (o is not _MISSING and n is not _MISSING and o == n):
+                continue
+            if o is not _MISSING:
+                delta -= entry_hash(self.name, k, o)
+            if n is not _MISSING:
+                delta += entry_hash(self.name, k, n)
+        return new, delta
+
+
+class Rejected(Exception):
+    """A transition's guard is false; the state is unchanged. The message says why."""
+
+
+class Tx:
+    """A transient, mutable view of one state for the duration of one transition."""
+
+    def __init__(self, s: ClusterState) -> None:
+        self.s = s
+        self.cfg = s.config
+        self.nodes = _MapTx("nodes", s.nodes)
+        self.objects = _MapTx("objects", s.objects)
+        self.pending = _MapTx("pending", s.pending)
+        self.requests = _MapTx("requests", s.requests)
+        self.dev_content = _MapTx("dev_content", s.dev_content)
+        self.host_content = _MapTx("host_content", s.host_content)
+        self.next_id = s.next_id
+        self.clock = s.clock
+        self.next_rid = s.next_rid
+        self.writes = s.writes
+        self.write_done = list(s.write_done)
+        self.dev_free = list(s.dev_free)
+        self.l2_free = list(s.l2_free)
+        self._dev_free_delta = 0
+        self._l2_free_delta = 0
+
+    # ---- nodes ---------------------------------------------------------------------------------
+    def node(self, nid: int) -> Node:
+        return self.nodes[nid]
+
+    def put(self, node: Node) -> Node:
+        self.nodes.set(node.id, node)
+        return node
+
+    def update(self, nid: int, **changes: Any) -> Node:
+        return self.put(replace(self.nodes[nid], **changes))
+
+    def touch(self, nid: int) -> None:
+        self.clock += 1
+        self.update(nid, touched=self.clock)
+
+    def set_dev(self, nid: int, dev: tuple[int, ...]) -> None:
+        """Give a node device pages or take them away, keeping its parent's `ondev` count."""
+        n = self.nodes[nid]
+        was, now = bool(n.dev), bool(dev)
+        self.put(replace(n, dev=dev))
+        if was != now and n.parent != NO_PARENT:
+            p = self.nodes[n.parent]
+            self.put(replace(p, ondev=p.ondev + (1 if now else -1)))
+
+    def add_child(self, node: Node) -> Node:
+        """Attach a new node under its parent (its first symbol must be free there)."""
+        p = self.nodes[node.parent]
+        self.put(replace(p, children=p.children.set(node.key[0], node.id), ondev=p.ondev + (1 if node.dev else 0)))
+        return self.put(node)
+
+    def remove_leaf(self, nid: int) -> None:
+        """Delete a node that has no children, detaching it from its parent."""
+        n = self.nodes[nid]
+        assert not len(n.children), "remove_leaf on a node with children"
+        p = self.nodes[n.parent]
+        self.put(replace(p, children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        self.nodes.delete(nid)
+
+    def lock_path(self, nid: int, delta: int) -> None:
+        while nid != ROOT_ID:
+            n = self.nodes[nid]
+            self.put(replace(n, lock=n.lock + delta))
+            nid = n.parent
+
+    def new_id(self) -> int:
+        nid = self.next_id
+        self.next_id += 1
+        return nid
+
+    # ---- device pages ---------------------------------------------------------------------------
+    def free_in_lane(self, lane: int) -> int:
+        return len(self.dev_free[lane])
+
+    def alloc_dev(self, lane: int) -> int:
+        free = self.dev_free[lane]
+        if not free:
+            raise Rejected(f"device lane {lane} has no free page")
+        page = free.first()
+        self.dev_free[lane] = free.remove(page)
+        self._dev_free_delta -= entry_hash("dev_free", page, True)
+        return page
+
+    def free_dev(self, pages: Iterable[int]) -> None:
+        R = self.cfg.R
+        for p in pages:
+            self.dev_free[p % R] = self.dev_free[p % R].add(p)
+            self._dev_free_delta += entry_hash("dev_free", p, True)
+            if p in self.dev_content:
+                self.dev_content.delete(p)  # poisoned
+
+    # ---- host pages -------------------------------------------------------------------------------
+    def _take_run(self, i: int, run: tuple[int, int]) -> None:
+        self.l2_free[i] = self.l2_free[i].remove(run)
+        self._l2_free_delta -= entry_hash("l2_free", (i, run), True)
+
+    def _put_run(self, i: int, run: tuple[int, int]) -> None:
+        self.l2_free[i] = self.l2_free[i].add(run)
+        self._l2_free_delta += entry_hash("l2_free", (i, run), True)
+
+    def first_fit(self, length: int) -> int | None:
+        """Base of the lowest free run of `length` pages in every payload region, or None."""
+        found = None
+        for runs in self.l2_free:
+            base = next((b for b, n in runs if n >= length), None)
+            if base is None:
+                return None
+            if found is None:
+                found = base
+            elif found != base:  # regions are allocated in lockstep, so this cannot differ
+                raise AssertionError("payload regions diverged")
+        return found
+
+    def alloc_host(self, base: int, length: int) -> None:
+        for i, runs in enumerate(self.l2_free):
+            run = runs.floor_lt((base + 1, 0)) if runs else None
+            if run is None or run[0] > base or run[0] + run[1] < base + length:
+                raise AssertionError(f"host pages {base}..{base + length - 1} are not free")
+            self._take_run(i, run)
+            if run[0] < base:
+                self._put_run(i, (run[0], base - run[0]))
+            end = run[0] + run[1]
+            if base + length < end:
+                self._put_run(i, (base + length, end - base - length))
+
+    def free_host(self, base: int, length: int) -> None:
+        L2 = self.cfg.L2
+        for i, runs in enumerate(self.l2_free):
+            lo, n = base, length
+            before = runs.floor_lt((lo, 0))
+            if before is not None and before[0] + before[1] == lo:
+                self._take_run(i, before)
+                lo, n = before[0], before[1] + n
+            after = self.l2_free[i].ceil_ge((base + length, 0))
+            if after is not None and after[0] == base + length:
+                self._take_run(i, after)
+                n += after[1]
+            self._put_run(i, (lo, n))
+            for page in range(base, base + length):
+                k = i * L2 + page
+                if k in self.host_content:
+                    self.host_content.delete(k)  # poisoned
+
+    def free_object(self, key: int) -> None:
+        obj = self.objects[key]
+        self.free_host(obj.base, obj.length)
+        self.objects.delete(key)
+
+    # ---- commit ---------------------------------------------------------------------------------
+    def commit(self) -> ClusterState:
+        s, cfg = self.s, self.cfg
+        nodes, d_nodes = self.nodes.finish()
+        objects, d_objects = self.objects.finish()
+        pending, d_pending = self.pending.finish()
+        requests, d_requests = self.requests.finish()
+        dev_content, d_dev_content = self.dev_content.finish()
+        host_content, d_host_content = self.host_content.finish()
+        deltas = (d_nodes, d_objects, d_pending, d_requests, self._dev_free_delta, self._l2_free_delta, d_dev_content, d_host_content)
+        sums = tuple((a + d) % MOD for a, d in zip(s.sums, deltas))
+
+        dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
+        for nid in self.nodes.dirty | self.pending.dirty:
+            old = s.nodes.get(nid)
+            new = nodes.get(nid)
+            old_p, new_p = nid in s.pending, nid in pending
+            ok = dev_victim_key(old, old_p, cfg) if old is not None else None
+            nk = dev_victim_key(new, new_p, cfg) if new is not None else None
+            if ok != nk:
+                if ok is not None:
+                    dev_index = dev_index.remove(ok)
+                if nk is not None:
+                    dev_index = dev_index.add(nk)
+            ok = host_victim_key(old) if old is not None else None
+            nk = host_victim_key(new) if new is not None else None
+            if ok != nk:
+                if ok is not None:
+                    host_index = host_index.remove(ok)
+                if nk is not None:
+                    host_index = host_index.add(nk)
+            ob = old is not None and backup_candidate(old, old_p, cfg)
+            nb = new is not None and backup_candidate(new, new_p, cfg)
+            if ob != nb:
+                backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
+
+        return ClusterState(
+            config=cfg,
+            nodes=nodes,
+            next_id=self.next_id,
+            clock=self.clock,
+            next_rid=self.next_rid,
+            dev_free=tuple(self.dev_free),
+            l2_free=tuple(self.l2_free),
+            objects=objects,
+            pending=pending,
+            writes=self.writes,
+            requests=requests,
+            write_done=tuple(self.write_done),
+            dev_content=dev_content,
+            host_content=host_content,
+            dev_index=dev_index,
+            host_index=host_index,
+            backup_index=backup_index,
+            sums=sums,
+        )

@@ -1,0 +1,206 @@
+"""What every transition family shares: the `Transition` value, the registry, and the
+tree operations more than one family performs (walking a key, splitting a node,
+evicting a device or host victim)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator
+
+import immutables
+
+from ..state import ROOT_ID, ClusterState, Node, Rejected, Tx, dev_victim_key, host_victim_key
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One transition with its arguments. `rank` is set for per-rank transitions."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()
+    rank: int | None = None
+
+    @staticmethod
+    def make(name: str, rank: int | None = None, **args: Any) -> "Transition":
+        return Transition(name, tuple(sorted((k, _freeze(v)) for k, v in args.items())), rank)
+
+    def arg(self, key: str) -> Any:
+        for k, v in self.args:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.args)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.rank is not None:
+            d["rank"] = self.rank
+        d["args"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.args}
+        return d
+
+    def __str__(self) -> str:
+        parts = [f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.args]
+        if self.rank is not None:
+            parts.insert(0, f"r={self.rank}")
+        return f"{self.name}({', '.join(parts)})"
+
+
+def _freeze(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A transition's definition: how to apply it, which instances might be enabled (a
+    cheap superset; the guard in `apply` decides), its argument types, and whether it
+    is a per-rank step."""
+
+    name: str
+    family: str
+    apply: Callable[[ClusterState, Transition], ClusterState]
+    candidates: Callable[[ClusterState], Iterable[Transition]]
+    args: dict[str, str]  # name -> "int" | "ints"
+    per_rank: bool = False
+
+
+REGISTRY: dict[str, Spec] = {}
+
+
+def register(spec: Spec) -> Spec:
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+# ---- walking a key through the tree -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyWalk:
+    """Where a key leads: the nodes it covers whole (root to leaf), how many pages they
+    cover, and where it diverges inside a node (`cut` = (node id, pages in common))."""
+
+    full: tuple[int, ...]
+    covered: int
+    cut: tuple[int, int] | None
+
+
+def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0) -> KeyWalk:
+    full: list[int] = []
+    i = offset
+    cur = nodes[start]
+    cut = None
+    while i < len(tokens):
+        cid = cur.children.get(tokens[i])
+        if cid is None:
+            break
+        child = nodes[cid]
+        key = child.key
+        n = 1
+        limit = min(len(key), len(tokens) - i)
+        while n < limit and key[n] == tokens[i + n]:
+            n += 1
+        if n == len(key):
+            full.append(cid)
+            i += n
+            cur = child
+            continue
+        cut = (cid, n)
+        break
+    return KeyWalk(tuple(full), i, cut)
+
+
+def split_node(tx: Tx, nid: int, at: int) -> int:
+    """Split `nid` after `at` pages: a new upper node (fresh id) takes the first `at`
+    pages, their device pages, their L2 pages as a new object and their hashes; the
+    lower part keeps its id, stamp and object key. Returns the upper node's id."""
+    n = tx.node(nid)
+    if nid in tx.pending:
+        raise Rejected(f"node {nid} has a pending backup and cannot be split")
+    if not 0 < at < n.pages:
+        raise Rejected(f"node {nid} has {n.pages} pages; cannot split after {at}")
+    uid = tx.new_id()
+    upper = Node(
+        id=uid,
+        parent=n.parent,
+        key=n.key[:at],
+        dev=n.dev[:at],
+        host=uid if n.host is not None else None,
+        durable=n.durable,
+        lock=n.lock,
+        pin=n.pin,
+        hits=n.hits,
+        touched=n.touched,
+        children=immutables.Map({n.key[at]: nid}),
+        ondev=1 if n.dev else 0,
+        hashes=n.hashes[:at],
+    )
+    parent = tx.node(n.parent)
+    tx.put(replace(parent, children=parent.children.set(n.key[0], uid)))
+    tx.put(upper)
+    tx.put(replace(n, parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:]))
+    if n.host is not None:
+        obj = tx.objects[n.host]
+        tx.objects.set(uid, replace(obj, length=at, owner=uid))
+        tx.objects.set(n.host, replace(obj, base=obj.base + at, length=obj.length - at))
+    return uid
+
+
+# ---- victims -----------------------------------------------------------------------------------
+
+
+def evict_device_node(tx: Tx, nid: int) -> None:
+    """Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted."""
+    n = tx.node(nid)
+    tx.free_dev(n.dev)
+    if n.host is not None:
+        tx.set_dev(nid, ())
+    else:
+        tx.remove_leaf(nid)
+
+
+def evict_host_node(tx: Tx, nid: int) -> None:
+    """Drop a host victim: free its object and remove the node."""
+    n = tx.node(nid)
+    tx.free_object(n.host)
+    tx.remove_leaf(nid)
+
+
+def device_victims(tx: Tx, exclude: frozenset[int] = frozenset()) -> Iterator[int]:
+    """Device victims in victim order, re-checked against the transaction as it goes:
+    a parent that becomes an evictable leaf while the caller evicts joins the order.
+    The caller must evict each id it receives before asking for the next."""
+    import heapq
+
+    base = iter(tx.s.dev_index)
+    head = next(base, None)
+    extra: list[tuple] = []
+    cfg = tx.cfg
+    while True:
+        if extra and (head is None or extra[0] < head):
+            key = heapq.heappop(extra)
+        elif head is not None:
+            key, head = head, next(base, None)
+        else:
+            return
+        nid = key[2]
+        node = tx.nodes.get(nid)
+        if nid in exclude or node is None or dev_victim_key(node, nid in tx.pending, cfg) != key:
+            continue
+        parent_id = node.parent
+        yield nid
+        if parent_id != ROOT_ID and parent_id not in exclude:
+            p = tx.nodes.get(parent_id)
+            pk = dev_victim_key(p, parent_id in tx.pending, cfg) if p is not None else None
+            if pk is not None:
+                heapq.heappush(extra, pk)
+
+
+def host_victims_snapshot(s: ClusterState) -> list[int]:
+    return [k[2] for k in s.host_index]
+
+
+def host_key_of(tx: Tx, nid: int) -> tuple | None:
+    n = tx.nodes.get(nid)
+    return host_victim_key(n) if n is not None else None

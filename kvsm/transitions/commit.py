@@ -1,0 +1,98 @@
+"""The commit family: `WriteDone(r)`, `Commit`, `Rollback(node)`.
+
+Backups are written by every rank: rank `r` copies the pages of the node that sit in
+its device lane into the shared slab, one write at a time in `writes` order, and
+counts them in its local `write_done[r]`. `Commit` is the only agreement: the MIN of
+`write_done` over ranks is the prefix of `writes` that every rank finished; those
+backups become visible (committed object, `host` set, lock released) on every rank at
+once. `Rollback` abandons a pending backup, wherever it is in `writes`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..state import ClusterState, Rejected, Tx
+from .base import Spec, Transition, register
+
+
+def write_done(s: ClusterState, t: Transition) -> ClusterState:
+    r = t.rank
+    cfg = s.config
+    if r is None or not 0 <= r < cfg.R:
+        raise Rejected(f"rank {r} is not one of 0..{cfg.R - 1}")
+    done = s.write_done[r]
+    if done >= len(s.writes):
+        raise Rejected(f"rank {r} has finished all {len(s.writes)} submitted writes")
+    tx = Tx(s)
+    nid = s.writes[done]
+    n = tx.node(nid)
+    obj = tx.objects[tx.pending[nid].obj]
+    for i, p in enumerate(n.dev):
+        if p % cfg.R != r:
+            continue
+        c = tx.dev_content.get(p)
+        for region in range(len(cfg.payloads)):
+            k = region * cfg.L2 + obj.base + i
+            if c is None:
+                if k in tx.host_content:
+                    tx.host_content.delete(k)
+            else:
+                tx.host_content.set(k, c)
+    tx.write_done[r] += 1
+    return tx.commit()
+
+
+def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
+    for r in range(s.config.R):
+        if s.write_done[r] < len(s.writes):
+            yield Transition.make("WriteDone", rank=r)
+
+
+def commit(s: ClusterState, t: Transition) -> ClusterState:
+    m = min(s.write_done)
+    if m == 0:
+        raise Rejected("no write is finished on every rank")
+    tx = Tx(s)
+    for nid in s.writes[:m]:
+        pend = tx.pending[nid]
+        tx.pending.delete(nid)
+        obj = tx.objects[pend.obj]
+        tx.objects.set(pend.obj, obj.__class__(obj.base, obj.length, True, obj.owner))
+        n = tx.node(nid)
+        tx.update(nid, host=pend.obj, lock=n.lock - (1 if pend.locked else 0))
+    tx.writes = s.writes[m:]
+    tx.write_done = [d - m for d in s.write_done]
+    return tx.commit()
+
+
+def commit_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.writes and min(s.write_done) > 0:
+        yield Transition.make("Commit")
+
+
+def rollback(s: ClusterState, t: Transition) -> ClusterState:
+    nid = t.arg("node")
+    if nid not in s.pending:
+        raise Rejected(f"node {nid} has no pending backup")
+    tx = Tx(s)
+    pend = tx.pending[nid]
+    j = s.writes.index(nid)
+    tx.writes = s.writes[:j] + s.writes[j + 1 :]
+    tx.write_done = [d - 1 if d > j else d for d in s.write_done]
+    tx.free_object(pend.obj)
+    tx.pending.delete(nid)
+    if pend.locked:
+        n = tx.node(nid)
+        tx.update(nid, lock=n.lock - 1)
+    return tx.commit()
+
+
+def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
+    for nid in s.writes:
+        yield Transition.make("Rollback", node=nid)
+
+
+register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))
+register(Spec("Commit", "commit", commit, commit_candidates, {}))
+register(Spec("Rollback", "commit", rollback, rollback_candidates, {"node": "int"}))

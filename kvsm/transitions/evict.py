@@ -1,0 +1,127 @@
+"""The evict family: `EvictDevice(node)`, `EvictHost(node)`, `LoadBack(rid)`.
+
+Victims are always the first in the replicated victim order, ascending
+`(hits >= 2, touched, id)`; the argument names the victim so that a log reads
+plainly, and the guard checks that it is the one the order picks.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..planner import TreeView, plan
+from ..state import MATCHED, ClusterState, Rejected, Tx
+from .base import Spec, Transition, evict_device_node, evict_host_node, register
+from .request import _request
+
+
+def evict_device(s: ClusterState, t: Transition) -> ClusterState:
+    nid = t.arg("node")
+    if not s.dev_index:
+        raise Rejected("no node can be evicted from L1")
+    first = s.dev_index.first()[2]
+    if nid != first:
+        raise Rejected(f"the device victim order picks node {first}, not {nid}")
+    tx = Tx(s)
+    evict_device_node(tx, nid)
+    return tx.commit()
+
+
+def evict_device_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.dev_index:
+        yield Transition.make("EvictDevice", node=s.dev_index.first()[2])
+
+
+def evict_host(s: ClusterState, t: Transition) -> ClusterState:
+    nid = t.arg("node")
+    if not s.host_index:
+        raise Rejected("no node can be evicted from L2")
+    first = s.host_index.first()[2]
+    if nid != first:
+        raise Rejected(f"the host victim order picks node {first}, not {nid}")
+    tx = Tx(s)
+    evict_host_node(tx, nid)
+    return tx.commit()
+
+
+def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.host_index:
+        yield Transition.make("EvictHost", node=s.host_index.first()[2])
+
+
+def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
+    """The nodes a load-back for request `rid` would bring back: the whole nodes directly
+    below its lock that are only on L2, following its key. Returns them and their pages."""
+    req = s.requests[rid]
+    depth = sum(s.nodes[n].pages for n in s.path_to_root(req.node))
+    run: list[int] = []
+    pages = 0
+    cur = s.nodes[req.node]
+    i = depth
+    tokens = req.tokens
+    while i < len(tokens):
+        cid = cur.children.get(tokens[i])
+        if cid is None:
+            break
+        child = s.nodes[cid]
+        if child.dev or child.host is None or tokens[i : i + child.pages] != child.key:
+            break
+        run.append(cid)
+        pages += child.pages
+        i += child.pages
+        cur = child
+    return run, pages
+
+
+def load_back(s: ClusterState, t: Transition) -> ClusterState:
+    """Load the L2-only nodes below a matched request's lock back to L1 (all or nothing):
+    the `i`-th page of the run goes to lane `i mod R`; lanes short of pages are freed by
+    the owner-lane planner. The request's lock moves to the deepest loaded node."""
+    rid = t.arg("rid")
+    tx = Tx(s)
+    cfg = tx.cfg
+    R = cfg.R
+    req = _request(tx, rid, (MATCHED,))
+    run, pages = host_run(s, rid)
+    if pages == 0:
+        raise Rejected(f"request {rid} has no host hit below its lock")
+    if pages * cfg.P < cfg.load_back_threshold:
+        raise Rejected(f"host hit of {pages * cfg.P} tokens is below the load-back threshold {cfg.load_back_threshold}")
+    need = [0] * R
+    for i in range(pages):
+        need[i % R] += 1
+    deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
+    if any(deficits):
+        view = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg)
+        p = plan(view, deficits, [k[2] for k in s.dev_index])
+        if any(p.remaining):
+            raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
+        for victim in p.victims:
+            evict_device_node(tx, victim)
+    i = 0
+    for nid in run:
+        n = tx.node(nid)
+        obj = tx.objects[n.host]
+        dev = []
+        for j in range(n.pages):
+            page = tx.alloc_dev(i % R)
+            i += 1
+            dev.append(page)
+            c = tx.host_content.get(obj.base + j)
+            if c is not None:
+                tx.dev_content.set(page, c)
+        tx.set_dev(nid, tuple(dev))
+    tx.lock_path(run[-1], +1)
+    tx.lock_path(req.node, -1)
+    tx.requests.set(rid, req.__class__(req.id, req.tokens, req.out_pages, req.phase, run[-1], req.pages))
+    return tx.commit()
+
+
+def load_back_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in sorted(r.id for r in s.requests.values() if r.phase == MATCHED):
+        yield Transition.make("LoadBack", rid=rid)
+
+
+register(Spec("EvictDevice", "evict", evict_device, evict_device_candidates, {"node": "int"}))
+register(Spec("EvictHost", "evict", evict_host, evict_host_candidates, {"node": "int"}))
+register(Spec("LoadBack", "evict", load_back, load_back_candidates, {"rid": "int"}))

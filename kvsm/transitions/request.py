@@ -1,0 +1,244 @@
+"""The request family: Arrive, Match, Insert, Finish, Abort (and LoadBack's walk).
+
+A request's lock covers the path from its node up to the root; `lock` of a node
+counts those requests and its own pending backup. Page `k` of a request (counting
+pages from the root) lives in device lane `k mod R`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+import immutables
+
+from .. import content
+from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, Tx
+from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, walk_key
+
+
+def _request(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
+    req = tx.requests.get(rid)
+    if req is None:
+        raise Rejected(f"request {rid} does not exist")
+    if req.phase not in phases:
+        raise Rejected(f"request {rid} is {req.phase}, not {' or '.join(phases)}")
+    return req
+
+
+# ---- Arrive ------------------------------------------------------------------------------------
+
+
+def arrive(s: ClusterState, t: Transition) -> ClusterState:
+    rid, tokens, out_pages = t.arg("rid"), tuple(t.arg("tokens")), t.arg("out_pages")
+    cfg = s.config
+    if rid != s.next_rid:
+        raise Rejected(f"the next request id is {s.next_rid}, not {rid}")
+    if cfg.max_requests and s.next_rid >= cfg.max_requests:
+        raise Rejected(f"all {cfg.max_requests} requests of the config have arrived")
+    if cfg.max_live and len(s.requests) >= cfg.max_live:
+        raise Rejected(f"{cfg.max_live} requests are already alive")
+    if out_pages < 0:
+        raise Rejected("out_pages must be >= 0")
+    tx = Tx(s)
+    tx.requests.set(rid, Request(rid, tokens, out_pages, QUEUED, ROOT_ID, ()))
+    tx.next_rid += 1
+    return tx.commit()
+
+
+def arrive_candidates(s: ClusterState) -> Iterable[Transition]:
+    seen = set()
+    for p in s.config.prompts:
+        if (p.pages, p.out_pages) in seen:
+            continue
+        seen.add((p.pages, p.out_pages))
+        yield Transition.make("Arrive", rid=s.next_rid, tokens=p.pages, out_pages=p.out_pages)
+
+
+# ---- Match -------------------------------------------------------------------------------------
+
+
+def match(s: ClusterState, t: Transition) -> ClusterState:
+    """Match the longest cached prefix (L1 or L2), splitting a node at a page boundary if
+    the match ends inside it (not when that node's backup is pending: the match then
+    stops above it), touch the matched nodes root to leaf, and lock the path down to
+    the deepest matched node on L1."""
+    rid = t.arg("rid")
+    tx = Tx(s)
+    req = _request(tx, rid, (QUEUED,))
+    w = walk_key(tx.nodes, req.tokens)
+    path = list(w.full)
+    if w.cut is not None and w.cut[0] not in tx.pending:
+        path.append(split_node(tx, *w.cut))
+    for nid in path:
+        tx.touch(nid)
+    last_dev = ROOT_ID
+    for nid in path:
+        if not tx.node(nid).dev:
+            break
+        last_dev = nid
+    tx.lock_path(last_dev, +1)
+    tx.requests.set(rid, replace(req, phase=MATCHED, node=last_dev))
+    return tx.commit()
+
+
+def _rids(s: ClusterState, phase: str) -> list[int]:
+    return sorted(r.id for r in s.requests.values() if r.phase == phase)
+
+
+def match_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in _rids(s, QUEUED):
+        yield Transition.make("Match", rid=rid)
+
+
+# ---- Insert -------------------------------------------------------------------------------------
+
+
+def _lane_need(positions: Iterable[int], R: int) -> list[int]:
+    need = [0] * R
+    for k in positions:
+        need[k % R] += 1
+    return need
+
+
+def make_room(tx: Tx, need: list[int], exclude: frozenset[int]) -> None:
+    """Evict device victims in victim order until every lane has `need[lane]` free pages."""
+    R = tx.cfg.R
+    if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+        return
+    for nid in device_victims(tx, exclude):
+        evict_device_node(tx, nid)
+        if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+            return
+    short = {lane: need[lane] - tx.free_in_lane(lane) for lane in range(R) if tx.free_in_lane(lane) < need[lane]}
+    raise Rejected(f"device lanes short of pages after evicting every victim: {short}")
+
+
+def insert(s: ClusterState, t: Transition) -> ClusterState:
+    """After the forward pass: cache the request's pages. Walk its key from the root;
+    whole nodes on L1 are hits, whole nodes only on L2 are re-owned with fresh device
+    pages, a node the key diverges inside is split (if its backup is pending, caching
+    stops above it), and the rest becomes one new node. Device pages come from the
+    owner lanes, evicting victims in victim order as needed; the request also takes
+    its own `out_pages`. Its lock moves to the deepest node of its key."""
+    rid = t.arg("rid")
+    tx = Tx(s)
+    cfg = tx.cfg
+    R = cfg.R
+    wt = cfg.policy == "write_through"
+    req = _request(tx, rid, (MATCHED,))
+    tokens = req.tokens
+    w = walk_key(tx.nodes, tokens)
+    path = list(w.full)
+    covered = w.covered
+    stop = False
+    if w.cut is not None:
+        if w.cut[0] in tx.pending:
+            stop = True
+        else:
+            path.append(split_node(tx, *w.cut))
+            covered += w.cut[1]
+    new_tokens = () if stop else tokens[covered:]
+
+    # pages to allocate, by absolute position
+    reown: list[tuple[int, int]] = []  # (node id, position of its first page)
+    pos = 0
+    for nid in path:
+        n = tx.node(nid)
+        if not n.dev:
+            reown.append((nid, pos))
+        pos += n.pages
+    positions = [p0 + j for nid, p0 in reown for j in range(tx.node(nid).pages)]
+    positions += range(pos, pos + len(new_tokens))
+    out_positions = range(len(tokens), len(tokens) + req.out_pages)
+    positions += out_positions
+    make_room(tx, _lane_need(positions, R), frozenset(path))
+
+    on_l1_before = {nid for nid in path if tx.node(nid).dev}
+    for nid, p0 in reown:
+        n = tx.node(nid)
+        dev = tuple(tx.alloc_dev((p0 + j) % R) for j in range(n.pages))
+        tx.set_dev(nid, dev)
+        for p, c in zip(dev, n.hashes):
+            tx.dev_content.set(p, c)
+    for nid in path:
+        tx.touch(nid)
+        if wt and nid in on_l1_before:
+            n = tx.node(nid)
+            tx.put(replace(n, hits=n.hits + 1))
+    last = path[-1] if path else ROOT_ID
+    if new_tokens:
+        parent = tx.node(last)
+        nid = tx.new_id()
+        dev = tuple(tx.alloc_dev((pos + j) % R) for j in range(len(new_tokens)))
+        hashes = content.chain(parent.last_content, new_tokens)
+        tx.clock += 1
+        tx.add_child(
+            Node(
+                id=nid,
+                parent=last,
+                key=tuple(new_tokens),
+                dev=dev,
+                host=None,
+                durable=False,
+                lock=0,
+                pin=0,
+                hits=1 if wt else 0,
+                touched=tx.clock,
+                children=immutables.Map(),
+                ondev=0,
+                hashes=hashes,
+            )
+        )
+        for p, c in zip(dev, hashes):
+            tx.dev_content.set(p, c)
+        last = nid
+    own = tuple(tx.alloc_dev(k % R) for k in out_positions)
+    tx.lock_path(last, +1)
+    tx.lock_path(req.node, -1)
+    tx.requests.set(rid, replace(req, phase=DECODING, node=last, pages=own))
+    return tx.commit()
+
+
+def insert_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in _rids(s, MATCHED):
+        yield Transition.make("Insert", rid=rid)
+
+
+# ---- Finish / Abort --------------------------------------------------------------------------------
+
+
+def _release(tx: Tx, req: Request) -> None:
+    if req.phase != QUEUED:
+        tx.lock_path(req.node, -1)
+    tx.free_dev(req.pages)
+    tx.requests.delete(req.id)
+
+
+def finish(s: ClusterState, t: Transition) -> ClusterState:
+    tx = Tx(s)
+    _release(tx, _request(tx, t.arg("rid"), (DECODING,)))
+    return tx.commit()
+
+
+def finish_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in _rids(s, DECODING):
+        yield Transition.make("Finish", rid=rid)
+
+
+def abort(s: ClusterState, t: Transition) -> ClusterState:
+    tx = Tx(s)
+    _release(tx, _request(tx, t.arg("rid"), (QUEUED, MATCHED, DECODING)))
+    return tx.commit()
+
+
+def abort_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in sorted(s.requests.keys()):
+        yield Transition.make("Abort", rid=rid)
+
+
+register(Spec("Arrive", "request", arrive, arrive_candidates, {"rid": "int", "tokens": "ints", "out_pages": "int"}))
+register(Spec("Match", "request", match, match_candidates, {"rid": "int"}))
+register(Spec("Insert", "request", insert, insert_candidates, {"rid": "int"}))
+register(Spec("Finish", "request", finish, finish_candidates, {"rid": "int"}))
+register(Spec("Abort", "request", abort, abort_candidates, {"rid": "int"}))

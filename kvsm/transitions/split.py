@@ -1,0 +1,44 @@
+"""The split family: `Split(node, at)`.
+
+A split is demand-driven: it is enabled where a live request's key diverges inside a
+node (a queued request's `Match` or a matched request's `Insert` would split it
+there). `Match` and `Insert` perform the same split themselves when they need it;
+`Split` lets the split happen as a step of its own, as it does when the reference
+splits during a prefix probe.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..state import MATCHED, QUEUED, ClusterState, Rejected, Tx
+from .base import Spec, Transition, register, split_node, walk_key
+
+
+def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
+    out = set()
+    for req in s.requests.values():
+        if req.phase in (QUEUED, MATCHED):
+            cut = walk_key(s.nodes, req.tokens).cut
+            if cut is not None and cut[0] not in s.pending:
+                out.add(cut)
+    return out
+
+
+def split(s: ClusterState, t: Transition) -> ClusterState:
+    nid, at = t.arg("node"), t.arg("at")
+    if nid not in s.nodes:
+        raise Rejected(f"node {nid} does not exist")
+    if (nid, at) not in demanded_splits(s):
+        raise Rejected(f"no live request's key diverges inside node {nid} after {at} pages")
+    tx = Tx(s)
+    split_node(tx, nid, at)
+    return tx.commit()
+
+
+def split_candidates(s: ClusterState) -> Iterable[Transition]:
+    for nid, at in sorted(demanded_splits(s)):
+        yield Transition.make("Split", node=nid, at=at)
+
+
+register(Spec("Split", "split", split, split_candidates, {"node": "int", "at": "int"}))
