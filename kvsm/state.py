@@ -140,6 +140,9 @@ class ClusterState:
     host_index: PSortedSet
     backup_index: PSortedSet
     sums: tuple[int, ...]  # per COMPONENTS
+    # What the transition that produced this state does to real pages (see `Tx`); not
+    # part of the state's identity or digest. The GPU backend executes these.
+    effects: tuple[tuple, ...] = ()
 
     # ---- reading -------------------------------------------------------------------
     def node(self, nid: int) -> Node:
@@ -359,6 +362,7 @@ class Tx:
         self.l2_free = list(s.l2_free)
         self._dev_free_delta = 0
         self._l2_free_delta = 0
+        self.effects: list[tuple] = []
 
     # ---- nodes ---------------------------------------------------------------------------------
     def node(self, nid: int) -> Node:
@@ -428,7 +432,36 @@ class Tx:
             self.dev_free[p % R] = self.dev_free[p % R].add(p)
             self._dev_free_delta += entry_hash("dev_free", p, True)
             if p in self.dev_content:
-                self.dev_content.delete(p)  # poisoned
+                self.dev_content.delete(p)
+            self.effects.append(("poison_dev", p))
+
+    # ---- page contents (the ghost) and the physical effects that move them -------------------
+    def fill_dev(self, page: int, c: int) -> None:
+        """The forward pass computed the KV of prefix `c` into device page `page`."""
+        self.dev_content.set(page, c)
+        self.effects.append(("fill", page, c))
+
+    def load_dev(self, page: int, host_page: int) -> None:
+        """Copy host page `host_page` (of every payload region) into device page `page`."""
+        c = self.host_content.get(host_page)
+        if c is None:
+            if page in self.dev_content:
+                self.dev_content.delete(page)
+        else:
+            self.dev_content.set(page, c)
+        self.effects.append(("load", host_page, page))
+
+    def store_host(self, rank: int, page: int, host_page: int) -> None:
+        """Rank `rank` copies device page `page` into host page `host_page` of every region."""
+        c = self.dev_content.get(page)
+        for region in range(len(self.cfg.payloads)):
+            k = region * self.cfg.L2 + host_page
+            if c is None:
+                if k in self.host_content:
+                    self.host_content.delete(k)
+            else:
+                self.host_content.set(k, c)
+        self.effects.append(("store", rank, page, host_page))
 
     # ---- host pages -------------------------------------------------------------------------------
     def _take_run(self, i: int, run: tuple[int, int]) -> None:
@@ -480,7 +513,8 @@ class Tx:
             for page in range(base, base + length):
                 k = i * L2 + page
                 if k in self.host_content:
-                    self.host_content.delete(k)  # poisoned
+                    self.host_content.delete(k)
+        self.effects.append(("poison_host", base, length))
 
     def free_object(self, key: int) -> None:
         obj = self.objects[key]
@@ -542,4 +576,5 @@ class Tx:
             host_index=host_index,
             backup_index=backup_index,
             sums=sums,
+            effects=tuple(self.effects),
         )

@@ -29,16 +29,8 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
     for i, p in enumerate(n.dev):
-        if p % cfg.R != r:
-            continue
-        c = tx.dev_content.get(p)
-        for region in range(len(cfg.payloads)):
-            k = region * cfg.L2 + obj.base + i
-            if c is None:
-                if k in tx.host_content:
-                    tx.host_content.delete(k)
-            else:
-                tx.host_content.set(k, c)
+        if p % cfg.R == r:
+            tx.store_host(r, p, obj.base + i)
     tx.write_done[r] += 1
     return tx.commit()
 

@@ -107,9 +107,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
             page = tx.alloc_dev(i % R)
             i += 1
             dev.append(page)
-            c = tx.host_content.get(obj.base + j)
-            if c is not None:
-                tx.dev_content.set(page, c)
+            tx.load_dev(page, obj.base + j)
         tx.set_dev(nid, tuple(dev))
     tx.lock_path(run[-1], +1)
     tx.lock_path(req.node, -1)

@@ -160,7 +160,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
         dev = tuple(tx.alloc_dev((p0 + j) % R) for j in range(n.pages))
         tx.set_dev(nid, dev)
         for p, c in zip(dev, n.hashes):
-            tx.dev_content.set(p, c)
+            tx.fill_dev(p, c)
     for nid in path:
         tx.touch(nid)
         if wt and nid in on_l1_before:
@@ -191,7 +191,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
             )
         )
         for p, c in zip(dev, hashes):
-            tx.dev_content.set(p, c)
+            tx.fill_dev(p, c)
         last = nid
     own = tuple(tx.alloc_dev(k % R) for k in out_positions)
     tx.lock_path(last, +1)

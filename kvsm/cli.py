@@ -1,0 +1,200 @@
+"""The `kvsm` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .config import Config, ConfigError, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="kvsm: a formally specified multi-rank tiered KV cache.")
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+def _config(name: str) -> Config:
+    try:
+        return load_config(name)
+    except ConfigError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=None) + "\n")
+
+
+@app.command()
+def walk(
+    config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
+    steps: int = typer.Option(1000, "--steps", "-n", min=0, help="transitions to take"),
+    seed: int = typer.Option(0, "--seed", "-s", help="seed of the walk"),
+    output: Path = typer.Option(..., "-o", "--output", help="log file to write (atomically)"),
+    check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
+) -> None:
+    """A seeded random walk over the enabled transitions, written as a log."""
+    from .invariants import violations
+    from .log import Header, LogWriter
+    from .state import initial_state
+    from .walk import walk as do_walk
+
+    cfg = _config(config)
+    s0 = initial_state(cfg)
+    header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
+    t0 = time.perf_counter()
+    with _progress() as prog, LogWriter(output, header) as w:
+        task = prog.add_task("walk", total=steps)
+        for t, s in do_walk(cfg, steps, seed, s0):
+            w.write(t, s)
+            if check:
+                v = violations(s)
+                if v:
+                    err.print(f"[red]invariant violated after step {w.count} {t}:[/red]")
+                    for x in v:
+                        err.print(f"  {x}")
+                    raise typer.Exit(1)
+            prog.advance(task)
+    dt = time.perf_counter() - t0
+    console.print(f"wrote {w.count} transitions to {output} in {dt:.2f}s" + ("" if w.count == steps else " (nothing else was enabled)"))
+
+
+@app.command()
+def replay(
+    log: Path = typer.Argument(..., help="transition log (JSONL)"),
+    check: bool = typer.Option(False, "--check", help="also check every invariant after every transition"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Replay a log, verifying every digest (and with --check every invariant)."""
+    from .log import replay as do_replay
+
+    t0 = time.perf_counter()
+    with _progress() as prog:
+        task = prog.add_task(f"replay {log.name}", total=None)
+        res = do_replay(log, check=check, on_step=lambda n: prog.update(task, completed=n) if n % 256 == 0 else None)
+    dt = time.perf_counter() - t0
+    if as_json:
+        _emit_json(res.to_json())
+    else:
+        if res.first_mismatch:
+            err.print(f"[red]line {res.first_mismatch['line']}:[/red] {res.first_mismatch['reason']}")
+        for v in res.violations:
+            err.print(f"[red]invariant violated[/red] at line {v['line']}: {v['violation']}")
+        if res.ok:
+            console.print(f"replayed {res.transitions} transitions in {dt:.2f}s; final digest {res.final_digest}" + (", every invariant held" if check else ""))
+    raise typer.Exit(0 if res.ok else 1)
+
+
+@app.command()
+def explore(
+    config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    max_states: int = typer.Option(2_000_000, "--max-states", help="give up beyond this many states"),
+) -> None:
+    """Explore every reachable state breadth-first, checking the invariants in each."""
+    from .explore import explore as do_explore
+
+    cfg = _config(config)
+    t0 = time.perf_counter()
+    with _progress() as prog:
+        task = prog.add_task("explore", total=None)
+        try:
+            g = do_explore(cfg, check=True, max_states=max_states, on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore depth {lvl}"))
+        except RuntimeError as e:
+            err.print(f"[red]error:[/red] config '{config}': {e}")
+            raise typer.Exit(2) from None
+    summary = g.summary()
+    summary["seconds"] = round(time.perf_counter() - t0, 3)
+    if as_json:
+        _emit_json(summary)
+    else:
+        table = Table(title=f"explore {config}")
+        table.add_column("transition")
+        table.add_column("edges", justify="right")
+        for name, n in summary["edges_by_transition"].items():
+            table.add_row(name, str(n))
+        console.print(table)
+        console.print(
+            f"{summary['states']} states, {summary['edges']} edges, depth {summary['depth']}, "
+            f"{len(summary['violations'])} violations, {summary['seconds']}s"
+        )
+        for v in summary["violations"][:10]:
+            err.print(f"[red]{v['violation']}[/red] via {' -> '.join(v['trace'])}")
+    raise typer.Exit(0 if not summary["violations"] else 1)
+
+
+@app.command()
+def run(
+    seed: int = typer.Option(0, "--seed", "-s"),
+    steps: int = typer.Option(2000, "--steps", "-n", min=1),
+    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's logs go"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The main job on built-in defaults: a walk on the default config, its replay with every invariant checked, and exhaustive exploration of the small config."""
+    from .explore import explore as do_explore
+    from .log import Header, LogWriter
+    from .log import replay as do_replay
+    from .state import initial_state
+    from .walk import walk as do_walk
+
+    rows: list[tuple[str, str, str]] = []
+    ok = True
+    cfg = _config("default")
+    log = outdir / f"walk-default-{seed}.jsonl"
+    t0 = time.perf_counter()
+    s0 = initial_state(cfg)
+    with LogWriter(log, Header(cfg, seed, "walk", s0.digest(), {"steps": steps})) as w:
+        for t, s in do_walk(cfg, steps, seed, s0):
+            w.write(t, s)
+    rows.append(("walk default", f"{w.count} transitions -> {log}", f"{time.perf_counter() - t0:.1f}s"))
+    t0 = time.perf_counter()
+    res = do_replay(log, check=True)
+    ok &= res.ok
+    rows.append(("replay --check", "ok" if res.ok else f"FAILED {res.first_mismatch or res.violations[:1]}", f"{time.perf_counter() - t0:.1f}s"))
+    t0 = time.perf_counter()
+    g = do_explore(_config("small"), check=True)
+    s = g.summary()
+    ok &= not s["violations"]
+    rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
+    if as_json:
+        _emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
+    else:
+        table = Table(title="kvsm run")
+        for col in ("step", "result", "time"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+from .commands import register_all  # noqa: E402
+
+register_all(app)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,88 @@
+"""`kvsm explore`: breadth-first exploration of every reachable state of a config.
+
+States are identified by their digest. The result counts distinct states, distinct
+labelled edges `(state, transition name, next state)` (self-loops included, as TLC
+counts them), the depth (the number of states on the longest shortest path from the
+initial state, TLC's convention), the edges per transition name, and every invariant
+violation with the shortest trace that reaches it. This is the Python half of
+`kvsm conform`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .config import Config
+from .invariants import violations as check_invariants
+from .state import ClusterState, initial_state
+from .transitions import NAMES, Transition, successors
+
+
+@dataclass
+class Graph:
+    states: dict[str, ClusterState] = field(default_factory=dict)
+    edges: set[tuple[str, str, str]] = field(default_factory=set)
+    depth: int = 0
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    parents: dict[str, tuple[str, Transition] | None] = field(default_factory=dict)
+
+    def trace_to(self, digest: str) -> list[Transition]:
+        out: list[Transition] = []
+        cur = self.parents.get(digest)
+        while cur is not None:
+            prev, t = cur
+            out.append(t)
+            cur = self.parents.get(prev)
+        return out[::-1]
+
+    def summary(self) -> dict[str, Any]:
+        by = Counter(name for _, name, _ in self.edges)
+        return {
+            "states": len(self.states),
+            "edges": len(self.edges),
+            "depth": self.depth,
+            "edges_by_transition": {n: by.get(n, 0) for n in NAMES},
+            "violations": self.violations,
+        }
+
+
+def explore(
+    cfg: Config,
+    check: bool = True,
+    max_states: int = 0,
+    on_level: Callable[[int, int], None] | None = None,
+    keep_states: bool = True,
+) -> Graph:
+    g = Graph()
+    s0 = initial_state(cfg)
+    d0 = s0.digest()
+    g.states[d0] = s0
+    g.parents[d0] = None
+    frontier = deque([s0])
+    level = 0
+    while frontier:
+        level += 1
+        if on_level is not None:
+            on_level(level, len(g.states))
+        nxt: deque[ClusterState] = deque()
+        for s in frontier:
+            d = s.digest()
+            if check:
+                for v in check_invariants(s):
+                    g.violations.append({"violation": v, "trace": [str(t) for t in g.trace_to(d)]})
+            for t, s2 in successors(s):
+                d2 = s2.digest()
+                g.edges.add((d, t.name, d2))
+                if d2 not in g.states:
+                    if max_states and len(g.states) >= max_states:
+                        raise RuntimeError(f"more than {max_states} states; the config is too large to explore")
+                    g.states[d2] = s2
+                    g.parents[d2] = (d, t)
+                    nxt.append(s2)
+        frontier = nxt
+    g.depth = level
+    if not keep_states:
+        g.states = {k: None for k in g.states}  # type: ignore[misc]
+    return g
