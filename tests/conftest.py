@@ -1,0 +1,40 @@
+"""Shared test setup: markers skip what the machine cannot run (Java for `tlc`,
+CUDA for `gpu`), and a hypothesis profile sized for 2-core CI machines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=int(os.environ.get("KVSM_HYPOTHESIS_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("ci")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch  # noqa: PLC0415
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    no_java = shutil.which("java") is None
+    no_cuda = None
+    for item in items:
+        if "tlc" in item.keywords and no_java:
+            item.add_marker(pytest.mark.skip(reason="needs Java for TLC (apt-get install default-jre-headless)"))
+        if "gpu" in item.keywords:
+            if no_cuda is None:
+                no_cuda = not _has_cuda()
+            if no_cuda:
+                item.add_marker(pytest.mark.skip(reason="needs CUDA"))
