@@ -116,8 +116,8 @@ class Request:
         return f"Q{self.id}|{_tup(self.tokens)}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
 
 
-COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "dev_content", "host_content")
-REPLICATED_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free")
+COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "dev_content", "host_content", "writes")
+REPLICATED_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "writes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +159,6 @@ class ClusterState:
             "next_id": self.next_id,
             "clock": self.clock,
             "next_rid": self.next_rid,
-            "writes": self.writes,
         }
         if not replicated_only:
             s["write_done"] = self.write_done
@@ -266,7 +265,14 @@ def component_items(s: ClusterState, name: str) -> Iterable[tuple[Any, Any]]:
         return ((p, True) for lane in s.dev_free for p in lane)
     if name == "l2_free":
         return (((i, run), True) for i, runs in enumerate(s.l2_free) for run in runs)
+    if name == "writes":
+        return writes_items(s.writes)
     return getattr(s, name).items()
+
+
+def writes_items(writes: tuple[int, ...]) -> Iterable[tuple[Any, Any]]:
+    # the FIFO is summarised by its (position, node) pairs; recomputed only when it changes
+    return enumerate(writes)
 
 
 def recompute_sums(s: ClusterState) -> tuple[int, ...]:
@@ -530,8 +536,13 @@ class Tx:
         requests, d_requests = self.requests.finish()
         dev_content, d_dev_content = self.dev_content.finish()
         host_content, d_host_content = self.host_content.finish()
-        deltas = (d_nodes, d_objects, d_pending, d_requests, self._dev_free_delta, self._l2_free_delta, d_dev_content, d_host_content)
+        deltas = (d_nodes, d_objects, d_pending, d_requests, self._dev_free_delta, self._l2_free_delta, d_dev_content, d_host_content, 0)
         sums = tuple((a + d) % MOD for a, d in zip(s.sums, deltas))
+        if self.writes != s.writes:
+            w = 0
+            for k, v in writes_items(self.writes):
+                w += entry_hash("writes", k, v)
+            sums = sums[:-1] + (w % MOD,)
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         for nid in self.nodes.dirty | self.pending.dirty:

@@ -1,8 +1,9 @@
 """`kvsm walk`: a seeded random walk over the enabled transitions.
 
-Each step picks a transition family at random, weighted by the config's
-`walk_weights` (default 1), among the families that have an enabled instance, then
-one of that family's enabled instances uniformly. The same config and seed give the
+Each step picks a transition at random, weighted by the config's `walk_weights`
+(default 1), among the transitions that have an enabled instance, then one of its
+enabled instances uniformly (for `Arrive`: a prompt drawn uniformly from the config's
+list). The same config and seed give the
 same walk, byte for byte.
 """
 
@@ -22,8 +23,14 @@ def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> 
         w = [weights.get(n, 1.0) for n in names]
         name = rng.choices(names, weights=w)[0]
         spec = REGISTRY[name]
-        cands = list(spec.candidates(state))
-        rng.shuffle(cands)
+        if name == "Arrive" and state.config.prompts:
+            # one prompt drawn from the config's list (a list of 100k prompts is not
+            # enumerated at every step); a rejected arrival rejects them all
+            p = rng.choice(state.config.prompts)
+            cands = [Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)]
+        else:
+            cands = list(spec.candidates(state))
+            rng.shuffle(cands)
         for t in cands:
             try:
                 return t, spec.apply(state, t)

@@ -1,0 +1,98 @@
+"""Replay cost per transition as the tree grows: walks over trees of about 1k, 10k and
+100k nodes, replayed (parse, apply, verify digest) from their logs; the time per
+transition is measured over the last WINDOW transitions of each replay, once the tree
+has its size, and the largest tree's figure is divided by the smallest's.
+
+Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...],
+"ratio_100k_over_1k": r}. Target: ratio <= 2.
+
+    python benchmarks/replay.py [--json] [--sizes 1000,10000,100000] [--window 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from kvsm.config import Config, Prompt
+from kvsm.log import Header, LogWriter, replay
+from kvsm.state import initial_state
+from kvsm.walk import walk
+
+WEIGHTS = {
+    "Arrive": 1.0, "Match": 1.0, "Insert": 1.0, "Finish": 1.0, "Abort": 0.05, "Split": 0.3,
+    "Reserve": 0.3, "WriteDone": 2.0, "Commit": 0.5, "Rollback": 0.02,
+    "EvictDevice": 0.15, "EvictHost": 0.05, "LoadBack": 0.3,
+}
+
+
+def config_for(nodes: int) -> Config:
+    """Prompt families sized so that serving each prompt once leaves about `nodes` nodes:
+    `systems` shared 8-page prefixes, each with suffixes of 4 to 12 pages."""
+    systems = max(4, int(nodes ** 0.5) // 2)
+    per = max(1, nodes // systems)
+    prompts = []
+    sym = 1
+    for s in range(systems):
+        system = tuple(range(sym, sym + 8))
+        sym += 8
+        for k in range(per):
+            n = 4 + (s * 7 + k * 3) % 9
+            prompts.append(Prompt(system + tuple(range(sym, sym + n)), 1))
+            sym += n
+    pages = nodes * 16  # room for the whole tree on L1 and on L2
+    return replace(Config(), name=f"replay-{nodes}", R=4, P=16, L1=pages // 4, L2=pages, max_live=8,
+                   prompts=tuple(prompts), walk_weights=tuple(sorted(WEIGHTS.items())))
+
+
+def measure(nodes: int, window: int, workdir: Path) -> dict:
+    cfg = config_for(nodes)
+    steps = int(nodes * 6.5) + window
+    log = workdir / f"walk-{nodes}.jsonl"
+    s0 = initial_state(cfg)
+    final = s0
+    with LogWriter(log, Header(cfg, 1, "walk", s0.digest(), {})) as w:
+        for t, s in walk(cfg, steps, seed=1, state=s0):
+            w.write(t, s)
+            final = s
+    total = w.count
+    stamps: dict[int, float] = {}
+    start = total - window
+
+    def on_step(n: int) -> None:
+        if n == start or n == total:
+            stamps[n] = time.perf_counter()
+
+    res = replay(log, on_step=on_step)
+    assert res.ok, res.to_json()
+    return {"nodes": len(final.nodes), "transitions": total,
+            "per_transition_us": (stamps[total] - stamps[start]) / window * 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--window", type=int, default=4000)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory() as d:
+        rows = [measure(n, args.window, Path(d)) for n in sizes]
+    out = {
+        "sizes": sizes,
+        "nodes": [r["nodes"] for r in rows],
+        "transitions": [r["transitions"] for r in rows],
+        "per_transition_us": [round(r["per_transition_us"], 1) for r in rows],
+        f"ratio_{sizes[-1] // 1000}k_over_{sizes[0] // 1000}k": round(rows[-1]["per_transition_us"] / rows[0]["per_transition_us"], 2),
+    }
+    print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kvsm.config import Config, Prompt
+from kvsm.invariants import violations
+from kvsm.state import ClusterState, initial_state
+from kvsm.transitions import Transition, apply
+
+
+def config(**kw: Any) -> Config:
+    base = Config(name="test", R=2, P=1, L1=4, L2=8, max_requests=0, max_live=0)
+    prompts = kw.pop("prompts", None)
+    cfg = replace(base, **kw)
+    if prompts is not None:
+        cfg = replace(cfg, prompts=tuple(Prompt(tuple(p)) for p in prompts))
+    return cfg
+
+
+def T(name: str, rank: int | None = None, **args: Any) -> Transition:
+    return Transition.make(name, rank=rank, **args)
+
+
+def run(s: ClusterState, *ts: Transition, check: bool = True) -> ClusterState:
+    for t in ts:
+        s = apply(s, t)
+        if check:
+            v = violations(s)
+            assert not v, f"after {t}: {v}"
+    return s
+
+
+def serve(s: ClusterState, rid: int, tokens: list[int], out_pages: int = 0, finish: bool = True) -> ClusterState:
+    """Arrive, Match, Insert (and Finish) one request."""
+    s = run(s, T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages), T("Match", rid=rid), T("Insert", rid=rid))
+    if finish:
+        s = run(s, T("Finish", rid=rid))
+    return s
+
+
+def backup(s: ClusterState, nid: int) -> ClusterState:
+    """Reserve, every rank's WriteDone, Commit."""
+    s = run(s, T("Reserve", node=nid))
+    for r in range(s.config.R):
+        s = run(s, T("WriteDone", rank=r))
+    return run(s, T("Commit"))
+
+
+def fresh(**kw: Any) -> ClusterState:
+    return initial_state(config(**kw))
+
+
+def node_by_key(s: ClusterState, key: tuple[int, ...]) -> int:
+    for nid, n in s.nodes.items():
+        if n.key == key:
+            return nid
+    raise KeyError(key)

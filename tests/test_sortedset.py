@@ -1,0 +1,46 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvsm import sortedset
+from kvsm.sortedset import PSortedSet
+
+ops = st.lists(st.tuples(st.booleans(), st.integers(0, 2000)), max_size=1500)
+
+
+@given(ops)
+def test_matches_a_sorted_list_and_old_versions_stay_valid(seq):
+    s = PSortedSet()
+    ref: set[int] = set()
+    versions = []
+    for add, x in seq:
+        versions.append((s, sorted(ref)))
+        if add:
+            s = s.add(x)
+            ref.add(x)
+        elif x in ref:
+            s = s.remove(x)
+            ref.discard(x)
+        else:
+            assert s.discard(x) is s
+    assert list(s) == sorted(ref) and len(s) == len(ref)
+    for old, expect in versions[:: max(1, len(versions) // 20)]:
+        assert list(old) == expect
+
+
+@given(st.sets(st.integers(0, 500), max_size=800), st.integers(-1, 501))
+def test_neighbour_queries(items, probe):
+    s = PSortedSet(items)
+    lower = [x for x in items if x < probe]
+    upper = [x for x in items if x >= probe]
+    assert s.floor_lt(probe) == (max(lower) if lower else None)
+    assert s.ceil_ge(probe) == (min(upper) if upper else None)
+    assert list(s.iter_from(probe)) == sorted(x for x in items if x > probe)
+    assert (probe in s) == (probe in items)
+
+
+def test_chunks_split_when_large():
+    s = PSortedSet()
+    for i in range(5 * sortedset.CHUNK):
+        s = s.add(i)
+    assert len(s._chunks) > 1 and list(s) == list(range(5 * sortedset.CHUNK))
+    assert s.first() == 0
