@@ -265,13 +265,14 @@ def replay(
                 return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in v], None, state)
         for lineno, i, t, digest in stream:
             try:
-                state = apply(state, t)
+                nxt = apply(state, t)
             except Rejected as e:
                 raise LogError(p, lineno, f"{t} rejected: {e}") from None
-            count += 1
-            got = state.digest()
+            got = nxt.digest()
             if got != digest:
                 raise LogError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}")
+            state = nxt
+            count += 1
             if check:
                 v = check_invariants(state)
                 if v:

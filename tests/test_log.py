@@ -1,0 +1,157 @@
+"""The transition log: walk -> replay reproduces every digest; bad input is rejected with
+the line number and the reason; the JSON Schema agrees with the reader."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from kvsm.config import load_config
+from kvsm.log import Header, LogWriter, read_log, replay
+from kvsm.state import initial_state
+from kvsm.walk import walk
+
+
+def write_walk(path, config="small", steps=150, seed=3):
+    cfg = load_config(config)
+    s0 = initial_state(cfg)
+    digests = []
+    with LogWriter(path, Header(cfg, seed, "walk", s0.digest(), {})) as w:
+        for t, s in walk(cfg, steps, seed, s0):
+            w.write(t, s)
+            digests.append(s.digest())
+    return digests
+
+
+@pytest.fixture
+def log(tmp_path):
+    p = tmp_path / "walk.jsonl"
+    write_walk(p, "default", 200, 5)
+    return p
+
+
+def test_walk_then_replay_reproduces_every_digest(tmp_path):
+    p = tmp_path / "w.jsonl"
+    digests = write_walk(p, "default", 300, 11)
+    _, stream = read_log(p)
+    assert [d for _, _, _, d in stream] == digests
+    res = replay(p, check=True)
+    assert res.ok and res.transitions == 300 and res.final_digest == digests[-1]
+
+
+def test_same_seed_gives_the_same_bytes(tmp_path):
+    write_walk(tmp_path / "a.jsonl", "default", 200, 9)
+    write_walk(tmp_path / "b.jsonl", "default", 200, 9)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    write_walk(tmp_path / "c.jsonl", "default", 200, 10)
+    assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()
+
+
+def edit(path, lineno, fn):
+    lines = path.read_text().splitlines(keepends=True)
+    lines[lineno - 1] = fn(lines[lineno - 1])
+    path.write_text("".join(lines))
+
+
+def mismatch(path):
+    res = replay(path)
+    assert not res.ok
+    return res.first_mismatch
+
+
+def test_truncated_line_is_rejected_with_its_number(log):
+    text = log.read_text()
+    log.write_text(text[: len(text) - 20])  # cut inside the last line
+    n = len(text.splitlines())
+    m = mismatch(log)
+    assert m["line"] == n and "not terminated" in m["reason"]
+
+
+def test_malformed_json_is_rejected(log):
+    edit(log, 5, lambda s: s[:30] + "\n")
+    m = mismatch(log)
+    assert m == {"line": 5, "reason": m["reason"]} and "not valid JSON" in m["reason"]
+
+
+def test_wrong_type_is_rejected(log):
+    lines = log.read_text().splitlines()
+    n = next(i for i, x in enumerate(lines[1:], start=2) if "rid" in json.loads(x)["args"])
+
+    def bad(line):
+        d = json.loads(line)
+        d["args"]["rid"] = "seven"
+        return json.dumps(d) + "\n"
+
+    edit(log, n, bad)
+    m = mismatch(log)
+    assert m["line"] == n and m["reason"].endswith("argument 'rid' must be an integer, got 'seven'")
+
+
+def test_unknown_transition_is_rejected(log):
+    edit(log, 4, lambda s: s.replace(json.loads(s)["name"], "Evcit", 1))
+    m = mismatch(log)
+    assert m == {"line": 4, "reason": "unknown transition 'Evcit'"}
+
+
+def test_tampered_digest_is_rejected(log):
+    edit(log, 6, lambda s: s.replace(json.loads(s)["digest"], "0" * 32))
+    m = mismatch(log)
+    assert m["line"] == 6 and "digest mismatch" in m["reason"] and "0" * 32 in m["reason"]
+
+
+def test_rejected_guard_is_reported(log):
+    def other(line):
+        d = json.loads(line)
+        d["name"], d["args"] = "Finish", {"rid": 999}
+        d.pop("rank", None)
+        return json.dumps(d) + "\n"
+
+    edit(log, 7, other)
+    m = mismatch(log)
+    assert m["line"] == 7 and "rejected: request 999 does not exist" in m["reason"]
+
+
+def test_bad_header_is_rejected(tmp_path, log):
+    edit(log, 1, lambda s: s.replace('"R":4', '"R":0'))
+    m = mismatch(log)
+    assert m["line"] == 1 and "field 'R' must be >= 1" in m["reason"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert mismatch(empty) == {"line": 1, "reason": "empty file: no header"}
+
+
+def test_replay_stops_at_the_first_mismatch_and_keeps_the_good_prefix(log):
+    edit(log, 10, lambda s: s.replace(json.loads(s)["digest"], "f" * 32))
+    res = replay(log)
+    assert res.transitions == 8 and res.first_mismatch["line"] == 10
+
+
+def test_failed_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
+    p = tmp_path / "keep.jsonl"
+    p.write_text("precious\n")
+    cfg = load_config("small")
+    with pytest.raises(RuntimeError):
+        with LogWriter(p, Header(cfg, 0, "walk", initial_state(cfg).digest(), {})) as w:
+            for t, s in walk(cfg, 5, 0):
+                w.write(t, s)
+            raise RuntimeError("crash mid-write")
+    assert p.read_text() == "precious\n"
+    assert [x.name for x in tmp_path.iterdir()] == ["keep.jsonl"]
+
+
+def test_schema_accepts_every_line_the_writer_produces_and_rejects_bad_ones(log):
+    schema = json.loads(resources.files("kvsm.schema").joinpath("log.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    for d in lines:
+        errors = list(validator.iter_errors(d))
+        assert not errors, (d, errors[0].message)
+    bad = dict(lines[1], name="Evcit")
+    assert list(validator.iter_errors(bad))
+    bad = dict(lines[1], digest="xyz")
+    assert list(validator.iter_errors(bad))
+    commit_with_rank = {"i": 1, "name": "Commit", "rank": 0, "args": {}, "digest": "0" * 32}
+    assert list(validator.iter_errors(commit_with_rank))
