@@ -49,6 +49,7 @@ class Config:
     P: int = 1
     L1: int = 4
     L2: int = 8
+    L3: int = 0  # pages each rank's disk holds; 0 = no L3 tier
     payloads: tuple[str, ...] = ("kv",)
     policy: str = "write_through"
     write_threshold: int = 1
@@ -56,6 +57,7 @@ class Config:
     reload_ttl: int = 2
     spill_inflight: int = 1
     reload_inflight: int = 1
+    spill_queue_cap: int = 8
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -85,11 +87,13 @@ _INT_FIELDS = {
     "P": 1,
     "L1": 1,
     "L2": 1,
+    "L3": 0,
     "write_threshold": 1,
     "load_back_threshold": 0,
     "reload_ttl": 1,
     "spill_inflight": 1,
     "reload_inflight": 1,
+    "spill_queue_cap": 1,
     "max_requests": 0,
     "max_live": 0,
 }

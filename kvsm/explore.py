@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .config import Config
 from .invariants import violations as check_invariants
 from .state import ClusterState, initial_state
-from .transitions import NAMES, Transition, successors
+from .transitions import NAMES, Transition, names_for, successors
 
 
 @dataclass
@@ -27,6 +27,7 @@ class Graph:
     depth: int = 0
     violations: list[dict[str, Any]] = field(default_factory=list)
     parents: dict[str, tuple[str, Transition] | None] = field(default_factory=dict)
+    names: tuple[str, ...] = NAMES
 
     def trace_to(self, digest: str) -> list[Transition]:
         out: list[Transition] = []
@@ -43,7 +44,7 @@ class Graph:
             "states": len(self.states),
             "edges": len(self.edges),
             "depth": self.depth,
-            "edges_by_transition": {n: by.get(n, 0) for n in NAMES},
+            "edges_by_transition": {n: by.get(n, 0) for n in self.names},
             "violations": self.violations,
         }
 
@@ -55,7 +56,7 @@ def explore(
     on_level: Callable[[int, int], None] | None = None,
     keep_states: bool = True,
 ) -> Graph:
-    g = Graph()
+    g = Graph(names=names_for(cfg))
     s0 = initial_state(cfg)
     d0 = s0.digest()
     g.states[d0] = s0

@@ -30,6 +30,8 @@ NAMES = {
     5: "DevicePages",
     6: "HostPages",
     7: "Content",
+    8: "Durable",
+    9: "Reload",
     10: "Counts",
 }
 
@@ -196,8 +198,13 @@ def violations(s: ClusterState) -> list[str]:
                 bad(6, f"committed object {key} belongs to no node")
             elif obj.length != n.pages:
                 bad(6, f"committed object {key} has {obj.length} pages for node {n.id} of {n.pages}")
-        elif key not in s.pending or s.pending[key].obj != key:
-            bad(6, f"uncommitted object {key} belongs to no pending backup")
+        elif key in s.pending:
+            if s.pending[key].obj != key:
+                bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif sum(1 for op in s.reloads if op.obj == key) != 1:
+            bad(6, f"uncommitted object {key} belongs to no pending backup or reload")
+        elif obj.length != len(next(op for op in s.reloads if op.obj == key).hashes):
+            bad(6, f"reload object {key} has {obj.length} pages for its reload's pages")
     for nid, n in nodes.items():
         if n.host is not None and n.host in s.objects and s.objects[n.host].owner != nid:
             bad(6, f"node {nid} and object {n.host} disagree on ownership")
@@ -221,6 +228,41 @@ def violations(s: ClusterState) -> list[str]:
     for p in s.dev_content.keys():
         if p not in owner or owner[p] == "the free list":
             bad(7, f"free device page {p} still holds content (not poisoned)")
+    for (r, h), c in s.l3.items():
+        if c != h:
+            bad(7, f"rank {r}'s disk entry {h:x} holds the KV of another prefix (or garbage)")
+    for r, staged in enumerate(s.spill_staged):
+        for op_pages in staged:
+            for h, c in op_pages:
+                if c != h:
+                    bad(7, f"rank {r} staged page {h:x} for a spill with the wrong content")
+
+    # 8. Durable ---------------------------------------------------------------------------------------
+    for nid, n in nodes.items():
+        if n.durable:
+            for i, h in enumerate(n.hashes):
+                if (i % R, h) not in s.l3:
+                    bad(8, f"durable node {nid}: page {i}'s owner rank {i % R} does not hold it on disk")
+
+    # 9. Reload ----------------------------------------------------------------------------------------------
+    for nid, n in nodes.items():
+        if n.host is not None and n.host in s.objects:
+            obj = s.objects[n.host]
+            if not (n.pages == obj.length == len(n.hashes)):
+                bad(9, f"node {nid} has {n.pages} pages, object {n.host} {obj.length}, {len(n.hashes)} hashes")
+    for op in s.reloads:
+        if not (len(op.tokens) == len(op.hashes) >= 1):
+            bad(9, f"reload {op.key:x} claims {len(op.tokens)} pages with {len(op.hashes)} hashes")
+        if op.hashes[1:] != content.chain(op.hashes[0], op.tokens[1:]) or op.key != op.hashes[-1]:
+            bad(9, f"reload {op.key:x} carries hashes that are not its pages' prefix chain")
+    waiting = [w for op in s.reloads for w in op.waiters]
+    if len(waiting) != len(set(waiting)) or any(w not in s.requests or s.requests[w].phase != QUEUED for w in waiting):
+        bad(9, f"reload waiters {waiting} are not distinct queued requests")
+    for rid in s.reload_candidates.keys():
+        if rid not in s.requests or s.requests[rid].phase != QUEUED or rid in waiting:
+            bad(9, f"reload candidate {rid} is not a queued, unheld request")
+    if len(s.spills) > cfg.spill_inflight or len(s.reloads) > cfg.reload_inflight or len(s.spill_queue) > cfg.spill_queue_cap:
+        bad(9, "more L3 operations in flight or queued than the caps allow")
 
     # 10. Counts -----------------------------------------------------------------------------------------------------
     for nid, n in nodes.items():
@@ -247,4 +289,18 @@ def violations(s: ClusterState) -> list[str]:
     for req in s.requests.values():
         if req.phase == MATCHED and req.node != ROOT_ID and not nodes[req.node].dev:
             bad(3, f"request {req.id} locks node {req.node}, which is not on L1")
+    pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
+    for nid, n in nodes.items():
+        if n.pin != pins.get(nid, 0):
+            bad(10, f"node {nid} has pin {n.pin} but {pins.get(nid, 0)} pinning spills")
+    for r in range(R):
+        if not len(s.spill_done[r]) <= s.spill_gathered[r] <= len(s.spills):
+            bad(10, f"rank {r}'s spill progress {len(s.spill_done[r])} written / {s.spill_gathered[r]} gathered is off")
+        if len(s.spill_staged[r]) != s.spill_gathered[r] - len(s.spill_done[r]):
+            bad(10, f"rank {r} stages {len(s.spill_staged[r])} spills, not gathered minus written")
+        if len(s.reload_done[r]) > len(s.reloads):
+            bad(10, f"rank {r} has read more reloads than are in flight")
+        if sum(1 for (rank, _h) in s.l3.keys() if rank == r) > max(cfg.L3, 0):
+            bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
     return out
+

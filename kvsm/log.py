@@ -182,6 +182,8 @@ def parse_transition(path: str, lineno: int, text: str) -> tuple[int, Transition
         v = args[k]
         if typ == "int" and not _int(v):
             raise LogError(path, lineno, f"{name} argument '{k}' must be an integer, got {v!r}")
+        if typ == "bool" and not isinstance(v, bool):
+            raise LogError(path, lineno, f"{name} argument '{k}' must be true or false, got {v!r}")
         if typ == "ints" and not (isinstance(v, list) and all(_int(x) for x in v)):
             raise LogError(path, lineno, f"{name} argument '{k}' must be a list of integers, got {v!r}")
     extra = set(args) - set(spec.args)

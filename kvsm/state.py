@@ -116,8 +116,64 @@ class Request:
         return f"Q{self.id}|{_tup(self.tokens)}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
 
 
-COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "dev_content", "host_content", "writes")
-REPLICATED_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_free", "l2_free", "writes")
+@dataclass(frozen=True, slots=True)
+class SpillOp:
+    """An in-flight spill of a committed L2 object to every rank's disk. The object stays
+    pinned until every rank has gathered its pages (`pinned`)."""
+
+    obj: int
+    node: int
+    hashes: tuple[int, ...]
+    pinned: bool
+
+    def encode(self) -> str:
+        return f"S{self.obj}|{self.node}|{_tup(self.hashes)}|{int(self.pinned)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A queued request whose key misses the radix tree below `anchor`, marked for an L3
+    reload of `tokens` (whose page hashes are `hashes`)."""
+
+    anchor: int
+    tokens: tuple[int, ...]
+    hashes: tuple[int, ...]
+
+    def encode(self) -> str:
+        return f"C{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOp:
+    """An in-flight reload from L3 into the reserved, uncommitted L2 object `obj`.
+    `key` is the hash of its last page (identical reloads share one op)."""
+
+    key: int
+    obj: int
+    anchor: int
+    tokens: tuple[int, ...]
+    hashes: tuple[int, ...]
+    waiters: tuple[int, ...]
+    ttl: int
+
+    def encode(self) -> str:
+        return f"L{self.key}|{self.obj}|{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}|{_tup(self.waiters)}|{self.ttl}"
+
+
+def reload_object_key(key: int) -> int:
+    """Reload objects are keyed apart from node ids (which are >= 0)."""
+    return -(key + 1)
+
+
+# digest components: maps are summed incrementally, free sets by their deltas, and the
+# short sequences (bounded by caps) are re-summed when they change
+MAP_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
+SET_COMPONENTS = ("dev_free", "l2_free")
+SEQ_COMPONENTS = ("writes", "spill_queue", "spills", "reloads", "spill_staged")
+COMPONENTS = MAP_COMPONENTS + SET_COMPONENTS + SEQ_COMPONENTS
+REPLICATED_COMPONENTS = (
+    "nodes", "objects", "pending", "requests", "reload_candidates", "dev_free", "l2_free", "writes", "spill_queue", "spills", "reloads",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +192,17 @@ class ClusterState:
     write_done: tuple[int, ...]
     dev_content: immutables.Map
     host_content: immutables.Map  # key: payload_index * L2 + page
+    # L3 (all empty when config.L3 == 0)
+    spill_queue: tuple[int, ...]  # committed objects (= node ids) waiting to be spilled
+    spills: tuple[SpillOp, ...]  # in flight, submit order
+    reload_candidates: immutables.Map  # rid -> Candidate
+    reloads: tuple[ReloadOp, ...]  # in flight, submit order
+    spill_gathered: tuple[int, ...]  # local: ops at the head of `spills` rank r gathered
+    spill_done: tuple[tuple[bool, ...], ...]  # local: ok bit of each op rank r wrote, from the head
+    reload_done: tuple[tuple[bool, ...], ...]  # local: ok bit of each op rank r read, from the head
+    disk_ok: tuple[bool, ...]  # local
+    l3: immutables.Map  # local: (rank, page hash) -> content held on that rank's disk
+    spill_staged: tuple[tuple[tuple[tuple[int, int | None], ...], ...], ...]  # ghost: per rank, gathered copies not yet written
     dev_index: PSortedSet
     host_index: PSortedSet
     backup_index: PSortedSet
@@ -162,6 +229,11 @@ class ClusterState:
         }
         if not replicated_only:
             s["write_done"] = self.write_done
+            if self.config.L3:
+                s["spill_gathered"] = self.spill_gathered
+                s["spill_done"] = self.spill_done
+                s["reload_done"] = self.reload_done
+                s["disk_ok"] = self.disk_ok
         return s
 
     def digest(self) -> str:
@@ -252,6 +324,16 @@ def initial_state(cfg: Config) -> ClusterState:
         write_done=(0,) * cfg.R,
         dev_content=immutables.Map(),
         host_content=immutables.Map(),
+        spill_queue=(),
+        spills=(),
+        reload_candidates=immutables.Map(),
+        reloads=(),
+        spill_gathered=(0,) * cfg.R,
+        spill_done=((),) * cfg.R,
+        reload_done=((),) * cfg.R,
+        disk_ok=(True,) * cfg.R,
+        l3=immutables.Map(),
+        spill_staged=((),) * cfg.R,
         dev_index=PSortedSet(),
         host_index=PSortedSet(),
         backup_index=PSortedSet(),
@@ -265,14 +347,22 @@ def component_items(s: ClusterState, name: str) -> Iterable[tuple[Any, Any]]:
         return ((p, True) for lane in s.dev_free for p in lane)
     if name == "l2_free":
         return (((i, run), True) for i, runs in enumerate(s.l2_free) for run in runs)
-    if name == "writes":
-        return writes_items(s.writes)
+    if name in SEQ_COMPONENTS:
+        return _seq_items(getattr(s, name))
     return getattr(s, name).items()
 
 
-def writes_items(writes: tuple[int, ...]) -> Iterable[tuple[Any, Any]]:
-    # the FIFO is summarised by its (position, node) pairs; recomputed only when it changes
-    return enumerate(writes)
+def _seq_items(seq: tuple) -> Iterable[tuple[int, Any]]:
+    # an ordered sequence is summarised by its (position, item) pairs; empty items (a rank
+    # with nothing staged) count as absent so that an unused tier adds nothing
+    return ((k, v) for k, v in enumerate(seq) if v != ())
+
+
+def seq_sum(name: str, seq: tuple) -> int:
+    total = 0
+    for k, v in _seq_items(seq):
+        total += entry_hash(name, k, v)
+    return total % MOD
 
 
 def recompute_sums(s: ClusterState) -> tuple[int, ...]:
@@ -359,6 +449,16 @@ class Tx:
         self.requests = _MapTx("requests", s.requests)
         self.dev_content = _MapTx("dev_content", s.dev_content)
         self.host_content = _MapTx("host_content", s.host_content)
+        self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
+        self.l3 = _MapTx("l3", s.l3)
+        self.spill_queue = s.spill_queue
+        self.spills = s.spills
+        self.reloads = s.reloads
+        self.spill_staged = list(s.spill_staged)
+        self.spill_gathered = list(s.spill_gathered)
+        self.spill_done = list(s.spill_done)
+        self.reload_done = list(s.reload_done)
+        self.disk_ok = list(s.disk_ok)
         self.next_id = s.next_id
         self.clock = s.clock
         self.next_rid = s.next_rid
@@ -457,9 +557,8 @@ class Tx:
             self.dev_content.set(page, c)
         self.effects.append(("load", host_page, page))
 
-    def store_host(self, rank: int, page: int, host_page: int) -> None:
-        """Rank `rank` copies device page `page` into host page `host_page` of every region."""
-        c = self.dev_content.get(page)
+    def put_host(self, host_page: int, c: int | None) -> None:
+        """Host page `host_page` of every region now holds content `c` (None = garbage)."""
         for region in range(len(self.cfg.payloads)):
             k = region * self.cfg.L2 + host_page
             if c is None:
@@ -467,6 +566,10 @@ class Tx:
                     self.host_content.delete(k)
             else:
                 self.host_content.set(k, c)
+
+    def store_host(self, rank: int, page: int, host_page: int) -> None:
+        """Rank `rank` copies device page `page` into host page `host_page` of every region."""
+        self.put_host(host_page, self.dev_content.get(page))
         self.effects.append(("store", rank, page, host_page))
 
     # ---- host pages -------------------------------------------------------------------------------
@@ -530,19 +633,25 @@ class Tx:
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
         s, cfg = self.s, self.cfg
-        nodes, d_nodes = self.nodes.finish()
-        objects, d_objects = self.objects.finish()
-        pending, d_pending = self.pending.finish()
-        requests, d_requests = self.requests.finish()
-        dev_content, d_dev_content = self.dev_content.finish()
-        host_content, d_host_content = self.host_content.finish()
-        deltas = (d_nodes, d_objects, d_pending, d_requests, self._dev_free_delta, self._l2_free_delta, d_dev_content, d_host_content, 0)
-        sums = tuple((a + d) % MOD for a, d in zip(s.sums, deltas))
-        if self.writes != s.writes:
-            w = 0
-            for k, v in writes_items(self.writes):
-                w += entry_hash("writes", k, v)
-            sums = sums[:-1] + (w % MOD,)
+        maps: dict[str, immutables.Map] = {}
+        sums: dict[str, int] = dict(zip(COMPONENTS, s.sums))
+        for name in MAP_COMPONENTS:
+            m, delta = getattr(self, name).finish()
+            maps[name] = m
+            sums[name] = (sums[name] + delta) % MOD
+        sums["dev_free"] = (sums["dev_free"] + self._dev_free_delta) % MOD
+        sums["l2_free"] = (sums["l2_free"] + self._l2_free_delta) % MOD
+        seqs = {
+            "writes": self.writes,
+            "spill_queue": self.spill_queue,
+            "spills": self.spills,
+            "reloads": self.reloads,
+            "spill_staged": tuple(self.spill_staged),
+        }
+        for name, seq in seqs.items():
+            if seq != getattr(s, name):
+                sums[name] = seq_sum(name, seq)
+        nodes, pending = maps["nodes"], maps["pending"]
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         for nid in self.nodes.dirty | self.pending.dirty:
@@ -576,16 +685,26 @@ class Tx:
             next_rid=self.next_rid,
             dev_free=tuple(self.dev_free),
             l2_free=tuple(self.l2_free),
-            objects=objects,
+            objects=maps["objects"],
             pending=pending,
             writes=self.writes,
-            requests=requests,
+            requests=maps["requests"],
             write_done=tuple(self.write_done),
-            dev_content=dev_content,
-            host_content=host_content,
+            dev_content=maps["dev_content"],
+            host_content=maps["host_content"],
+            spill_queue=self.spill_queue,
+            spills=self.spills,
+            reload_candidates=maps["reload_candidates"],
+            reloads=self.reloads,
+            spill_gathered=tuple(self.spill_gathered),
+            spill_done=tuple(self.spill_done),
+            reload_done=tuple(self.reload_done),
+            disk_ok=tuple(self.disk_ok),
+            l3=maps["l3"],
+            spill_staged=seqs["spill_staged"],
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,
-            sums=sums,
+            sums=tuple(sums[n] for n in COMPONENTS),
             effects=tuple(self.effects),
         )

@@ -14,11 +14,11 @@ from typing import Iterator
 
 from .config import Config
 from .state import ClusterState, Rejected, initial_state
-from .transitions import NAMES, REGISTRY, Transition
+from .transitions import REGISTRY, Transition, names_for
 
 
 def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> tuple[Transition, ClusterState] | None:
-    names = [n for n in NAMES if weights.get(n, 1.0) > 0]
+    names = [n for n in names_for(state.config) if weights.get(n, 1.0) > 0]
     while names:
         w = [weights.get(n, 1.0) for n in names]
         name = rng.choices(names, weights=w)[0]

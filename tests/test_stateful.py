@@ -21,6 +21,7 @@ CONFIGS = [
     config(R=2, L1=2, L2=4, prompts=[[1, 2], [1, 3], [1, 2, 4], [5]], max_live=3),
     config(R=3, L1=2, L2=5, policy="write_back", prompts=[[1, 2, 3], [1, 2, 4], [6, 7]], max_live=2),
     config(R=2, L1=3, L2=6, payloads=("kv", "draft"), write_threshold=2, prompts=[[1, 2], [1, 2, 3], [4]], max_live=2),
+    config(R=2, L1=2, L2=4, L3=6, prompts=[[1, 2], [1, 3], [1, 2, 4]], max_live=2, reload_ttl=2),
 ]
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..config import Config
 from ..state import ClusterState, Rejected
 from .base import REGISTRY, Spec, Transition
-from . import request, split, reserve, commit, evict  # noqa: F401  (registration)
+from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
 # Order of the names as MODEL.md lists them; also the order `enabled` reports them in.
 NAMES = (
@@ -30,8 +31,27 @@ NAMES = (
     "EvictDevice",
     "EvictHost",
     "LoadBack",
+    "SpillSubmit",
+    "SpillGathered",
+    "SpillDone",
+    "SpillAck",
+    "ReloadMark",
+    "ReloadReserve",
+    "ReloadDone",
+    "ReloadAdmit",
+    "ReloadExpire",
+    "DiskFail",
+    "DiskRecover",
 )
 assert set(NAMES) == set(REGISTRY), "registry and NAMES disagree"
+L3_FAMILIES = ("spill", "reload", "fault")
+
+
+def names_for(cfg: "Config") -> tuple[str, ...]:
+    """The transitions a config can ever enable (the L3 families need an L3 tier)."""
+    if cfg.L3:
+        return NAMES
+    return tuple(n for n in NAMES if REGISTRY[n].family not in L3_FAMILIES)
 
 
 def apply(state: ClusterState, t: Transition) -> ClusterState:
@@ -43,9 +63,9 @@ def apply(state: ClusterState, t: Transition) -> ClusterState:
     return spec.apply(state, t)
 
 
-def successors(state: ClusterState, names: tuple[str, ...] = NAMES) -> Iterator[tuple[Transition, ClusterState]]:
+def successors(state: ClusterState, names: tuple[str, ...] | None = None) -> Iterator[tuple[Transition, ClusterState]]:
     """Every enabled transition with the state it leads to."""
-    for name in names:
+    for name in names if names is not None else names_for(state.config):
         spec = REGISTRY[name]
         for t in spec.candidates(state):
             try:
@@ -58,4 +78,4 @@ def enabled(state: ClusterState) -> list[Transition]:
     return [t for t, _ in successors(state)]
 
 
-__all__ = ["NAMES", "REGISTRY", "Rejected", "Spec", "Transition", "apply", "enabled", "successors"]
+__all__ = ["names_for", "NAMES", "REGISTRY", "Rejected", "Spec", "Transition", "apply", "enabled", "successors"]

@@ -111,13 +111,29 @@ def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: 
     return KeyWalk(tuple(full), i, cut)
 
 
+def enqueue_spill(tx: Tx, nid: int) -> None:
+    """Queue a just-committed object for spilling to L3 (dropped when the queue is full)."""
+    if tx.cfg.L3 and len(tx.spill_queue) < tx.cfg.spill_queue_cap:
+        tx.spill_queue = tx.spill_queue + (nid,)
+
+
+def unsplittable(tx: Tx, nid: int) -> bool:
+    """A node whose backup is pending or whose object an in-flight spill pins."""
+    return nid in tx.pending or tx.nodes[nid].pin > 0
+
+
 def split_node(tx: Tx, nid: int, at: int) -> int:
     """Split `nid` after `at` pages: a new upper node (fresh id) takes the first `at`
     pages, their device pages, their L2 pages as a new object and their hashes; the
-    lower part keeps its id, stamp and object key. Returns the upper node's id."""
+    lower part keeps its id, stamp and object key. A durable node stays durable in its
+    upper part; the lower part stays durable only if `at` is a multiple of R (else its
+    pages' owners are not the ranks that wrote them to disk). A backed node's new upper
+    object is queued for spilling. Returns the upper node's id."""
     n = tx.node(nid)
     if nid in tx.pending:
         raise Rejected(f"node {nid} has a pending backup and cannot be split")
+    if n.pin:
+        raise Rejected(f"node {nid} is pinned by a spill and cannot be split")
     if not 0 < at < n.pages:
         raise Rejected(f"node {nid} has {n.pages} pages; cannot split after {at}")
     uid = tx.new_id()
@@ -139,11 +155,13 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     parent = tx.node(n.parent)
     tx.put(replace(parent, children=parent.children.set(n.key[0], uid)))
     tx.put(upper)
-    tx.put(replace(n, parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:]))
+    tx.put(replace(n, parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
+                   durable=n.durable and at % tx.cfg.R == 0))
     if n.host is not None:
         obj = tx.objects[n.host]
         tx.objects.set(uid, replace(obj, length=at, owner=uid))
         tx.objects.set(n.host, replace(obj, base=obj.base + at, length=obj.length - at))
+        enqueue_spill(tx, uid)
     return uid
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..state import ClusterState, Rejected, Tx
-from .base import Spec, Transition, register
+from .base import Spec, Transition, enqueue_spill, register
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -53,6 +53,7 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
         tx.objects.set(pend.obj, obj.__class__(obj.base, obj.length, True, obj.owner))
         n = tx.node(nid)
         tx.update(nid, host=pend.obj, lock=n.lock - (1 if pend.locked else 0))
+        enqueue_spill(tx, nid)
     tx.writes = s.writes[m:]
     tx.write_done = [d - m for d in s.write_done]
     return tx.commit()

@@ -14,7 +14,7 @@ import immutables
 
 from .. import content
 from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, Tx
-from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, walk_key
+from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, unsplittable, walk_key
 
 
 def _request(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
@@ -66,9 +66,11 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
     rid = t.arg("rid")
     tx = Tx(s)
     req = _request(tx, rid, (QUEUED,))
+    if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
+        raise Rejected(f"request {rid} waits for an L3 reload decision")
     w = walk_key(tx.nodes, req.tokens)
     path = list(w.full)
-    if w.cut is not None and w.cut[0] not in tx.pending:
+    if w.cut is not None and not unsplittable(tx, w.cut[0]):
         path.append(split_node(tx, *w.cut))
     for nid in path:
         tx.touch(nid)
@@ -133,7 +135,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     covered = w.covered
     stop = False
     if w.cut is not None:
-        if w.cut[0] in tx.pending:
+        if unsplittable(tx, w.cut[0]):
             stop = True
         else:
             path.append(split_node(tx, *w.cut))
@@ -213,6 +215,10 @@ def _release(tx: Tx, req: Request) -> None:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)
     tx.requests.delete(req.id)
+    if req.id in tx.reload_candidates:
+        tx.reload_candidates.delete(req.id)
+    if any(req.id in op.waiters for op in tx.reloads):
+        tx.reloads = tuple(replace(op, waiters=tuple(w for w in op.waiters if w != req.id)) for op in tx.reloads)
 
 
 def finish(s: ClusterState, t: Transition) -> ClusterState:

@@ -20,7 +20,7 @@ def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
     for req in s.requests.values():
         if req.phase in (QUEUED, MATCHED):
             cut = walk_key(s.nodes, req.tokens).cut
-            if cut is not None and cut[0] not in s.pending:
+            if cut is not None and cut[0] not in s.pending and not s.nodes[cut[0]].pin:
                 out.add(cut)
     return out
 

@@ -1,0 +1,46 @@
+"""The fault family: `DiskFail(r)`, `DiskRecover(r)`: rank r's disk starts or stops
+failing. While it fails, that rank's spill writes and reload reads are not ok."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..state import ClusterState, Rejected, Tx
+from .base import Spec, Transition, register
+from .spill import _need_l3, _rank
+
+
+def _set_disk(s: ClusterState, t: Transition, ok: bool) -> ClusterState:
+    _need_l3(s)
+    r = _rank(s, t)
+    if s.disk_ok[r] == ok:
+        raise Rejected(f"rank {r}'s disk is already {'working' if ok else 'failing'}")
+    tx = Tx(s)
+    tx.disk_ok[r] = ok
+    return tx.commit()
+
+
+def disk_fail(s: ClusterState, t: Transition) -> ClusterState:
+    return _set_disk(s, t, False)
+
+
+def disk_recover(s: ClusterState, t: Transition) -> ClusterState:
+    return _set_disk(s, t, True)
+
+
+def disk_fail_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for r in range(s.config.R):
+            if s.disk_ok[r]:
+                yield Transition.make("DiskFail", rank=r)
+
+
+def disk_recover_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for r in range(s.config.R):
+            if not s.disk_ok[r]:
+                yield Transition.make("DiskRecover", rank=r)
+
+
+register(Spec("DiskFail", "fault", disk_fail, disk_fail_candidates, {}, per_rank=True))
+register(Spec("DiskRecover", "fault", disk_recover, disk_recover_candidates, {}, per_rank=True))

@@ -1,0 +1,246 @@
+"""The reload family: `ReloadMark`, `ReloadReserve`, `ReloadDone(r, ok)`, `ReloadAdmit`,
+`ReloadExpire`.
+
+A queued request whose key misses the tree below some node (the anchor) may be marked
+as a reload candidate. `ReloadReserve` is the agreement: each rank counts the leading
+pages of the missing suffix whose hash it holds for every page it owns (object-local
+index `i mod R`); the MIN over ranks is what can be claimed. At least the load-back
+floor (`max(1, load_back_threshold // P)` pages) and a clean attach are needed; then the
+request either joins an in-flight reload of the same pages (same last-page hash) or a
+new reload reserves an uncommitted L2 object (evicting host leaves to fit, as `Reserve`
+does) and holds the request. Each rank reads its pages from disk into the object
+(`ReloadDone`). `ReloadAdmit` (AND of the ok bits of the head op) inserts one L2-only,
+durable node under the anchor if the anchor is still in the tree, the suffix is still a
+clean miss and the hash chain is unchanged; otherwise it frees the reservation. Either
+way the waiters are released and match again. `ReloadExpire` is one tick of the reload
+clock: waiters of an op whose ttl runs out are released to recompute while the
+reservation stays until the op is admitted or aborted.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import immutables
+
+from .. import content
+from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejected, ReloadOp, Tx, reload_object_key
+from .base import Spec, Transition, evict_host_node, host_victims_snapshot, register, walk_key
+from .spill import _need_l3, _rank
+
+
+def held(s: ClusterState, rid: int) -> bool:
+    return any(rid in op.waiters for op in s.reloads)
+
+
+def reload_target(s: ClusterState, rid: int) -> Candidate | None:
+    """What a reload for queued request `rid` would fetch: the suffix of its key below the
+    deepest whole node it matches (the anchor), if its key diverges at a node boundary."""
+    req = s.requests[rid]
+    w = walk_key(s.nodes, req.tokens)
+    if w.cut is not None or w.covered >= len(req.tokens):
+        return None
+    anchor = w.full[-1] if w.full else ROOT_ID
+    tokens = req.tokens[w.covered :]
+    return Candidate(anchor, tokens, content.chain(s.nodes[anchor].last_content, tokens))
+
+
+def claimable(s: ClusterState, hashes: tuple[int, ...]) -> int:
+    """MIN over ranks of the leading pages whose owned hashes each rank holds."""
+    R = s.config.R
+    best = len(hashes)
+    for r in range(R):
+        n = 0
+        while n < len(hashes) and (n % R != r or (r, hashes[n]) in s.l3):
+            n += 1
+        best = min(best, n)
+    return best
+
+
+def attach_ok(nodes: immutables.Map, anchor: int, tokens: tuple[int, ...], first_hash: int) -> bool:
+    """The anchor is still in the tree, the suffix is still a clean miss under it, and the
+    anchor's hash chain still leads to the suffix's first page hash."""
+    a = nodes.get(anchor)
+    return (
+        a is not None
+        and tokens[0] not in a.children
+        and content.page_content(a.last_content, tokens[0]) == first_hash
+    )
+
+
+def reload_mark(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    rid = t.arg("rid")
+    req = s.requests.get(rid)
+    if req is None or req.phase != QUEUED:
+        raise Rejected(f"request {rid} is not a queued request")
+    if rid in s.reload_candidates or held(s, rid):
+        raise Rejected(f"request {rid} is already marked or held for a reload")
+    cand = reload_target(s, rid)
+    if cand is None:
+        raise Rejected(f"request {rid}'s key has no clean miss to reload")
+    tx = Tx(s)
+    tx.reload_candidates.set(rid, cand)
+    return tx.commit()
+
+
+def reload_mark_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for rid in sorted(r.id for r in s.requests.values() if r.phase == QUEUED):
+            yield Transition.make("ReloadMark", rid=rid)
+
+
+def _reserve_object(tx: Tx, length: int) -> int | None:
+    base = tx.first_fit(length)
+    if base is None:
+        for victim in host_victims_snapshot(tx.s):
+            evict_host_node(tx, victim)
+            base = tx.first_fit(length)
+            if base is not None:
+                break
+    return base
+
+
+def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
+    """Decide candidate `rid`: hold it on a reload, or drop the mark (it recomputes)."""
+    _need_l3(s)
+    rid = t.arg("rid")
+    cand = s.reload_candidates.get(rid)
+    if cand is None:
+        raise Rejected(f"request {rid} is not a reload candidate")
+    cfg = s.config
+    tx = Tx(s)
+    tx.reload_candidates.delete(rid)
+    c = claimable(s, cand.hashes)
+    floor = max(1, cfg.load_back_threshold // cfg.P)
+    if c < floor or not attach_ok(s.nodes, cand.anchor, cand.tokens, cand.hashes[0]):
+        return tx.commit()
+    key = cand.hashes[c - 1]
+    for j, op in enumerate(s.reloads):
+        if op.key == key:
+            reloads = list(s.reloads)
+            reloads[j] = ReloadOp(op.key, op.obj, op.anchor, op.tokens, op.hashes, op.waiters + (rid,), op.ttl)
+            tx.reloads = tuple(reloads)
+            return tx.commit()
+    if len(s.reloads) >= cfg.reload_inflight:
+        return tx.commit()
+    base = _reserve_object(tx, c)
+    if base is None:
+        # cannot fit even after evicting every host leaf: only the mark is dropped (no
+        # eviction happens for a reservation that is not made)
+        tx = Tx(s)
+        tx.reload_candidates.delete(rid)
+        return tx.commit()
+    tx.alloc_host(base, c)
+    obj = reload_object_key(key)
+    tx.objects.set(obj, Obj(base, c, False, obj))
+    tx.reloads = tx.reloads + (ReloadOp(key, obj, cand.anchor, cand.tokens[:c], cand.hashes[:c], (rid,), cfg.reload_ttl),)
+    return tx.commit()
+
+
+def reload_reserve_candidates(s: ClusterState) -> Iterable[Transition]:
+    for rid in sorted(s.reload_candidates.keys()):
+        yield Transition.make("ReloadReserve", rid=rid)
+
+
+def reload_read_ok(s: ClusterState, r: int) -> bool:
+    op = s.reloads[len(s.reload_done[r])]
+    R = s.config.R
+    return s.disk_ok[r] and all((r, h) in s.l3 for i, h in enumerate(op.hashes) if i % R == r)
+
+
+def reload_done(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    r = _rank(s, t)
+    ok = t.arg("ok")
+    k = len(s.reload_done[r])
+    if k >= len(s.reloads):
+        raise Rejected(f"rank {r} has read all {len(s.reloads)} reloads in flight")
+    expect = reload_read_ok(s, r)
+    if ok != expect:
+        raise Rejected(f"rank {r}'s reload read is {'ok' if expect else 'not ok'}")
+    op = s.reloads[k]
+    tx = Tx(s)
+    obj = tx.objects[op.obj]
+    R = s.config.R
+    pages = tuple((h, obj.base + i) for i, h in enumerate(op.hashes) if i % R == r)
+    if ok:
+        for h, page in pages:
+            tx.put_host(page, tx.l3[(r, h)])
+    tx.reload_done[r] = tx.reload_done[r] + (ok,)
+    tx.effects.append(("reload_read", r, pages, ok))
+    return tx.commit()
+
+
+def reload_done_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for r in range(s.config.R):
+            if len(s.reload_done[r]) < len(s.reloads):
+                yield Transition.make("ReloadDone", rank=r, ok=reload_read_ok(s, r))
+
+
+def reload_admit(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    if not s.reloads or min(len(x) for x in s.reload_done) == 0:
+        raise Rejected("no reload has been read by every rank")
+    op = s.reloads[0]
+    ok = all(x[0] for x in s.reload_done)
+    tx = Tx(s)
+    tx.reloads = s.reloads[1:]
+    tx.reload_done = [x[1:] for x in s.reload_done]
+    if op.waiters and ok and attach_ok(s.nodes, op.anchor, op.tokens, op.hashes[0]):
+        obj = tx.objects[op.obj]
+        tx.objects.delete(op.obj)
+        nid = tx.new_id()
+        tx.objects.set(nid, Obj(obj.base, obj.length, True, nid))
+        tx.clock += 1
+        tx.add_child(
+            Node(
+                id=nid,
+                parent=op.anchor,
+                key=op.tokens,
+                dev=(),
+                host=nid,
+                durable=True,
+                lock=0,
+                pin=0,
+                hits=0,
+                touched=tx.clock,
+                children=immutables.Map(),
+                ondev=0,
+                hashes=op.hashes,
+            )
+        )
+    else:
+        tx.free_object(op.obj)
+    return tx.commit()
+
+
+def reload_admit_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3 and s.reloads:
+        yield Transition.make("ReloadAdmit")
+
+
+def reload_expire(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    if not any(op.waiters for op in s.reloads):
+        raise Rejected("no reload holds a request")
+    tx = Tx(s)
+    out = []
+    for op in s.reloads:
+        ttl = max(0, op.ttl - 1)
+        out.append(ReloadOp(op.key, op.obj, op.anchor, op.tokens, op.hashes, () if ttl == 0 else op.waiters, ttl))
+    tx.reloads = tuple(out)
+    return tx.commit()
+
+
+def reload_expire_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3 and any(op.waiters for op in s.reloads):
+        yield Transition.make("ReloadExpire")
+
+
+register(Spec("ReloadMark", "reload", reload_mark, reload_mark_candidates, {"rid": "int"}))
+register(Spec("ReloadReserve", "reload", reload_reserve, reload_reserve_candidates, {"rid": "int"}))
+register(Spec("ReloadDone", "reload", reload_done, reload_done_candidates, {"ok": "bool"}, per_rank=True))
+register(Spec("ReloadAdmit", "reload", reload_admit, reload_admit_candidates, {}))
+register(Spec("ReloadExpire", "reload", reload_expire, reload_expire_candidates, {}))

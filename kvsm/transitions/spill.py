@@ -1,0 +1,165 @@
+"""The spill family: `SpillSubmit`, `SpillGathered(r)`, `SpillDone(r, ok)`, `SpillAck`.
+
+L3 is each rank's disk, addressed by page hash. Committed L2 objects are spilled
+proactively: `Commit` (and a split of a backed node, for its new upper object) appends
+the object to `spill_queue`, dropped past `spill_queue_cap`. `SpillSubmit` takes the
+next still-valid entry and pins the object; each rank gathers the pages it owns
+(object-local index `i mod R`) out of the shared slab into a staging copy
+(`SpillGathered`), then writes them to its disk (`SpillDone`, ok or not). `SpillAck` is
+the agreement: a MIN over ranks releases the pins of the ops every rank gathered, and a
+MIN plus an AND of the ok bits marks durable the ops every rank wrote ok.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+from ..state import ClusterState, Rejected, SpillOp, Tx
+from .base import Spec, Transition, register
+
+
+def _spillable(tx: Tx, nid: int) -> bool:
+    n = tx.nodes.get(nid)
+    if n is None or n.host != nid or n.durable or n.pin:
+        return False
+    obj = tx.objects.get(nid)
+    return obj is not None and obj.committed
+
+
+def _need_l3(s: ClusterState) -> None:
+    if not s.config.L3:
+        raise Rejected("the config has no L3 tier (L3 = 0)")
+
+
+def _rank(s: ClusterState, t: Transition) -> int:
+    r = t.rank
+    if r is None or not 0 <= r < s.config.R:
+        raise Rejected(f"rank {r} is not one of 0..{s.config.R - 1}")
+    return r
+
+
+def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    if not s.spill_queue:
+        raise Rejected("the spill queue is empty")
+    if len(s.spills) >= s.config.spill_inflight:
+        raise Rejected(f"{len(s.spills)} spills are in flight (cap {s.config.spill_inflight})")
+    tx = Tx(s)
+    # entries that are no longer spillable (evicted, already durable, already being
+    # spilled) are dropped; the first spillable one is submitted
+    while tx.spill_queue:
+        nid, tx.spill_queue = tx.spill_queue[0], tx.spill_queue[1:]
+        if _spillable(tx, nid):
+            n = tx.node(nid)
+            tx.put(replace(n, pin=n.pin + 1))
+            tx.spills = tx.spills + (SpillOp(nid, nid, n.hashes, True),)
+            break
+    return tx.commit()
+
+
+def spill_submit_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3 and s.spill_queue and len(s.spills) < s.config.spill_inflight:
+        yield Transition.make("SpillSubmit")
+
+
+def spill_gathered(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    r = _rank(s, t)
+    k = s.spill_gathered[r]
+    if k >= len(s.spills):
+        raise Rejected(f"rank {r} has gathered all {len(s.spills)} spills in flight")
+    op = s.spills[k]
+    tx = Tx(s)
+    obj = tx.objects[op.obj]
+    R = s.config.R
+    staged = tuple((h, tx.host_content.get(obj.base + i)) for i, h in enumerate(op.hashes) if i % R == r)
+    tx.spill_staged[r] = tx.spill_staged[r] + (staged,)
+    tx.spill_gathered[r] += 1
+    tx.effects.append(("spill_gather", r, tuple((obj.base + i, h) for i, h in enumerate(op.hashes) if i % R == r)))
+    return tx.commit()
+
+
+def spill_gathered_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for r in range(s.config.R):
+            if s.spill_gathered[r] < len(s.spills):
+                yield Transition.make("SpillGathered", rank=r)
+
+
+def spill_write_ok(s: ClusterState, r: int) -> bool:
+    """Whether rank r's next spill write succeeds: its disk works and has room."""
+    staged = s.spill_staged[r][0]
+    new = sum(1 for h, _ in staged if (r, h) not in s.l3)
+    held = sum(1 for (rank, _h) in s.l3.keys() if rank == r) if new else 0
+    return s.disk_ok[r] and held + new <= s.config.L3
+
+
+def spill_done(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    r = _rank(s, t)
+    ok = t.arg("ok")
+    if len(s.spill_done[r]) >= s.spill_gathered[r]:
+        raise Rejected(f"rank {r} has no gathered spill left to write")
+    expect = spill_write_ok(s, r)
+    if ok != expect:
+        why = "its disk has failed" if not s.disk_ok[r] else ("its disk is full" if not expect else "its disk works and has room")
+        raise Rejected(f"rank {r}'s spill write is {'ok' if expect else 'not ok'}: {why}")
+    tx = Tx(s)
+    staged = tx.spill_staged[r][0]
+    tx.spill_staged[r] = tx.spill_staged[r][1:]
+    if ok:
+        for h, c in staged:
+            tx.l3.set((r, h), c)
+    tx.spill_done[r] = tx.spill_done[r] + (ok,)
+    tx.effects.append(("spill_write", r, tuple(h for h, _ in staged), ok))
+    return tx.commit()
+
+
+def spill_done_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3:
+        for r in range(s.config.R):
+            if len(s.spill_done[r]) < s.spill_gathered[r]:
+                yield Transition.make("SpillDone", rank=r, ok=spill_write_ok(s, r))
+
+
+def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
+    _need_l3(s)
+    g = min(s.spill_gathered)
+    d = min(len(x) for x in s.spill_done)
+    if d == 0 and not any(op.pinned for op in s.spills[:g]):
+        raise Rejected("no spill has been gathered or written by every rank")
+    tx = Tx(s)
+    R = s.config.R
+    spills = list(s.spills)
+    for j in range(g):
+        op = spills[j]
+        if op.pinned:
+            n = tx.node(op.node)
+            tx.put(replace(n, pin=n.pin - 1))
+            spills[j] = replace(op, pinned=False)
+    for j in range(d):
+        op = spills[j]
+        n = tx.nodes.get(op.node)
+        if n is None or n.host != op.obj or not all(s.spill_done[r][j] for r in range(R)):
+            continue
+        # after a split the node keeps only a suffix of what was spilled: its pages are
+        # owned by the ranks that wrote them only if the offset is a multiple of R
+        offset = len(op.hashes) - len(n.hashes)
+        if offset % R == 0 and op.hashes[offset:] == n.hashes:
+            tx.put(replace(n, durable=True))
+    tx.spills = tuple(spills[d:])
+    tx.spill_gathered = [x - d for x in s.spill_gathered]
+    tx.spill_done = [x[d:] for x in s.spill_done]
+    return tx.commit()
+
+
+def spill_ack_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.L3 and s.spills:
+        yield Transition.make("SpillAck")
+
+
+register(Spec("SpillSubmit", "spill", spill_submit, spill_submit_candidates, {}))
+register(Spec("SpillGathered", "spill", spill_gathered, spill_gathered_candidates, {}, per_rank=True))
+register(Spec("SpillDone", "spill", spill_done, spill_done_candidates, {"ok": "bool"}, per_rank=True))
+register(Spec("SpillAck", "spill", spill_ack, spill_ack_candidates, {}))
