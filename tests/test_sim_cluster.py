@@ -4,6 +4,9 @@ invariant checked, faults, and write_back."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +31,19 @@ def test_same_seed_same_log_byte_for_byte(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
     assert ra.summary["transitions"] == len(a.read_text().splitlines()) - 1
+
+
+def test_same_seed_same_log_in_another_process(tmp_path):
+    # another interpreter with another string-hash seed: nothing may depend on either
+    args = ["--workload", "thrash", "--requests", "40", "--ranks", "3", "--l1-pages", "64", "--l2-pages", "160"]
+    args += ["--seed", "2", "--faults", "slow:0.2,stall:0.05,abort:0.1,burst:0.05"]
+    logs = []
+    for hash_seed in ("1", "2"):
+        log = tmp_path / f"p{hash_seed}.jsonl"
+        env = os.environ | {"PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-m", "kvsm.cli", "sim", *args, "-o", str(log), "--json"], env=env, check=True, capture_output=True)
+        logs.append(log.read_bytes())
+    assert logs[0] == logs[1]
 
 
 def test_a_sim_log_replays_with_every_invariant_checked(tmp_path):
