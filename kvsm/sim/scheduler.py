@@ -249,7 +249,7 @@ class Simulation:
         c = self.cluster
         R = self.cfg.R
         abort_p = self.faults.abort
-        for index, req in enumerate(self.workload.requests):
+        for index in range(len(self.workload.requests)):
             c.tick = index
             live, _, _ = self._admit(index, index, 0, index)
             if abort_p and self.rng_faults.random() < abort_p:
