@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 POLICIES = ("write_through", "write_back")
+# Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
+# "lru" ignores the hit count (key `(False, touched, id)`).
+EVICTIONS = ("slru", "lru")
 BUGS = (
     "none",
     "skip_collective",
@@ -52,6 +55,7 @@ class Config:
     L3: int = 0  # pages each rank's disk holds; 0 = no L3 tier
     payloads: tuple[str, ...] = ("kv",)
     policy: str = "write_through"
+    eviction: str = "slru"
     write_threshold: int = 1
     load_back_threshold: int = 1
     reload_ttl: int = 2
@@ -126,6 +130,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["policy"] not in POLICIES:
             raise ConfigError(f"{where}: field 'policy' must be one of {', '.join(POLICIES)}, got {data['policy']!r}")
         out["policy"] = data["policy"]
+    if "eviction" in data:
+        if data["eviction"] not in EVICTIONS:
+            raise ConfigError(f"{where}: field 'eviction' must be one of {', '.join(EVICTIONS)}, got {data['eviction']!r}")
+        out["eviction"] = data["eviction"]
     if "bug" in data:
         if data["bug"] not in BUGS:
             raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
@@ -223,4 +231,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS"]

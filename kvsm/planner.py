@@ -42,6 +42,7 @@ class TreeView:
         self.is_pending = is_pending
         self.R = cfg.R
         self.write_through = cfg.policy == "write_through"
+        self.slru = cfg.eviction == "slru"
         self._counts: dict[int, tuple[int, ...]] = {}
 
     def counts(self, nid: int) -> tuple[int, ...]:
@@ -55,7 +56,7 @@ class TreeView:
 
     def prio(self, nid: int) -> tuple:
         n = self.get(nid)
-        return (n.hits >= 2, n.touched, n.id)
+        return (self.slru and n.hits >= 2, n.touched, n.id)
 
     def parent(self, nid: int) -> int:
         return self.get(nid).parent

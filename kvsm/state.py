@@ -262,12 +262,15 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     backed (it keeps its host copy) or, under write_through, unbacked with no
     children at all (it is deleted; deleting one with host-only children would orphan
     them). Under write_back an unbacked leaf must be written back first (`Reserve`).
+    The order follows `cfg.eviction`: "slru" puts nodes hit twice or more last, "lru"
+    ignores the hit count. (The host order, `host_victim_key`, has no config and
+    stays SLRU.)
     """
     if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
         return None
     if node.host is None and (cfg.policy != "write_through" or len(node.children)):
         return None
-    return (node.hits >= 2, node.touched, node.id)
+    return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
 
 
 def host_victim_key(node: Node) -> tuple | None:

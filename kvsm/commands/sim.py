@@ -1,0 +1,128 @@
+"""`kvsm sim`: drive the model from a workload (docs/sim.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _summary_table(s: dict[str, Any]) -> Table:
+    c = s["config"]
+    table = Table(title=f"kvsm sim: {s['workload']['name']} ({s['requests']} requests), seed {s['seed']}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("schedule, tiers, faults", f"{s['schedule']}, {s['tiers']}, {s['faults']}"),
+        ("ranks, page tokens, L1 per lane, L2", f"{c['R']}, {c['P']}, {c['L1']}, {c['L2']}"),
+        ("policy, eviction", f"{c['policy']}, {c['eviction']}"),
+        ("block hit rate", f"{s['hit_rate_blocks']:.4f}"),
+        ("token hit rate", f"{s['hit_rate_tokens']:.4f}"),
+        ("pages: total / hit L1 / hit L2", f"{s['pages_total']} / {s['pages_hit_l1']} / {s['pages_hit_l2']}"),
+        ("pages recomputed (of which not cached)", f"{s['pages_recomputed']} ({s['pages_uncached']})"),
+        ("pages moved L1->L2 / L2->L1", f"{s['pages_moved']['l1_to_l2']} / {s['pages_moved']['l2_to_l1']}"),
+        ("pages evicted from L1 / L2", f"{s['evictions']['l1']} / {s['evictions']['l2']}"),
+        ("backups reserved / committed / rolled back", f"{s['backups_reserved']} / {s['backups_committed']} / {s['backups_rolled_back']}"),
+        ("load-backs (refused)", f"{s['loadbacks']} ({s['loadbacks_refused']})"),
+        ("requests finished / aborted / not cached", f"{s['requests_finished']} / {s['requests_aborted']} / {s['requests_uncached']}"),
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in s["faults_injected"].items()) or "none"),
+        ("transitions, sync points", f"{s['transitions']}, {s['sync_points']}"),
+        ("wall time", f"{s['seconds']:.2f} s"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sim")
+    def sim(
+        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (bundled trace), or a generator: system-prompts, multi-turn, long-doc, thrash"),
+        config: str = typer.Option("default", "--config", "-c", help="built-in config name or TOML path"),
+        ranks: Optional[int] = typer.Option(None, "--ranks", help="ranks R (default: the config's)"),
+        seed: int = typer.Option(0, "--seed", "-s", help="decides workload generation, timing and faults"),
+        requests: Optional[int] = typer.Option(None, "--requests", "-n", help="first N requests of a trace; N generated requests (default 2000)"),
+        tiers: str = typer.Option("l1,l2", "--tiers", help="l1 | l1,l2"),
+        page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="the config's P (default: the workload's block size)"),
+        l1_pages: Optional[int] = typer.Option(None, "--l1-pages", help="device pages per rank lane; 0 = enough for the whole workload"),
+        l2_pages: Optional[int] = typer.Option(None, "--l2-pages", help="shared host pages; 0 = enough for the whole workload"),
+        eviction: Optional[str] = typer.Option(None, "--eviction", help="lru | slru (default: the config's)"),
+        faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02 (docs/sim.md)"),
+        schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed; auto = serial for --tiers l1 --ranks 1"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png and occupancy.png"),
+        report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
+        check: bool = typer.Option(False, "--check", help="check every invariant after every transition (slow)"),
+    ) -> None:
+        """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed."""
+        from ..config import ConfigError
+        from ..sim import FaultSpecError, SimDivergence, SimError, SimOptions, WorkloadError, simulate
+        from ..sim.scheduler import SimInvariantError
+
+        opts = SimOptions(
+            workload=workload,
+            config=config,
+            ranks=ranks,
+            seed=seed,
+            requests=requests,
+            tiers=tiers,
+            page_tokens=page_tokens,
+            l1_pages=l1_pages,
+            l2_pages=l2_pages,
+            eviction=eviction,
+            faults=faults,
+            schedule=schedule,
+            check=check,
+        )
+        progress = Progress(
+            TextColumn("sim"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        )
+        try:
+            with progress:
+                task = progress.add_task("sim", total=None)
+
+                def on_progress(done: int, total: int) -> None:
+                    if done % 64 == 0 or done == total:
+                        progress.update(task, completed=done, total=total)
+
+                result = simulate(opts, output, on_progress)
+        except (SimError, ConfigError, WorkloadError, FaultSpecError) as e:
+            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except (SimDivergence, SimInvariantError) as e:
+            err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        written = []
+        if plot is not None:
+            from ..sim.report import write_plots
+
+            written += write_plots(result, plot)
+        if report is not None:
+            from ..sim.report import write_report
+
+            written.append(write_report(result, report))
+        if as_json:
+            sys.stdout.write(json.dumps(result.summary) + "\n")
+        else:
+            console.print(_summary_table(result.summary))
+            if output is not None:
+                console.print(f"log: {output}")
+            for p in written:
+                console.print(f"wrote {p}")

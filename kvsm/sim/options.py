@@ -1,0 +1,121 @@
+"""What a run is asked to do (`SimOptions`), the timing model's constants (`Timing`),
+and how the options become a model `Config` and a workload."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..config import EVICTIONS, Config, ConfigError, load_config
+from .faults import Faults
+from .workload import Workload, load_workload
+
+TIERS = ("l1", "l1,l2")
+SCHEDULES = ("auto", "serial", "timed")
+
+
+class SimError(ValueError):
+    """Options that cannot run; the message names the option and the reason."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timed schedule's clock, in simulated milliseconds. One scheduler iteration
+    runs per tick that has work; decoding takes one tick per output token."""
+
+    tick_ms: int = 20  # one iteration = one decode step
+    prefill_tokens_per_ms: float = 40.0  # forward-pass throughput for the missed pages
+    write_ms_per_page: float = 2.0  # one rank copies one of its pages device -> host
+    load_ms_per_page: float = 2.0  # one rank loads one of its pages host -> device
+    write_jitter: float = 0.5  # a write's duration is drawn in [1 - j, 1 + j] x nominal
+    write_timeout_ms: int = 2000  # a backup still pending this long is rolled back
+    write_back_wait_ms: int = 5000  # a write_back insert waits this long for room
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    workload: str = "synthetic"
+    config: str = "default"
+    ranks: int | None = None
+    seed: int = 0
+    requests: int | None = None  # first N requests of a trace; N generated requests
+    tiers: str = "l1,l2"
+    page_tokens: int | None = None  # the config's P; default: the workload's block size
+    l1_pages: int | None = None  # device pages per rank lane; 0 = enough for the whole workload
+    l2_pages: int | None = None  # shared host pages; 0 = enough for the whole workload
+    eviction: str | None = None
+    faults: str = "none"
+    schedule: str = "auto"
+    timing: Timing = field(default_factory=Timing)
+    check: bool = False  # check every invariant after every transition (slow)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    cfg: Config
+    workload: Workload
+    faults: Faults
+    schedule: str  # "serial" or "timed"
+    l2: bool  # whether the host tier is in use
+
+
+def _positive(name: str, v: int | None, lo: int) -> None:
+    if v is not None and v < lo:
+        raise SimError(f"{name} must be >= {lo}, got {v}")
+
+
+def prepare(opts: SimOptions) -> Prepared:
+    """Load the config and workload and apply the overrides; errors are `SimError`s (or
+    the config's and workload's own errors, which name their file and line)."""
+    if opts.tiers not in TIERS:
+        raise SimError(f"--tiers must be one of {' | '.join(TIERS)}, got {opts.tiers!r}")
+    if opts.schedule not in SCHEDULES:
+        raise SimError(f"--schedule must be one of {' | '.join(SCHEDULES)}, got {opts.schedule!r}")
+    if opts.eviction is not None and opts.eviction not in EVICTIONS:
+        raise SimError(f"--eviction must be one of {' | '.join(EVICTIONS)}, got {opts.eviction!r}")
+    _positive("--ranks", opts.ranks, 1)
+    _positive("--requests", opts.requests, 1)
+    _positive("--page-tokens", opts.page_tokens, 1)
+    _positive("--l1-pages", opts.l1_pages, 0)
+    _positive("--l2-pages", opts.l2_pages, 0)
+    faults = Faults.parse(opts.faults)
+    base = load_config(opts.config)
+    R = opts.ranks if opts.ranks is not None else base.R
+    L1 = opts.l1_pages if opts.l1_pages is not None else base.L1
+    workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1))
+    l2 = opts.tiers == "l1,l2"
+    schedule = opts.schedule
+    if schedule == "auto":
+        schedule = "serial" if (not l2 and R == 1) else "timed"
+    serial = schedule == "serial"
+    if L1 == 0:
+        # every page a request ever holds, per lane: position k of a request is in lane k mod R
+        L1 = 1 + sum(-(-(len(r.hash_ids) + (0 if serial else workload.out_pages(r))) // R) for r in workload.requests)
+    L2 = opts.l2_pages if opts.l2_pages is not None else base.L2
+    if L2 == 0:
+        L2 = 1 + sum(len(r.hash_ids) for r in workload.requests)
+    data = base.to_json()
+    data.update(
+        R=R,
+        P=opts.page_tokens if opts.page_tokens is not None else workload.block_tokens,
+        L1=L1,
+        L2=L2,
+        # the simulator creates requests as the workload says; exploration bounds do not apply
+        max_requests=0,
+        max_live=0,
+        prompts=[],
+        walk_weights={},
+    )
+    if opts.eviction is not None:
+        data["eviction"] = opts.eviction
+    try:
+        cfg = Config.from_json(data, where=f"config '{opts.config}' with the command's overrides")
+    except ConfigError as e:
+        raise SimError(str(e)) from None
+    if cfg.policy == "write_back" and not l2:
+        # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
+        raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
+    return Prepared(cfg, workload, faults, schedule, l2)

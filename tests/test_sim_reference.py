@@ -1,0 +1,141 @@
+"""The single-tier reference mode (`--tiers l1 --ranks 1 --page-tokens 1 --eviction lru`):
+the rule docs/sim.md states, checked by hand on a small trace and against an
+independent implementation of that rule on random traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvsm.sim import SimOptions, load_workload, simulate
+
+
+def _trace(tmp_path: Path, prompts: list[list[int]]) -> Path:
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": i, "input_length": 512 * len(h), "output_length": 7, "hash_ids": h}) + "\n" for i, h in enumerate(prompts)))
+    return p
+
+
+def _reference(path: Path, capacity: int):
+    return simulate(SimOptions(workload=str(path), tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity))
+
+
+def test_hand_computed_hits_on_a_four_page_cache(tmp_path):
+    prompts = [
+        [1, 2, 3],  # miss; cached as one node
+        [1, 2, 4],  # hits 2: splits [1,2,3] into [1,2] + [3]; adds [4]; cache full
+        [5],  # miss; evicts [3], the least recently touched leaf
+        [1, 2, 3],  # hits 2; evicts [4] (touched before [5])
+        [5, 6],  # hits 1; [5] is locked, so [3] goes
+        [1, 2, 4],  # hits 2; [1,2] is locked and [5] has a child: the leaf [6] goes
+        [7, 8, 9, 10, 11],  # 5 pages never fit in 4: not cached, and nothing is evicted
+        [5],  # hits 1: [5] survived the request that did not fit
+    ]
+    r = _reference(_trace(tmp_path, prompts), 4)
+    assert [h for _, h, _ in r.request_hits] == [0, 2, 0, 2, 1, 2, 0, 1]
+    s = r.summary
+    assert (s["pages_total"], s["pages_hit_l1"], s["pages_hit_l2"]) == (21, 8, 0)
+    assert s["hit_rate_blocks"] == round(8 / 21, 6)
+    assert s["requests_uncached"] == 1 and s["pages_uncached"] == 5
+    assert s["evictions"] == {"l1": 4, "l2": 0}
+    # Arrive, Match, Insert, Finish each; the request that did not fit: Arrive, Match, Abort
+    assert s["schedule"] == "serial" and s["transitions"] == 7 * 4 + 3
+    cached = sorted(n.key for nid, n in r.final_state.nodes.items() if nid)
+    assert cached == [(1, 2), (4,), (5,)]
+
+
+class _Node:
+    def __init__(self, nid: int, key: list[int], parent: "_Node | None", touched: int) -> None:
+        self.id, self.key, self.parent, self.touched = nid, key, parent, touched
+        self.children: dict[int, _Node] = {}
+
+
+def oracle(prompts: list[list[int]], capacity: int) -> tuple[list[int], set[tuple[int, ...]]]:
+    """docs/sim.md's single-tier rule, written from the text alone."""
+    root = _Node(0, [], None, 0)
+    clock, next_id, free = 0, 1, capacity
+    hits = []
+    for tokens in prompts:
+        node, i, path = root, 0, []
+        while i < len(tokens) and tokens[i] in node.children:
+            child = node.children[tokens[i]]
+            n = 0
+            while n < len(child.key) and i + n < len(tokens) and child.key[n] == tokens[i + n]:
+                n += 1
+            if n < len(child.key):  # the match ends inside: split, the upper part is new
+                upper = _Node(next_id, child.key[:n], node, child.touched)
+                next_id += 1
+                child.key, child.parent = child.key[n:], upper
+                upper.children[child.key[0]] = child
+                node.children[tokens[i]] = upper
+                child = upper
+            path.append(child)
+            i += n
+            node = child
+        for p in path:
+            clock += 1
+            p.touched = clock
+        hits.append(i)
+        need = len(tokens) - i
+        locked = set(map(id, path))
+
+        def nodes(n: _Node):
+            for c in n.children.values():
+                yield c
+                yield from nodes(c)
+
+        evictable = sum(len(n.key) for n in nodes(root) if id(n) not in locked)
+        if need and free + evictable >= need:
+            while free < need:
+                leaves = [n for n in nodes(root) if not n.children and id(n) not in locked]
+                victim = min(leaves, key=lambda n: (n.touched, n.id))
+                del victim.parent.children[victim.key[0]]
+                free += len(victim.key)
+            clock += 1
+            new = _Node(next_id, tokens[i:], node, clock)
+            next_id += 1
+            node.children[tokens[i]] = new
+            free -= need
+    cached = set()
+
+    def walk(n: _Node) -> None:
+        for c in n.children.values():
+            cached.add(tuple(c.key))
+            walk(c)
+
+    walk(root)
+    return hits, cached
+
+
+prompts_strategy = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=6), min_size=1, max_size=25)
+
+
+@given(prompts_strategy, st.integers(1, 12))
+def test_the_model_serves_the_documented_rule(tmp_path_factory, raw, capacity):
+    # turn arbitrary symbol lists into prefix hash ids, as a Mooncake trace numbers blocks
+    ids: dict[tuple[int, ...], int] = {}
+    prompts = [[ids.setdefault(tuple(p[: k + 1]), len(ids)) for k in range(len(p))] for p in raw]
+    r = _reference(_trace(tmp_path_factory.mktemp("t"), prompts), capacity)
+    want_hits, want_cached = oracle(prompts, capacity)
+    assert [h for _, h, _ in r.request_hits] == want_hits
+    assert {n.key for nid, n in r.final_state.nodes.items() if nid} == want_cached
+
+
+def test_unbounded_capacity_gives_the_files_own_hit_rate():
+    # with room for everything, a page hits exactly when its prefix hash was seen before
+    seen: set[int] = set()
+    hit = total = 0
+    for req in load_workload("synthetic").requests:
+        k = 0
+        while k < len(req.hash_ids) and req.hash_ids[k] in seen:
+            k += 1
+        hit, total = hit + k, total + len(req.hash_ids)
+        seen.update(req.hash_ids)
+    r = simulate(SimOptions(workload="synthetic", tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=0))
+    s = r.summary
+    assert (s["pages_total"], s["pages_hit_l1"]) == (total, hit)
+    assert round(s["hit_rate_blocks"], 4) == 0.6396
+    assert s["evictions"]["l1"] == 0 and s["requests_uncached"] == 0
