@@ -272,7 +272,7 @@ def violations(s: ClusterState) -> list[str]:
     dev_keys = sorted(k for k in (dev_victim_key(n, nid in s.pending, cfg) for nid, n in nodes.items()) if k)
     if list(s.dev_index) != dev_keys:
         bad(10, "the device victim index differs from its recomputation")
-    host_keys = sorted(k for k in (host_victim_key(n) for n in nodes.values()) if k)
+    host_keys = sorted(k for k in (host_victim_key(n, cfg) for n in nodes.values()) if k)
     if list(s.host_index) != host_keys:
         bad(10, "the host victim index differs from its recomputation")
     backups = sorted(nid for nid, n in nodes.items() if backup_candidate(n, nid in s.pending, cfg))

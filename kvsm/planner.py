@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .config import Config
-from .state import ROOT_ID, Node
+from .state import ROOT_ID, Node, victim_order
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TreeView:
         self.is_pending = is_pending
         self.R = cfg.R
         self.write_through = cfg.policy == "write_through"
-        self.slru = cfg.eviction == "slru"
+        self.cfg = cfg
         self._counts: dict[int, tuple[int, ...]] = {}
 
     def counts(self, nid: int) -> tuple[int, ...]:
@@ -55,8 +55,7 @@ class TreeView:
         return c
 
     def prio(self, nid: int) -> tuple:
-        n = self.get(nid)
-        return (self.slru and n.hits >= 2, n.touched, n.id)
+        return victim_order(self.get(nid), self.cfg)
 
     def parent(self, nid: int) -> int:
         return self.get(nid).parent

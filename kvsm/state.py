@@ -255,6 +255,13 @@ class ClusterState:
 # ---- derived-part membership ---------------------------------------------------------------
 
 
+def victim_order(node: Node, cfg: Config) -> tuple:
+    """The replicated victim order (MODEL.md section 5), for device and host victims and
+    the planner's ties: `(hits >= 2, touched, id)` under `eviction = "slru"` (nodes hit
+    twice or more go last), `(False, touched, id)` under `"lru"`."""
+    return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
+
+
 def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     """Victim-order key of a node that `EvictDevice` may take now, else None.
 
@@ -262,23 +269,20 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     backed (it keeps its host copy) or, under write_through, unbacked with no
     children at all (it is deleted; deleting one with host-only children would orphan
     them). Under write_back an unbacked leaf must be written back first (`Reserve`).
-    The order follows `cfg.eviction`: "slru" puts nodes hit twice or more last, "lru"
-    ignores the hit count. (The host order, `host_victim_key`, has no config and
-    stays SLRU.)
     """
     if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
         return None
     if node.host is None and (cfg.policy != "write_through" or len(node.children)):
         return None
-    return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
+    return victim_order(node, cfg)
 
 
-def host_victim_key(node: Node) -> tuple | None:
+def host_victim_key(node: Node, cfg: Config) -> tuple | None:
     """Victim-order key of a node that `EvictHost` may take now: evicted from L1, backed,
     no children, not pinned by a spill."""
     if node.id == ROOT_ID or node.dev or node.host is None or len(node.children) or node.pin or node.lock:
         return None
-    return (node.hits >= 2, node.touched, node.id)
+    return victim_order(node, cfg)
 
 
 def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
@@ -668,8 +672,8 @@ class Tx:
                     dev_index = dev_index.remove(ok)
                 if nk is not None:
                     dev_index = dev_index.add(nk)
-            ok = host_victim_key(old) if old is not None else None
-            nk = host_victim_key(new) if new is not None else None
+            ok = host_victim_key(old, cfg) if old is not None else None
+            nk = host_victim_key(new, cfg) if new is not None else None
             if ok != nk:
                 if ok is not None:
                     host_index = host_index.remove(ok)

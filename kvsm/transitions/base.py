@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import immutables
 
-from ..state import ROOT_ID, ClusterState, Node, Rejected, Tx, dev_victim_key, host_victim_key
+from ..state import ROOT_ID, ClusterState, Node, Rejected, Tx, dev_victim_key
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,3 @@ def device_victims(tx: Tx, exclude: frozenset[int] = frozenset()) -> Iterator[in
 def host_victims_snapshot(s: ClusterState) -> list[int]:
     return [k[2] for k in s.host_index]
 
-
-def host_key_of(tx: Tx, nid: int) -> tuple | None:
-    n = tx.nodes.get(nid)
-    return host_victim_key(n) if n is not None else None
