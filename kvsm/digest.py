@@ -22,6 +22,9 @@ VERSION = "kvsm-digest-1"
 def enc(v: Any) -> str:
     """Canonical text of a value built from ints, bools, None, strs, tuples and dataclass-like
     objects with an `encode()` method."""
+    t = type(v)
+    if t is int:
+        return str(v)
     if v is None:
         return "~"
     if v is True:
@@ -40,9 +43,43 @@ def enc(v: Any) -> str:
     raise TypeError(f"cannot encode {type(v).__name__} canonically")
 
 
+_blake2b = hashlib.blake2b
+
+
 def entry_hash(component: str, key: Any, value: Any) -> int:
     text = f"{component}|{enc(key)}|{enc(value)}"
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=32).digest(), "big")
+    return int.from_bytes(_blake2b(text.encode(), digest_size=32).digest(), "big")
+
+
+_WEIGHT: dict[tuple[str, int], int] = {}
+
+
+def page_weight(component: str, key: int) -> int:
+    """A fixed odd pseudo-random 256-bit multiplier per (component, key), memoised."""
+    w = _WEIGHT.get((component, key))
+    if w is None:
+        w = _WEIGHT[(component, key)] = entry_hash(component + "@", key, None) | 1
+    return w
+
+
+def content_hash(component: str, key: int, value: int) -> int:
+    """Contribution of a ghost content entry (page -> content identity): a multiply by the
+    page's weight instead of a hash per write. Content identities are themselves 64-bit
+    hashes, so `(c + 1) * weight(page)` summed mod 2**256 changes whenever any page's
+    content changes, and moving contents between pages changes it too."""
+    return (value + 1) * page_weight(component, key)
+
+
+_FREE_PAGE: dict[int, int] = {}
+
+
+def free_page_hash(page: int) -> int:
+    """`entry_hash("dev_free", page, True)`, memoised: free lists change by many pages per
+    transition and a page's hash never changes."""
+    h = _FREE_PAGE.get(page)
+    if h is None:
+        h = _FREE_PAGE[page] = entry_hash("dev_free", page, True)
+    return h
 
 
 def component_sum(component: str, items: Iterable[tuple[Any, Any]]) -> int:
@@ -53,10 +90,12 @@ def component_sum(component: str, items: Iterable[tuple[Any, Any]]) -> int:
 
 
 def combine(scalars: Mapping[str, Any], sums: Mapping[str, int]) -> str:
-    parts = [VERSION]
+    h = _blake2b(VERSION.encode(), digest_size=16)
     for name in sorted(scalars):
-        parts.append(f"{name}={enc(scalars[name])}")
+        h.update(f"\n{name}={enc(scalars[name])}".encode())
     for name in sorted(sums):
-        if sums[name]:
-            parts.append(f"{name}#{sums[name]:064x}")
-    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+        v = sums[name]
+        if v:
+            h.update(f"\n{name}#".encode())
+            h.update(v.to_bytes(32, "big"))
+    return h.hexdigest()

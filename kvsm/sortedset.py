@@ -105,6 +105,49 @@ class PSortedSet:
             )
         return PSortedSet._make(chunks[:i] + chunks[i + 1 :], maxes[:i] + maxes[i + 1 :], self._len - 1)
 
+    def add_many(self, items: Iterable[Any]) -> "PSortedSet":
+        """The set with every element of `items` added, in one pass over the chunks."""
+        new_items = sorted(set(items))
+        if not new_items:
+            return self
+        if not self._chunks:
+            return PSortedSet(new_items)
+        chunks = list(self._chunks)
+        maxes = self._maxes
+        last = len(chunks) - 1
+        groups: dict[int, list[Any]] = {}
+        for x in new_items:
+            i = bisect_left(maxes, x)
+            groups.setdefault(min(i, last), []).append(x)
+        added = 0
+        for i in sorted(groups, reverse=True):
+            merged = sorted(set(chunks[i]).union(groups[i]))
+            added += len(merged) - len(chunks[i])
+            if len(merged) > 2 * CHUNK:
+                chunks[i : i + 1] = [tuple(merged[j : j + CHUNK]) for j in range(0, len(merged), CHUNK)]
+            else:
+                chunks[i] = tuple(merged)
+        return PSortedSet._make(tuple(chunks), tuple(c[-1] for c in chunks), self._len + added)
+
+    def take_first(self, k: int) -> tuple[tuple[Any, ...], "PSortedSet"]:
+        """The `k` smallest elements and the set without them."""
+        if k > self._len:
+            raise KeyError(f"take_first({k}) of a set of {self._len}")
+        taken: list[Any] = []
+        chunks = self._chunks
+        i = 0
+        while len(taken) < k:
+            need = k - len(taken)
+            c = chunks[i]
+            if len(c) <= need:
+                taken.extend(c)
+                i += 1
+            else:
+                taken.extend(c[:need])
+                rest = c[need:]
+                return tuple(taken), PSortedSet._make((rest,) + chunks[i + 1 :], (rest[-1],) + self._maxes[i + 1 :], self._len - k)
+        return tuple(taken), PSortedSet._make(chunks[i:], self._maxes[i:], self._len - k)
+
     def discard(self, item: Any) -> "PSortedSet":
         return self.remove(item) if item in self else self
 

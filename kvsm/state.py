@@ -19,14 +19,14 @@ entries written, and produces a new state. A transition that rejects raises befo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import immutables
 
 from . import content
 from .config import Config
-from .digest import MOD, combine, entry_hash
+from .digest import MOD, combine, content_hash, entry_hash, free_page_hash
 from .sortedset import PSortedSet
 
 ROOT_ID = 0
@@ -57,12 +57,25 @@ class Node:
     ondev: int  # children on L1
     hashes: tuple[int, ...]  # content identity of each page (prefix-chained)
 
+    # `dev` is digested as an entry of its own ("bulky"), re-hashed only when it changes
+    BULKY = "dev"
+
     def encode(self) -> str:
+        # The key is written as its length and the identity of its last page: with the
+        # parent fixed, that identifies the key (the identity chains the whole prefix)
+        # without re-encoding a long tuple at every touch.
         host = "~" if self.host is None else str(self.host)
         return (
-            f"N{self.id}|{self.parent}|{_tup(self.key)}|{_tup(self.dev)}|{host}|"
+            f"N{self.id}|{self.parent}|{len(self.key)}:{self.last_content}|{host}|"
             f"{int(self.durable)}|{self.lock}|{self.pin}|{self.hits}|{self.touched}"
         )
+
+    def with_(self, **changes: Any) -> "Node":
+        """A copy with some fields changed (what `dataclasses.replace` does, faster)."""
+        new = object.__new__(Node)
+        for f in _NODE_FIELDS:
+            object.__setattr__(new, f, changes[f] if f in changes else getattr(self, f))
+        return new
 
     @property
     def on_l1(self) -> bool:
@@ -79,6 +92,9 @@ class Node:
     @property
     def last_content(self) -> int:
         return self.hashes[-1] if self.hashes else content.ROOT
+
+
+_NODE_FIELDS = Node.__slots__
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +128,10 @@ class Request:
     node: int  # where its lock sits (root = none)
     pages: tuple[int, ...]  # device pages it holds itself (allocated at Insert)
 
+    BULKY = "tokens"
+
     def encode(self) -> str:
-        return f"Q{self.id}|{_tup(self.tokens)}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
+        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +189,10 @@ MAP_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_content", "hos
 SET_COMPONENTS = ("dev_free", "l2_free")
 SEQ_COMPONENTS = ("writes", "spill_queue", "spills", "reloads", "spill_staged")
 COMPONENTS = MAP_COMPONENTS + SET_COMPONENTS + SEQ_COMPONENTS
+_I_DEV_FREE = COMPONENTS.index("dev_free")
+_I_L2_FREE = COMPONENTS.index("l2_free")
+_I_WRITES = COMPONENTS.index("writes")
+assert COMPONENTS[_I_WRITES:] == SEQ_COMPONENTS
 REPLICATED_COMPONENTS = (
     "nodes", "objects", "pending", "requests", "reload_candidates", "dev_free", "l2_free", "writes", "spill_queue", "spills", "reloads",
 )
@@ -210,6 +232,7 @@ class ClusterState:
     # What the transition that produced this state does to real pages (see `Tx`); not
     # part of the state's identity or digest. The GPU backend executes these.
     effects: tuple[tuple, ...] = ()
+    _digest: str | None = field(default=None, compare=False, repr=False)
 
     # ---- reading -------------------------------------------------------------------
     def node(self, nid: int) -> Node:
@@ -237,7 +260,12 @@ class ClusterState:
         return s
 
     def digest(self) -> str:
-        return combine(self.scalars(), dict(zip(COMPONENTS, self.sums)))
+        # a memo of a pure function of this immutable value (it cannot drift)
+        d = self._digest
+        if d is None:
+            d = combine(self.scalars(), dict(zip(COMPONENTS, self.sums)))
+            object.__setattr__(self, "_digest", d)
+        return d
 
     def replicated_digest(self) -> str:
         sums = {n: v for n, v in zip(COMPONENTS, self.sums) if n in REPLICATED_COMPONENTS}
@@ -372,12 +400,27 @@ def seq_sum(name: str, seq: tuple) -> int:
     return total % MOD
 
 
+CONTENT_COMPONENTS = frozenset({"dev_content", "host_content"})
+
+
+def value_hash(name: str, k: Any, v: Any) -> int:
+    """A map entry's contribution to its component's sum: the entry's text, plus its bulky
+    field (if it has one) as an entry of its own; ghost page contents are weighted instead."""
+    if name in CONTENT_COMPONENTS:
+        return content_hash(name, k, v)
+    h = entry_hash(name, k, v)
+    bulky = getattr(v, "BULKY", None)
+    if bulky is not None:
+        h += entry_hash(name + "#", k, getattr(v, bulky))
+    return h
+
+
 def recompute_sums(s: ClusterState) -> tuple[int, ...]:
     out = []
     for name in COMPONENTS:
         total = 0
         for k, v in component_items(s, name):
-            total += entry_hash(name, k, v)
+            total += value_hash(name, k, v)
         out.append(total % MOD)
     return tuple(out)
 
@@ -428,15 +471,25 @@ class _MapTx:
             return self.orig, 0
         new = self.mut.finish()
         delta = 0
+        name = self.name
         for k in self.dirty:
             o = self.orig.get(k, _MISSING)
             n = new.get(k, _MISSING)
-            if o is n or (o is not _MISSING and n is not _MISSING and o == n):
+            if o is n:
                 continue
-            if o is not _MISSING:
-                delta -= entry_hash(self.name, k, o)
-            if n is not _MISSING:
-                delta += entry_hash(self.name, k, n)
+            if o is _MISSING:
+                delta += value_hash(name, k, n)
+            elif n is _MISSING:
+                delta -= value_hash(name, k, o)
+            elif name in CONTENT_COMPONENTS:
+                delta += content_hash(name, k, n) - content_hash(name, k, o)
+            else:
+                delta += entry_hash(name, k, n) - entry_hash(name, k, o)
+                bulky = getattr(n, "BULKY", None)
+                if bulky is not None:
+                    bo, bn = getattr(o, bulky), getattr(n, bulky)
+                    if bo is not bn and bo != bn:
+                        delta += entry_hash(name + "#", k, bn) - entry_hash(name + "#", k, bo)
         return new, delta
 
 
@@ -486,7 +539,7 @@ class Tx:
         return node
 
     def update(self, nid: int, **changes: Any) -> Node:
-        return self.put(replace(self.nodes[nid], **changes))
+        return self.put(self.nodes[nid].with_(**changes))
 
     def touch(self, nid: int) -> None:
         self.clock += 1
@@ -496,15 +549,15 @@ class Tx:
         """Give a node device pages or take them away, keeping its parent's `ondev` count."""
         n = self.nodes[nid]
         was, now = bool(n.dev), bool(dev)
-        self.put(replace(n, dev=dev))
+        self.put(n.with_(dev=dev))
         if was != now and n.parent != NO_PARENT:
             p = self.nodes[n.parent]
-            self.put(replace(p, ondev=p.ondev + (1 if now else -1)))
+            self.put(p.with_(ondev=p.ondev + (1 if now else -1)))
 
     def add_child(self, node: Node) -> Node:
         """Attach a new node under its parent (its first symbol must be free there)."""
         p = self.nodes[node.parent]
-        self.put(replace(p, children=p.children.set(node.key[0], node.id), ondev=p.ondev + (1 if node.dev else 0)))
+        self.put(p.with_(children=p.children.set(node.key[0], node.id), ondev=p.ondev + (1 if node.dev else 0)))
         return self.put(node)
 
     def remove_leaf(self, nid: int) -> None:
@@ -512,13 +565,13 @@ class Tx:
         n = self.nodes[nid]
         assert not len(n.children), "remove_leaf on a node with children"
         p = self.nodes[n.parent]
-        self.put(replace(p, children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
         self.nodes.delete(nid)
 
     def lock_path(self, nid: int, delta: int) -> None:
         while nid != ROOT_ID:
             n = self.nodes[nid]
-            self.put(replace(n, lock=n.lock + delta))
+            self.put(n.with_(lock=n.lock + delta))
             nid = n.parent
 
     def new_id(self) -> int:
@@ -531,22 +584,37 @@ class Tx:
         return len(self.dev_free[lane])
 
     def alloc_dev(self, lane: int) -> int:
-        free = self.dev_free[lane]
-        if not free:
-            raise Rejected(f"device lane {lane} has no free page")
-        page = free.first()
-        self.dev_free[lane] = free.remove(page)
-        self._dev_free_delta -= entry_hash("dev_free", page, True)
-        return page
+        return self.alloc_lanes([lane])[0]
+
+    def alloc_lanes(self, lanes: list[int]) -> tuple[int, ...]:
+        """One device page per entry of `lanes`, each the lowest free page of its lane
+        (pages of one lane are handed out in ascending order)."""
+        need: dict[int, int] = {}
+        for lane in lanes:
+            need[lane] = need.get(lane, 0) + 1
+        got: dict[int, list[int]] = {}
+        for lane, k in need.items():
+            free = self.dev_free[lane]
+            if len(free) < k:
+                raise Rejected(f"device lane {lane} has {len(free)} free pages, {k} needed")
+            pages, self.dev_free[lane] = free.take_first(k)
+            for p in pages:
+                self._dev_free_delta -= free_page_hash(p)
+            got[lane] = list(reversed(pages))
+        return tuple(got[lane].pop() for lane in lanes)
 
     def free_dev(self, pages: Iterable[int]) -> None:
         R = self.cfg.R
+        dev_content = self.dev_content
+        by_lane: dict[int, list[int]] = {}
         for p in pages:
-            self.dev_free[p % R] = self.dev_free[p % R].add(p)
-            self._dev_free_delta += entry_hash("dev_free", p, True)
-            if p in self.dev_content:
-                self.dev_content.delete(p)
+            by_lane.setdefault(p % R, []).append(p)
+            self._dev_free_delta += free_page_hash(p)
+            if p in dev_content:
+                dev_content.delete(p)
             self.effects.append(("poison_dev", p))
+        for lane, ps in by_lane.items():
+            self.dev_free[lane] = self.dev_free[lane].add_many(ps)
 
     # ---- page contents (the ghost) and the physical effects that move them -------------------
     def fill_dev(self, page: int, c: int) -> None:
@@ -640,30 +708,41 @@ class Tx:
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
         s, cfg = self.s, self.cfg
-        maps: dict[str, immutables.Map] = {}
-        sums: dict[str, int] = dict(zip(COMPONENTS, s.sums))
-        for name in MAP_COMPONENTS:
-            m, delta = getattr(self, name).finish()
-            maps[name] = m
-            sums[name] = (sums[name] + delta) % MOD
-        sums["dev_free"] = (sums["dev_free"] + self._dev_free_delta) % MOD
-        sums["l2_free"] = (sums["l2_free"] + self._l2_free_delta) % MOD
-        seqs = {
-            "writes": self.writes,
-            "spill_queue": self.spill_queue,
-            "spills": self.spills,
-            "reloads": self.reloads,
-            "spill_staged": tuple(self.spill_staged),
-        }
-        for name, seq in seqs.items():
-            if seq != getattr(s, name):
-                sums[name] = seq_sum(name, seq)
-        nodes, pending = maps["nodes"], maps["pending"]
+        sums = list(s.sums)
+        maps = []
+        for i, name in enumerate(MAP_COMPONENTS):
+            mtx = getattr(self, name)
+            if mtx.mut is None:
+                maps.append(mtx.orig)
+                continue
+            m, delta = mtx.finish()
+            maps.append(m)
+            if delta:
+                sums[i] = (sums[i] + delta) % MOD
+        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3 = maps
+        if self._dev_free_delta:
+            sums[_I_DEV_FREE] = (sums[_I_DEV_FREE] + self._dev_free_delta) % MOD
+        if self._l2_free_delta:
+            sums[_I_L2_FREE] = (sums[_I_L2_FREE] + self._l2_free_delta) % MOD
+        spill_staged = tuple(self.spill_staged)
+        for i, name, seq in (
+            (_I_WRITES, "writes", self.writes),
+            (_I_WRITES + 1, "spill_queue", self.spill_queue),
+            (_I_WRITES + 2, "spills", self.spills),
+            (_I_WRITES + 3, "reloads", self.reloads),
+            (_I_WRITES + 4, "spill_staged", spill_staged),
+        ):
+            old = getattr(s, name)
+            if seq is not old and seq != old:
+                sums[i] = seq_sum(name, seq)
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
-        for nid in self.nodes.dirty | self.pending.dirty:
+        dirty = self.nodes.dirty | self.pending.dirty if self.pending.dirty else self.nodes.dirty
+        for nid in dirty:
             old = s.nodes.get(nid)
             new = nodes.get(nid)
+            if old is new and (nid in s.pending) == (nid in pending):
+                continue
             old_p, new_p = nid in s.pending, nid in pending
             ok = dev_victim_key(old, old_p, cfg) if old is not None else None
             nk = dev_victim_key(new, new_p, cfg) if new is not None else None
@@ -692,26 +771,26 @@ class Tx:
             next_rid=self.next_rid,
             dev_free=tuple(self.dev_free),
             l2_free=tuple(self.l2_free),
-            objects=maps["objects"],
+            objects=objects,
             pending=pending,
             writes=self.writes,
-            requests=maps["requests"],
+            requests=requests,
             write_done=tuple(self.write_done),
-            dev_content=maps["dev_content"],
-            host_content=maps["host_content"],
+            dev_content=dev_content,
+            host_content=host_content,
             spill_queue=self.spill_queue,
             spills=self.spills,
-            reload_candidates=maps["reload_candidates"],
+            reload_candidates=reload_candidates,
             reloads=self.reloads,
             spill_gathered=tuple(self.spill_gathered),
             spill_done=tuple(self.spill_done),
             reload_done=tuple(self.reload_done),
             disk_ok=tuple(self.disk_ok),
-            l3=maps["l3"],
-            spill_staged=seqs["spill_staged"],
+            l3=l3,
+            spill_staged=spill_staged,
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,
-            sums=tuple(sums[n] for n in COMPONENTS),
+            sums=tuple(sums),
             effects=tuple(self.effects),
         )

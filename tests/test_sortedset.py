@@ -38,6 +38,20 @@ def test_neighbour_queries(items, probe):
     assert (probe in s) == (probe in items)
 
 
+@given(st.sets(st.integers(0, 3000), max_size=1200), st.lists(st.integers(0, 3000), max_size=700), st.integers(0, 400))
+def test_bulk_operations_match_one_at_a_time(base, more, k):
+    s = PSortedSet(base)
+    bulk = s.add_many(more)
+    one = s
+    for x in more:
+        one = one.add(x)
+    assert list(bulk) == list(one) == sorted(base | set(more)) and len(bulk) == len(one)
+    if k <= len(bulk):
+        taken, rest = bulk.take_first(k)
+        assert list(taken) == sorted(base | set(more))[:k] and list(rest) == sorted(base | set(more))[k:]
+        assert len(rest) == len(bulk) - k
+
+
 def test_chunks_split_when_large():
     s = PSortedSet()
     for i in range(5 * sortedset.CHUNK):

@@ -98,17 +98,16 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
             raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
         for victim in p.victims:
             evict_device_node(tx, victim)
+    pages_all = tx.alloc_lanes([i % R for i in range(pages)])
     i = 0
     for nid in run:
         n = tx.node(nid)
         obj = tx.objects[n.host]
-        dev = []
-        for j in range(n.pages):
-            page = tx.alloc_dev(i % R)
-            i += 1
-            dev.append(page)
+        dev = pages_all[i : i + n.pages]
+        i += n.pages
+        for j, page in enumerate(dev):
             tx.load_dev(page, obj.base + j)
-        tx.set_dev(nid, tuple(dev))
+        tx.set_dev(nid, dev)
     tx.lock_path(run[-1], +1)
     tx.lock_path(req.node, -1)
     tx.requests.set(rid, req.__class__(req.id, req.tokens, req.out_pages, req.phase, run[-1], req.pages))

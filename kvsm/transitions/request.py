@@ -159,7 +159,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     on_l1_before = {nid for nid in path if tx.node(nid).dev}
     for nid, p0 in reown:
         n = tx.node(nid)
-        dev = tuple(tx.alloc_dev((p0 + j) % R) for j in range(n.pages))
+        dev = tx.alloc_lanes([(p0 + j) % R for j in range(n.pages)])
         tx.set_dev(nid, dev)
         for p, c in zip(dev, n.hashes):
             tx.fill_dev(p, c)
@@ -167,12 +167,12 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
         tx.touch(nid)
         if wt and nid in on_l1_before:
             n = tx.node(nid)
-            tx.put(replace(n, hits=n.hits + 1))
+            tx.put(n.with_(hits=n.hits + 1))
     last = path[-1] if path else ROOT_ID
     if new_tokens:
         parent = tx.node(last)
         nid = tx.new_id()
-        dev = tuple(tx.alloc_dev((pos + j) % R) for j in range(len(new_tokens)))
+        dev = tx.alloc_lanes([(pos + j) % R for j in range(len(new_tokens))])
         hashes = content.chain(parent.last_content, new_tokens)
         tx.clock += 1
         tx.add_child(
@@ -195,7 +195,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
         for p, c in zip(dev, hashes):
             tx.fill_dev(p, c)
         last = nid
-    own = tuple(tx.alloc_dev(k % R) for k in out_positions)
+    own = tx.alloc_lanes([k % R for k in out_positions])
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)
     tx.requests.set(rid, replace(req, phase=DECODING, node=last, pages=own))
