@@ -142,10 +142,16 @@ def test_failed_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["keep.jsonl"]
 
 
-def test_schema_accepts_every_line_the_writer_produces_and_rejects_bad_ones(log):
+def test_schema_accepts_every_line_the_writer_produces_and_rejects_bad_ones(log, tmp_path):
     schema = json.loads(resources.files("kvsm.schema").joinpath("log.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    l3_log = tmp_path / "l3.jsonl"
+    cfg_path = tmp_path / "l3.toml"
+    cfg_path.write_text("R = 2\nL1 = 2\nL2 = 4\nL3 = 6\nmax_live = 2\nprompts = [{pages = [1, 2]}, {pages = [1, 3]}]\n")
+    write_walk(l3_log, str(cfg_path), 1500, 4)
+    lines = [json.loads(x) for x in log.read_text().splitlines()] + [json.loads(x) for x in l3_log.read_text().splitlines()]
+    names = {d.get("name") for d in lines}
+    assert {"SpillDone", "ReloadAdmit", "DiskFail", "WriteDone", "Commit"} <= names
     for d in lines:
         errors = list(validator.iter_errors(d))
         assert not errors, (d, errors[0].message)
