@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,16 +50,26 @@ def register(app: typer.Typer) -> None:
         move real KV bytes between device pools and the shared host slab, verify every page
         stored and loaded, and agree on the state digest at every Commit and at the end.
         Exit 0 only when nothing mismatched."""
+        from ..gpu.hooks import InjectError, from_env  # noqa: PLC0415
+        from ..gpu.options import Options, ReplayError, check_inputs  # noqa: PLC0415
+
+        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir)
+        try:  # bad input is refused before torch is imported (seconds) or any process starts
+            check_inputs(opts, ranks)
+            from_env()
+        except (ReplayError, InjectError) as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False)
+            raise typer.Exit(2) from None
+
         from .. import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
 
         import torch  # noqa: PLC0415
 
-        from ..gpu.hooks import InjectError  # noqa: PLC0415
-        from ..gpu.launch import Options, ReplayError, replay_as_this_rank, under_torchrun  # noqa: PLC0415
+        from ..gpu.launch import replay_as_this_rank, under_torchrun  # noqa: PLC0415
         from ..gpu.launch import replay as do_replay  # noqa: PLC0415
 
-        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        opts = Options(str(log), device=dev, page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir)
+        if device is None:
+            opts = replace(opts, device="cuda" if torch.cuda.is_available() else "cpu")
         try:
             if under_torchrun():
                 ok, summary = replay_as_this_rank(opts, ranks)

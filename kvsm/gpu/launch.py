@@ -17,34 +17,10 @@ import tempfile
 from dataclasses import replace
 from typing import Any
 
-from ..log import LogError, read_log
 from . import NUMPY_WARNING
 from .hooks import Hooks, from_env
-from .rank import Options, Report, ReplayError, run_rank
-from .transfer import IO_MODES
-
-
-def check_inputs(opts: Options, ranks: int | None) -> int:
-    """Validate what can be validated before any process starts; returns R."""
-    try:
-        header, stream = read_log(opts.log)
-    except LogError as e:
-        raise ReplayError(str(e)) from None
-    stream.close()
-    R = header.config.R
-    if ranks is not None and ranks != R:
-        raise ReplayError(f"{opts.log}: the log's config has R={R} but --ranks is {ranks}")
-    if opts.page_bytes <= 0 or opts.page_bytes % 8:
-        raise ReplayError(f"--page-bytes must be a positive multiple of 8, got {opts.page_bytes}")
-    if opts.layers < 1:
-        raise ReplayError(f"--layers must be >= 1, got {opts.layers}")
-    if opts.io not in IO_MODES:
-        raise ReplayError(f"--io must be one of {', '.join(IO_MODES)}, got {opts.io!r}")
-    if opts.device not in ("cpu", "cuda"):
-        raise ReplayError(f"--device must be cuda or cpu, got {opts.device!r}")
-    if not os.path.isdir(opts.slab_dir):
-        raise ReplayError(f"--slab-dir {opts.slab_dir}: not a directory")
-    return R
+from .options import Options, ReplayError, check_inputs
+from .rank import Report, run_rank
 
 
 def summarize(reports: list[Report], ok: bool, opts: Options) -> dict[str, Any]:
@@ -91,6 +67,13 @@ def union_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def _check_device(opts: Options) -> None:
+    import torch  # noqa: PLC0415
+
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise ReplayError("--device cuda: CUDA is not available on this machine")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -128,6 +111,7 @@ def replay(opts: Options, ranks: int | None = None) -> dict[str, Any]:
     import torch.multiprocessing as mp  # noqa: PLC0415 - torch only when a replay runs
 
     R = check_inputs(opts, ranks)
+    _check_device(opts)
     env_hooks = from_env()
     if env_hooks:
         opts = replace(opts, hooks=opts.hooks.merge(env_hooks))
@@ -154,6 +138,7 @@ def replay_as_this_rank(opts: Options, ranks: int | None = None) -> tuple[bool, 
     R = check_inputs(opts, ranks)
     if world != R:
         raise ReplayError(f"{opts.log}: the log's config has R={R} but WORLD_SIZE is {world}")
+    _check_device(opts)
     env_hooks = from_env()
     if env_hooks:
         opts = replace(opts, hooks=opts.hooks.merge(env_hooks))

@@ -37,28 +37,13 @@ from ..state import ClusterState, Rejected, initial_state
 from ..transitions import apply
 from .generator import POISON_DEV, POISON_HOST, Generator, as_signed, describe
 from .hooks import Hooks
+from .options import Options, ReplayError
 from .memory import Shape, Slab, create_slab, new_pool
 from .plan import Batch, PlanError, agreements, plan_rank
 from .transfer import Transfer
 
 OK, DIGEST, REJECTED, VERIFY, PLAN, LOG = range(6)
 STATUS = {DIGEST: "digest", REJECTED: "rejected", VERIFY: "verify", PLAN: "plan", LOG: "log"}
-
-
-@dataclass(frozen=True)
-class Options:
-    log: str
-    device: str = "cpu"
-    page_bytes: int = 4096
-    layers: int = 4
-    io: str = "auto"
-    timeout_s: float = 300.0
-    slab_dir: str = "/dev/shm"
-    hooks: Hooks = field(default_factory=Hooks)
-
-
-class ReplayError(RuntimeError):
-    """The run could not start (bad input or environment); the message says why."""
 
 
 @dataclass

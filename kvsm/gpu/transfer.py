@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 
 from .memory import Scratch, Slab
-
-IO_MODES = ("auto", "direct", "staged")
+from .options import IO_MODES
 
 
 class Transfer:
