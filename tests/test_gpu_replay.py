@@ -225,12 +225,15 @@ def test_generator_makes_distinct_deterministic_pages_and_names_poison():
     assert torch.equal(a, b)
     # every word of every page, payload, layer and offset differs from every other
     assert len(set(a.flatten().tolist())) == a.numel()
-    none = torch.zeros(4, dtype=torch.bool)
     scratch = torch.empty(4, 2, 3, 8, dtype=torch.int64)
-    assert not g.mismatches(a, ids, none, scratch).any()
+    assert not g.mismatches(a, ids, [], scratch).any()
     a[2, 1, 2, 7] ^= 1 << 40  # one flipped bit of byte 5 of the last word of page 2
-    assert g.mismatches(a, ids, none, scratch).tolist() == [False, False, True, False]
-    exp = g.expected(ids[2:3], none[:1], torch.empty(1, 2, 3, 8, dtype=torch.int64))
+    assert g.mismatches(a, ids, [], scratch).tolist() == [False, False, True, False]
+    # a page the model says is freed must hold the poison, nothing else
+    assert g.mismatches(a, ids, [0], scratch).tolist() == [True, False, True, False]
+    a[0] = POISON_DEV
+    assert g.mismatches(a, ids, [0], scratch).tolist() == [False, False, True, False]
+    exp = g.expected(ids[2:3], [], torch.empty(1, 2, 3, 8, dtype=torch.int64))
     assert describe(a[2], exp[0], ("kv", "draft")).endswith("payload 'draft' layer 2 byte 61: " + f"0x{(int(a[2, 1, 2, 7]) >> 40) & 0xFF:02x}, expected 0x{(int(exp[0, 1, 2, 7]) >> 40) & 0xFF:02x}")
     freed = torch.full((2, 3, 8), POISON_DEV, dtype=torch.int64)
     assert "device poison: the page was read after it was freed" in describe(freed, exp[0], ("kv", "draft"))

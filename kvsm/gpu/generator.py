@@ -80,26 +80,29 @@ class Generator:
         a = _fmix32(a ^ _mul32(b, 0xC2B2AE35))
         return _join64(a, b)
 
-    def expected(self, ids: torch.Tensor, poisoned: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Write into `out` [N, X, L, W] the bytes pages of identities `ids` [N] hold;
-        where `poisoned` [N] is true, the device poison instead."""
+    def expected(self, ids: torch.Tensor, poisoned: list[int], out: torch.Tensor) -> torch.Tensor:
+        """Write into `out` [N, X, L, W] the bytes that pages of identities `ids` [N] hold;
+        rows listed in `poisoned` (known on the host, from the model) hold the device
+        poison instead."""
         torch.bitwise_xor(self.seeds(ids).unsqueeze(-1), self.table, out=out)
-        # a masked fill, not a branch on the mask: no device-to-host synchronisation
-        return out.masked_fill_(poisoned.view(-1, 1, 1, 1), as_signed(POISON_DEV))
+        if poisoned:
+            out.index_fill_(0, torch.tensor(poisoned, dtype=torch.int64).to(out.device), as_signed(POISON_DEV))
+        return out
 
     def words(self, ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Content of identities `ids` [N] into `out` [N, X, L, W] (no poison)."""
-        return torch.bitwise_xor(self.seeds(ids).unsqueeze(-1), self.table, out=out)
+        """Content of identities `ids` [N] into `out` [N, X, L, W]."""
+        return self.expected(ids, [], out)
 
-    def mismatches(self, actual: torch.Tensor, ids: torch.Tensor, poisoned: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    def mismatches(self, actual: torch.Tensor, ids: torch.Tensor, poisoned: list[int], scratch: torch.Tensor) -> torch.Tensor:
         """[N] bool on the device: which pages of `actual` [N, X, L, W] differ from what
-        identities `ids` (or the device poison where `poisoned`) make. `scratch` holds
-        at least `self.chunk` pages; generation and compare go a chunk at a time."""
+        identities `ids` make (the device poison for rows in `poisoned`). `scratch`
+        holds at least `self.chunk` pages; generation and compare go a chunk at a time,
+        and nothing comes back to the host here."""
         n = actual.shape[0]
         bad = torch.empty(n, dtype=torch.bool, device=actual.device)
         for i in range(0, n, self.chunk):
             j = min(n, i + self.chunk)
-            exp = self.expected(ids[i:j], poisoned[i:j], scratch[: j - i])
+            exp = self.expected(ids[i:j], [p - i for p in poisoned if i <= p < j], scratch[: j - i])
             bad[i:j] = (actual[i:j] != exp).view(j - i, -1).any(1)
         return bad
 

@@ -329,15 +329,16 @@ class RankReplay:
 
     def _check(self, actual: torch.Tensor, b: Batch) -> torch.Tensor:
         ids = torch.tensor([as_signed(c) if c is not None else 0 for c in b.content], dtype=torch.int64).to(self.device)
-        poisoned = torch.tensor([c is None for c in b.content], dtype=torch.bool).to(self.device)
-        return self.gen.mismatches(actual, ids, poisoned, self.xfer.scratch.get("expect", min(len(b), self.gen.chunk), tuple(self.pool.shape[1:])))
+        poisoned = [j for j, c in enumerate(b.content) if c is None]
+        scratch = self.xfer.scratch.get("expect", min(len(b), self.gen.chunk), tuple(self.pool.shape[1:]))
+        return self.gen.mismatches(actual, ids, poisoned, scratch)
 
     def _report_bad_page(self, i: int, t: Any, b: Batch, j: int) -> None:
         page, c = b.dev[j], b.content[j]
         actual = self.pool[page // self.world].cpu()
         ids = torch.tensor([as_signed(c) if c is not None else 0], dtype=torch.int64, device=self.device)
         exp = torch.empty((1, *self.pool.shape[1:]), dtype=torch.int64, device=self.device)
-        self.gen.expected(ids, torch.tensor([c is None], device=self.device), exp)
+        self.gen.expected(ids, [0] if c is None else [], exp)
         what = "loaded from" if b.kind == "load" else "to be stored into"
         content = "poison" if c is None else f"content 0x{c:016x}"
         detail = describe(actual, exp[0].cpu(), self.cfg.payloads)
