@@ -1,7 +1,7 @@
 """L1<->L2 copy throughput of the GPU backend against a plain pinned copy, in one run.
 
     python benchmarks/gpu.py [--json] [--device cuda|cpu] [--ranks R] [--pages N]
-                             [--page-bytes B] [--layers L] [--cycles C] [--io auto|direct|staged]
+                             [--page-bytes B] [--layers L] [--cycles C] [--io auto|direct|staged] [--slab-dir D]
 
 It writes a log of large transitions (each rank stores N pages at every WriteDone and
 loads N pages at every LoadBack), measures a plain pinned host<->device copy of one
@@ -75,30 +75,32 @@ def build_log(path: Path, R: int, pages: int, cycles: int) -> int:
 
 
 def pinned_gbps(device: str, pages: int, page_words: int, reps: int) -> float:
-    """A plain copy of one rank's batch between pinned host memory and the device, both
-    directions alternately (on the CPU: between two host buffers)."""
+    """A plain copy of one rank's batch between pinned host memory and the device, each
+    direction timed `reps` times; the median of each (on the CPU: between two host
+    buffers)."""
+    import statistics  # noqa: PLC0415
+
     import torch  # noqa: PLC0415
 
     cuda = device == "cuda"
     host = torch.empty((pages, page_words), dtype=torch.int64, pin_memory=cuda).fill_(7)
     dev = torch.empty((pages, page_words), dtype=torch.int64, device=device).fill_(9)
 
-    def sync() -> None:
+    def timed(dst: torch.Tensor, src: torch.Tensor) -> float:
         if cuda:
             torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=cuda)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
-    for _ in range(2):  # first touch and warm-up
-        dev.copy_(host, non_blocking=cuda)
-        host.copy_(dev, non_blocking=cuda)
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        dev.copy_(host, non_blocking=cuda)
-        sync()
-        host.copy_(dev, non_blocking=cuda)
-        sync()
-    dt = time.perf_counter() - t0
-    return 2 * reps * host.numel() * 8 / dt / 1e9
+    for _ in range(3):  # first touch, warm-up
+        timed(dev, host)
+        timed(host, dev)
+    h2d = statistics.median(timed(dev, host) for _ in range(reps))
+    d2h = statistics.median(timed(host, dev) for _ in range(reps))
+    return 2 * host.numel() * 8 / (h2d + d2h) / 1e9
 
 
 def main() -> None:
@@ -112,6 +114,7 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=4, help="store + load-back cycles")
     ap.add_argument("--io", choices=("auto", "direct", "staged"), default="auto")
     ap.add_argument("--reps", type=int, default=10, help="repetitions of the pinned copy")
+    ap.add_argument("--slab-dir", default="/dev/shm", help="where the shared host slab file is made")
     a = ap.parse_args()
 
     import torch  # noqa: PLC0415
@@ -119,6 +122,8 @@ def main() -> None:
     from kvsm.gpu.launch import Options, replay  # noqa: PLC0415
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: CUDA is not available on this machine")
     page_words = a.layers * a.page_bytes // 8
     with tempfile.TemporaryDirectory(prefix="kvsm-bench-") as d:
         log = Path(d) / "bench.jsonl"
@@ -126,7 +131,7 @@ def main() -> None:
         transitions = build_log(log, a.ranks, a.pages, a.cycles)
         t_log = time.perf_counter() - t0
         pinned = pinned_gbps(device, a.pages, page_words, a.reps)
-        run = replay(Options(str(log), device=device, page_bytes=a.page_bytes, layers=a.layers, io=a.io, timeout_s=600))
+        run = replay(Options(str(log), device=device, page_bytes=a.page_bytes, layers=a.layers, io=a.io, timeout_s=600, slab_dir=a.slab_dir))
     rep = run["gbps_l1_l2"]
     out = {
         "pinned_gbps": round(pinned, 3),

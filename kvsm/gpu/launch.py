@@ -91,12 +91,15 @@ def _child(rank: int, world: int, opts: Options, addr: str, port: int, out: str)
             "LOCAL_WORLD_SIZE": str(world),
         }
     )
-    ok, reports = run_rank(rank, world, opts)
+    try:
+        ok, reports = run_rank(rank, world, opts)
+        result = summarize(reports, ok, opts) if reports is not None else None
+    except ReplayError as e:  # raised alike on every rank: the parent reports it once
+        result = {"error": str(e)}
     if rank == 0:
-        assert reports is not None
         tmp = out + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(summarize(reports, ok, opts), f)
+            json.dump(result, f)
         os.replace(tmp, out)
     # The rank has reported and left the group; skip the interpreter's teardown of
     # torch (about 2 s a process here), which matters when tests start many runs.
@@ -128,7 +131,10 @@ def replay(opts: Options, ranks: int | None = None) -> dict[str, Any]:
             else:
                 os.environ["PYTHONWARNINGS"] = saved
         with open(out) as f:
-            return json.load(f)
+            result = json.load(f)
+    if "error" in result:
+        raise ReplayError(result["error"])
+    return result
 
 
 def replay_as_this_rank(opts: Options, ranks: int | None = None) -> tuple[bool, dict[str, Any] | None]:

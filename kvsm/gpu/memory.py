@@ -63,12 +63,16 @@ def create_slab(directory: str, shape: Shape) -> tuple[str, bytes]:
     except OSError as e:
         raise SlabError(f"host slab {path}: cannot create: {e.strerror}") from None
     try:
-        os.ftruncate(fd, HEADER + shape.nbytes)
+        # Reserve the memory now: a sparse file on a full tmpfs would kill the first rank
+        # that touches a missing page with SIGBUS instead of failing here.
+        os.posix_fallocate(fd, 0, HEADER + shape.nbytes)
         os.pwrite(fd, _HEAD.pack(MAGIC, token, shape.payloads, shape.pages, shape.layers, shape.page_bytes), 0)
     except OSError as e:
         os.close(fd)
         os.unlink(path)
-        raise SlabError(f"host slab {path}: cannot size to {HEADER + shape.nbytes} bytes: {e.strerror}") from None
+        raise SlabError(
+            f"host slab {path}: cannot reserve {HEADER + shape.nbytes} bytes in {directory}: {e.strerror} (try --slab-dir)"
+        ) from None
     os.close(fd)
     return path, token
 

@@ -157,7 +157,7 @@ class RankReplay:
         errs = all_gather_obj(err, self.world)
         if self.rank == 0 and path:
             os.unlink(path)
-        bad = [e for e in errs if e]
+        bad = list(dict.fromkeys(e for e in errs if e))  # rank 0's error reaches every rank
         if bad:
             raise ReplayError("; ".join(bad))
         self.report.io, self.report.io_note = self.xfer.io, self.xfer.note
