@@ -11,7 +11,7 @@ import pytest
 
 from kvsm.config import load_config
 from kvsm.gpu.hooks import CorruptSlab, InjectError, Tamper, parse
-from kvsm.gpu.plan import HOST_FREEING, PlanError, agreements, plan_rank
+from kvsm.gpu.plan import PlanError, agreements, plan_rank
 from kvsm.walk import walk
 
 FOUR_RANKS = """
@@ -144,12 +144,19 @@ def test_a_page_freed_twice_in_one_run_is_refused(four_rank_walk):
         plan_rank(fake, 1)
 
 
-def test_agreements_sit_at_commit_and_around_host_frees():
-    assert agreements("Commit") == (False, True)
-    for name in HOST_FREEING:
-        assert agreements(name) == (True, True)
-    for name in ("Insert", "LoadBack", "WriteDone", "EvictDevice", "Arrive"):
-        assert agreements(name) == (False, False)
+def test_agreements_sit_at_commit_and_around_host_frees(four_rank_walk):
+    assert agreements("Commit", ()) == (False, True)
+    assert agreements("EvictHost", (("poison_host", 3, 2),)) == (True, True)
+    # a Reserve that finds room frees nothing and needs no agreement
+    assert agreements("Reserve", ()) == (False, False)
+    seen = Counter()
+    for t, state in four_rank_walk:
+        before, after = agreements(t.name, state.effects)
+        frees = any(e[0] == "poison_host" for e in state.effects)
+        assert before == frees and after == (frees or t.name == "Commit")
+        seen[(t.name, before)] += 1
+    # the walk frees host pages in each way the model does, and also reserves without
+    assert {("EvictHost", True), ("Rollback", True), ("Reserve", False)} <= set(seen), seen
 
 
 def test_injection_syntax():

@@ -91,7 +91,7 @@ def test_every_rank_replays_the_log_and_every_page_checks_out(logs, name, R, dev
     assert out["pages_filled"] == counts["fill"]
     page = len(read_log(logs[name])[0].config.payloads) * SMALL["page_bytes"] * SMALL["layers"]
     assert out["bytes_verified"] == (counts["load"] + counts["store"]) * page > 0
-    assert out["agreements"] == 1 + sum(sum(agreements(t.name)) for _, t, _ in steps)
+    assert out["agreements"] == 1 + sum(sum(agreements(t.name, s.effects)) for _, t, s in steps)
     if name == "four":
         assert counts["load"] > 0 and counts["poison_host"] > 0, "the log exercises too little"
 
@@ -131,8 +131,8 @@ def test_a_rank_given_a_wrong_transition_is_caught_by_the_digest_agreement(logs,
     _, steps = _model_effects(logs["four"])
     i, rank = 40, 2
     # the first agreement after transition i, decided by the log alone
-    names = {j: t.name for j, t, _ in steps}
-    expect = next(j for j in range(i, len(steps) + 1) if agreements(names[j])[1] or (j + 1 in names and agreements(names[j + 1])[0]))
+    meets = {j: agreements(t.name, s.effects) for j, t, s in steps}
+    expect = next(j for j in range(i, len(steps) + 1) if meets[j][1] or (j + 1 in meets and meets[j + 1][0]))
     out = gpu_replay(Options(str(logs["four"]), device=device, hooks=parse(f"tamper:{i}:{rank}"), **SMALL))
     assert not out["ok"]
     [inj] = out["injected"]

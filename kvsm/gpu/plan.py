@@ -12,8 +12,8 @@ the freed pages), so effects are cut into maximal runs of one kind, executed in 
 order, each run as one batch. Within a run every page is distinct (the model never
 fills, loads or frees one page twice in a run), which `plan_rank` checks.
 
-Agreement points are decided by the log line alone (never by a rank's own state), so
-that a rank that diverged still meets the others at the same collectives.
+Agreement points are decided by the log (never by a rank's own state), so that a rank
+that diverged still meets the others at the same collectives.
 """
 
 from __future__ import annotations
@@ -21,18 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Transitions that may free host pages (EvictHost; Rollback; Reserve evicting host
-# leaves to fit). Ranks run ahead of each other between agreements, so a host page
-# freed and reused could be overwritten by one rank while another still loads its
-# old content, or a poison could land after another rank's new store. A barrier
-# before such a line orders every earlier load before the poison; one after it orders
-# the poison before any later store into the reused pages.
-HOST_FREEING = frozenset({"EvictHost", "Rollback", "Reserve"})
+def agreements(name: str, effects: tuple[tuple, ...]) -> tuple[bool, bool]:
+    """(agree before, agree after) the log line of transition `name` whose effects, as
+    the model computes them from the log (never from a rank's own state, so that a rank
+    that left the log still meets the others), are `effects`.
 
-
-def agreements(name: str) -> tuple[bool, bool]:
-    """(agree before, agree after) the log line of transition `name`."""
-    return name in HOST_FREEING, name == "Commit" or name in HOST_FREEING
+    After every `Commit`: the model's agreement; slab pages other ranks stored become
+    readable. Around every transition that frees host pages: ranks run ahead of each
+    other between agreements, so a freed host page could be poisoned by one rank while
+    a slower one still loads its old content (the barrier before orders every earlier
+    load before the poison), or a poison could land after another rank already stored
+    new content into the reused page (the barrier after orders the poison before every
+    later store).
+    """
+    frees_host = any(e[0] == "poison_host" for e in effects)
+    return frees_host, frees_host or name == "Commit"
 
 
 class PlanError(ValueError):
@@ -136,4 +139,4 @@ def _batch(out: list[Batch], cur: Batch | None, kind: str) -> Batch:
     return cur
 
 
-__all__ = ["Batch", "HOST_FREEING", "PlanError", "agreements", "plan_rank"]
+__all__ = ["Batch", "PlanError", "agreements", "plan_rank"]

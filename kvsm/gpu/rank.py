@@ -128,7 +128,6 @@ class RankReplay:
         self.first_bad = 0
         self.broken = False  # the state is not the log's: apply nothing more
         self.halted = False  # the bytes are wrong: keep the model, move nothing more
-        self._slab_path = ""
 
     # ---- setup ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -198,9 +197,13 @@ class RankReplay:
 
     # ---- the loop --------------------------------------------------------------------------------
     def run(self) -> Report:
+        """The replay. Two states advance: `ref`, the model applied to the logged
+        transitions (identical on every rank, so it alone decides where the ranks meet),
+        and `state`, what this rank actually applied: the same value unless a fault
+        made the rank leave the log, after which `state` stays where it left."""
         t_start = time.monotonic()
         hooks = self.opts.hooks
-        state = initial_state(self.cfg)
+        state = ref = initial_state(self.cfg)
         log_digest = self.header.initial_digest
         if state.digest() != log_digest:
             self._fail(LOG, 0, {"kind": "log", "transition": 0, "message": f"{self.opts.log}:1: initial digest {log_digest} != {state.digest()} of the config's initial state"})
@@ -213,17 +216,22 @@ class RankReplay:
                 item = next(stream, None)
             except LogError as e:
                 self._fail(LOG, last + 1, {"kind": "log", "transition": last + 1, "line": e.line, "message": str(e)})
-                self.broken = True
                 break
             if item is None:
                 break
-            lineno, i, t, digest = item
-            before, after = agreements(t.name)
+            _, i, t, digest = item
+            try:
+                ref_next = apply(ref, t)
+            except Rejected as e:  # the log itself is wrong: every rank gets here alike
+                self._fail(REJECTED, i, {"kind": "rejected", "transition": i, "message": f"transition {i} {t} rejected by the model: {e}"})
+                break
+            before, after = agreements(t.name, ref_next.effects)
             if before and not self.agree(i - 1, log_digest, state):
                 stopped = True
                 break
             if not self.broken:
-                state = self._step(i, t, digest, state, hooks)
+                state = self._step(i, t, digest, state, ref_next, hooks)
+            ref = ref_next
             log_digest = digest
             last = i
             self.report.transitions = i
@@ -241,19 +249,19 @@ class RankReplay:
         if self.status == OK:
             self.status, self.first_bad = code, index
 
-    def _step(self, i: int, t: Any, digest: str, state: ClusterState, hooks: Hooks) -> ClusterState:
+    def _step(self, i: int, t: Any, digest: str, state: ClusterState, ref_next: ClusterState, hooks: Hooks) -> ClusterState:
+        """Apply transition `i` on this rank (the logged one, already applied as
+        `ref_next`, unless a hook substitutes another) and execute its effects."""
         applied = hooks.tampered(i, self.rank, state, t, digest) if hooks else t
-        if applied is not t:
+        if applied is t:
+            new = ref_next
+        else:
             self.report.injected.append({"tamper": i, "rank": self.rank, "logged": str(t), "applied": str(applied)})
-        try:
             new = apply(state, applied) if applied is not None else state
-        except Rejected as e:
-            self._fail(REJECTED, i, {"kind": "rejected", "transition": i, "message": f"transition {i} {applied} rejected on rank {self.rank}: {e}"})
-            self.broken = True
-            return state
         if new.digest() != digest:
-            # This rank left the log: stop here; the next agreement names it.
-            self.status, self.first_bad = (DIGEST, i) if self.status == OK else (self.status, self.first_bad)
+            # This rank left the log: it moves nothing more; the next agreement names it.
+            if self.status == OK:
+                self.status, self.first_bad = DIGEST, i
             self.broken = True
             return new
         if self.halted:
