@@ -90,7 +90,10 @@ class Slab:
             size = os.fstat(fd).st_size
             if size != HEADER + shape.nbytes:
                 raise SlabError(f"host slab {path}: {size} bytes, expected {HEADER + shape.nbytes}")
-            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            # MAP_POPULATE maps every page now, not at its first touch in the middle of a
+            # timed copy (on CUDA, cudaHostRegister below pins them anyway)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self._map = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         head = _HEAD.unpack_from(self._map, 0)
