@@ -8,10 +8,10 @@ checked (on the device, before it leaves) and every loaded page is checked (on t
 device, after it landed) against the content generator; a batch's check is one op and
 its result comes back once per transition.
 
-Agreements are all-reduces over gloo, at points the log line alone decides
-(`plan.agreements`): at every `Commit` (the model's only cross-rank agreement: after
-it, slab pages written by other ranks may be read), before and after every line that
-may free host pages, and at the end. Each carries the rank's state digest (as four
+Agreements are all-reduces over gloo, at points the log decides (`plan.agreements`,
+on the model applied to the logged transitions): at every `Commit` (the model's only
+cross-rank agreement: after it, slab pages written by other ranks may be read), before
+and after every transition that frees host pages, and at the end. Each carries the rank's state digest (as four
 32-bit limbs; MAX of the limbs and MAX of their negations give the elementwise MAX and
 MIN, equal to the log's digest exactly when every rank's digest is) and the rank's
 status. A rank that found a problem stops moving bytes but keeps meeting the others,
@@ -21,6 +21,7 @@ rank and, for a bad page, the page.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import os
 import pickle
@@ -332,7 +333,7 @@ class RankReplay:
             k += len(b)
             rep.bytes_verified += len(b) * self.page_nbytes
         for pos in bad:
-            j = max(n for n in range(len(starts)) if starts[n] <= pos)
+            j = bisect.bisect_right(starts, pos) - 1
             self._report_bad_page(i, t, checks[j][0], pos - starts[j])
 
     def _check(self, actual: torch.Tensor, b: Batch) -> torch.Tensor:
