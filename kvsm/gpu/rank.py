@@ -137,6 +137,7 @@ class RankReplay:
         mappings keep it alive and nothing is left behind if a rank dies."""
         shared: list[Any] = [None, None, ""]
         if self.rank == 0:
+            path = ""
             try:
                 path, token = create_slab(self.opts.slab_dir, self.shape)
                 fresh = Slab(path, token, self.shape, torch.device("cpu"))
@@ -144,19 +145,23 @@ class RankReplay:
                 fresh.close()
                 shared = [path, token, ""]
             except Exception as e:  # noqa: BLE001 - reported to every rank below
+                if path:
+                    os.unlink(path)
                 shared = [None, None, str(e)]
-        path, token, err = broadcast_obj(shared, self.rank, src=0)
-        if not err:
-            try:
-                self.slab = Slab(path, token, self.shape, self.device)
-                self.pool = new_pool(self.cfg.L1, self.shape, self.device)
-                self.xfer = Transfer(self.pool, self.slab, self.opts.io, self.device)
-                self.gen = Generator(self.shape.payloads, self.opts.layers, self.opts.page_bytes, self.device)
-            except Exception as e:  # noqa: BLE001
-                err = f"rank {self.rank}: {e}"
-        errs = all_gather_obj(err, self.world)
-        if self.rank == 0 and path:
-            os.unlink(path)
+        try:
+            path, token, err = broadcast_obj(shared, self.rank, src=0)
+            if not err:
+                try:
+                    self.slab = Slab(path, token, self.shape, self.device)
+                    self.pool = new_pool(self.cfg.L1, self.shape, self.device)
+                    self.xfer = Transfer(self.pool, self.slab, self.opts.io, self.device)
+                    self.gen = Generator(self.shape.payloads, self.opts.layers, self.opts.page_bytes, self.device)
+                except Exception as e:  # noqa: BLE001
+                    err = f"rank {self.rank}: {e}"
+            errs = all_gather_obj(err, self.world)
+        finally:
+            if self.rank == 0 and shared[0]:
+                os.unlink(shared[0])
         bad = list(dict.fromkeys(e for e in errs if e))  # rank 0's error reaches every rank
         if bad:
             raise ReplayError("; ".join(bad))
