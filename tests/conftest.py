@@ -31,9 +31,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_java = shutil.which("java") is None
     no_cuda = None
     for item in items:
-        if "tlc" in item.keywords and no_java:
+        # markers, not keywords: keywords also hold folder names (this checkout may sit in
+        # a folder named "gpu")
+        if item.get_closest_marker("tlc") is not None and no_java:
             item.add_marker(pytest.mark.skip(reason="needs Java for TLC (apt-get install default-jre-headless)"))
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             if no_cuda is None:
                 no_cuda = not _has_cuda()
             if no_cuda:

@@ -1,0 +1,87 @@
+"""`kvsm gpu ...`: the GPU backend's commands. torch is imported only when one runs, so
+that `kvsm --help` works without it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True)
+
+
+def _print_summary(s: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(s) + "\n")
+        return
+    for f in s["failures"]:
+        err.print(f"[red]{f['kind']}:[/red] {f['message']}", highlight=False)
+    typer.echo(
+        f"{'ok' if s['ok'] else 'FAILED'}: replayed {s['transitions']} transitions on {s['ranks']} ranks ({s['device']}, {s['io']} copies): "
+        f"{s['pages_copied']} pages copied, {s['bytes_verified']} bytes verified, "
+        f"{s['gbps_l1_l2']} GB/s L1<->L2, {s['digest_mismatches']} digest mismatches, {s['seconds']} s"
+    )
+    if s.get("io_note"):
+        err.print(f"note: {s['io_note']}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    gpu = typer.Typer(no_args_is_help=True, help="The GPU backend: replay a log on R rank processes that move and verify real KV bytes.")
+    app.add_typer(gpu, name="gpu")
+
+    @gpu.command("replay")
+    def replay(
+        log: Path = typer.Argument(..., help="transition log (JSONL)"),
+        ranks: Optional[int] = typer.Option(None, "--ranks", min=1, help="rank processes; must equal the log's R (default: the log's R)"),
+        device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)"),
+        page_bytes: int = typer.Option(4096, "--page-bytes", help="bytes of one page per layer and payload (a multiple of 8)"),
+        layers: int = typer.Option(4, "--layers", help="layers per page"),
+        io: str = typer.Option("auto", "--io", help="auto, direct (the device addresses the slab) or staged (pinned staging buffer)"),
+        slab_dir: str = typer.Option("/dev/shm", "--slab-dir", help="where the shared host slab file is made (a RAM file system)"),
+        timeout: float = typer.Option(300.0, "--timeout", help="seconds a rank waits for the others at an agreement"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Replay LOG on R rank processes (or, under torchrun, as this rank): apply the model,
+        move real KV bytes between device pools and the shared host slab, verify every page
+        stored and loaded, and agree on the state digest at every Commit and at the end.
+        Exit 0 only when nothing mismatched."""
+        from ..gpu.hooks import InjectError, from_env  # noqa: PLC0415
+        from ..gpu.options import Options, ReplayError, check_inputs  # noqa: PLC0415
+
+        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir)
+        try:  # bad input is refused before torch is imported (seconds) or any process starts
+            check_inputs(opts, ranks)
+            from_env()
+        except (ReplayError, InjectError) as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False)
+            raise typer.Exit(2) from None
+
+        from .. import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
+
+        import torch  # noqa: PLC0415
+
+        from ..gpu.launch import replay_as_this_rank, under_torchrun  # noqa: PLC0415
+        from ..gpu.launch import replay as do_replay  # noqa: PLC0415
+
+        if device is None:
+            opts = replace(opts, device="cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            if under_torchrun():
+                ok, summary = replay_as_this_rank(opts, ranks)
+                if summary is not None:
+                    _print_summary(summary, as_json)
+                raise typer.Exit(0 if ok else 1)
+            summary = do_replay(opts, ranks)
+        except (ReplayError, InjectError) as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False)
+            raise typer.Exit(2) from None
+        except torch.multiprocessing.ProcessRaisedException as e:
+            err.print(f"[red]error:[/red] a rank process failed:\n{e}", highlight=False)
+            raise typer.Exit(3) from None
+        _print_summary(summary, as_json)
+        raise typer.Exit(0 if summary["ok"] else 1)

@@ -1,0 +1,20 @@
+"""The GPU backend: R rank processes replay a transition log and move real KV bytes.
+
+Each rank applies the pure model to every logged transition (its replicated state is
+the model's) and executes the physical effects (`ClusterState.effects`) of the pages it
+owns: fills, stores to the shared host slab, loads back, poison of freed pages. Loaded
+and stored pages are verified against the content generator; the ranks agree on their
+state digests over gloo at every `Commit`, around every host free and at the end.
+
+Modules: `plan` (pure: a transition's effects -> this rank's batches, no torch),
+`hooks` (test-only fault injection), `generator` (page bytes from content identities),
+`memory` (device pool, shared host slab), `transfer` (batched copies), `rank` (one
+rank's replay loop), `launch` (spawn or torchrun, the summary). Only `plan` and
+`hooks` may be imported without torch.
+"""
+
+import warnings
+
+# A CPU-only torch without numpy warns at import; the backend never uses numpy.
+NUMPY_WARNING = "Failed to initialize NumPy"
+warnings.filterwarnings("ignore", message=NUMPY_WARNING)

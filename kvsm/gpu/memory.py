@@ -1,0 +1,175 @@
+"""The two tiers of real memory: a rank's device KV pool (L1) and the shared host slab (L2).
+
+Byte layout (all words are 64-bit, `W = page_bytes / 8`):
+
+- Device pool of rank `r`: one tensor `[L1, X, layers, W]` on its device, page-major so
+  that a batch of pages is one gather or scatter over all payloads and layers. It holds
+  only the rank's own lane: global device page `p` (with `p mod R == r`) is local row
+  `p // R`. On one GPU every rank allocates its own lane, so the pools together are
+  exactly the model's `R * L1` pages.
+- Host slab: one file in `/dev/shm` mapped `MAP_SHARED` by every rank of the node: a
+  4 KiB header (magic, a run token, the shape), then one region per payload, each
+  `[L2, layers, W]`, so host page `h` of payload `x` is the row `slab[x, h]`. On CUDA
+  each rank registers the mapping with `cudaHostRegister` (portable, mapped), so DMA
+  and kernels reach it without a bounce through pageable memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from .generator import POISON_DEV, POISON_HOST
+
+HEADER = 4096
+MAGIC = b"KVSMSLAB"
+_HEAD = struct.Struct("<8s16sQQQQ")  # magic, token, payloads, L2, layers, page_bytes
+
+CUDA_HOST_REGISTER_PORTABLE = 1
+CUDA_HOST_REGISTER_MAPPED = 2
+
+
+class SlabError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Shape:
+    payloads: int
+    pages: int  # L2
+    layers: int
+    page_bytes: int
+
+    @property
+    def row_words(self) -> int:
+        return self.layers * self.page_bytes // 8
+
+    @property
+    def nbytes(self) -> int:
+        return self.payloads * self.pages * self.layers * self.page_bytes
+
+
+def create_slab(directory: str, shape: Shape) -> tuple[str, bytes]:
+    """Create the slab file (rank 0), poisoned, and return its path and run token."""
+    token = secrets.token_bytes(16)
+    path = os.path.join(directory, f"kvsm-slab-{os.getpid()}-{token.hex()[:12]}")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError as e:
+        raise SlabError(f"host slab {path}: cannot create: {e.strerror}") from None
+    try:
+        # Reserve the memory now: a sparse file on a full tmpfs would kill the first rank
+        # that touches a missing page with SIGBUS instead of failing here.
+        os.posix_fallocate(fd, 0, HEADER + shape.nbytes)
+        os.pwrite(fd, _HEAD.pack(MAGIC, token, shape.payloads, shape.pages, shape.layers, shape.page_bytes), 0)
+    except OSError as e:
+        os.close(fd)
+        os.unlink(path)
+        raise SlabError(
+            f"host slab {path}: cannot reserve {HEADER + shape.nbytes} bytes in {directory}: {e.strerror} (try --slab-dir)"
+        ) from None
+    os.close(fd)
+    return path, token
+
+
+class Slab:
+    """One rank's mapping of the shared host slab."""
+
+    def __init__(self, path: str, token: bytes, shape: Shape, device: torch.device) -> None:
+        self.path, self.shape, self.device = path, shape, device
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as e:
+            raise SlabError(f"host slab {path}: cannot open: {e.strerror} (do all ranks run on one node?)") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != HEADER + shape.nbytes:
+                raise SlabError(f"host slab {path}: {size} bytes, expected {HEADER + shape.nbytes}")
+            # MAP_POPULATE maps every page now, not at its first touch in the middle of a
+            # timed copy (on CUDA, cudaHostRegister below pins them anyway)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self._map = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        head = _HEAD.unpack_from(self._map, 0)
+        if head[0] != MAGIC or head[1] != token:
+            raise SlabError(f"host slab {path}: header is not this run's (the ranks do not share one host's memory)")
+        if head[2:] != (shape.payloads, shape.pages, shape.layers, shape.page_bytes):
+            raise SlabError(f"host slab {path}: shape {head[2:]} differs from {shape}")
+        raw = torch.frombuffer(self._map, dtype=torch.int64, offset=HEADER, count=shape.nbytes // 8)
+        self.host = raw.view(shape.payloads, shape.pages, shape.layers, shape.page_bytes // 8)
+        self.registered = False
+        self.dev: torch.Tensor | None = None  # the slab as the device addresses it (see `map_to_device`)
+        if device.type == "cuda":
+            err = torch.cuda.cudart().cudaHostRegister(
+                raw.data_ptr(), shape.nbytes, CUDA_HOST_REGISTER_PORTABLE | CUDA_HOST_REGISTER_MAPPED
+            )
+            if int(err) != 0:
+                raise SlabError(f"host slab {path}: cudaHostRegister of {shape.nbytes} bytes failed with CUDA error {int(err)}")
+            self.registered = True
+        else:
+            self.dev = self.host
+
+    def map_to_device(self) -> torch.Tensor:
+        """The registered slab as a CUDA tensor (zero copy over unified addressing): kernels
+        that gather from or scatter into it move the bytes over the bus themselves."""
+        if self.dev is None:
+            ptr, n = self.host.data_ptr(), self.shape.nbytes
+
+            class _Iface:
+                __cuda_array_interface__ = {
+                    "shape": (n // 8,),
+                    "typestr": "<i8",
+                    "data": (ptr, False),
+                    "version": 2,
+                }
+
+            flat = torch.as_tensor(_Iface(), device=self.device)
+            if flat.data_ptr() != ptr:
+                raise SlabError(f"host slab {self.path}: the device does not address registered memory at its host address")
+            self.dev = flat.view(self.host.shape)
+        return self.dev
+
+    def poison(self, pages: torch.Tensor) -> None:
+        """Poison host pages (a CPU index tensor) in every payload region, on the host."""
+        for x in range(self.shape.payloads):
+            self.host[x].index_fill_(0, pages, POISON_HOST)
+
+    def close(self) -> None:
+        self.dev = None
+        if self.registered:
+            torch.cuda.cudart().cudaHostUnregister(self.host.data_ptr())
+            self.registered = False
+        del self.host
+        try:
+            self._map.close()
+        except BufferError:
+            pass  # a tensor view is still alive; the mapping goes with the process
+
+
+def new_pool(lane_pages: int, shape: Shape, device: torch.device) -> torch.Tensor:
+    """A rank's device pool: its lane's pages, poisoned (every page starts free)."""
+    pool = torch.empty((lane_pages, shape.payloads, shape.layers, shape.page_bytes // 8), dtype=torch.int64, device=device)
+    return pool.fill_(POISON_DEV)
+
+
+class Scratch:
+    """Reusable buffers by name, grown by doubling: a fresh allocation per batch costs
+    page faults on the CPU and allocator churn on the GPU."""
+
+    def __init__(self, device: torch.device, pinned: bool = False) -> None:
+        self.device, self.pinned = device, pinned
+        self._bufs: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, rows: int, tail: tuple[int, ...], dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        buf = self._bufs.get(name)
+        if buf is None or buf.shape[0] < rows or tuple(buf.shape[1:]) != tail or buf.dtype != dtype:
+            n = max(rows, 2 * buf.shape[0] if buf is not None and tuple(buf.shape[1:]) == tail else rows)
+            buf = torch.empty((n, *tail), dtype=dtype, device=self.device, pin_memory=self.pinned)
+            self._bufs[name] = buf
+        return buf[:rows]

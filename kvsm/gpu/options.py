@@ -1,0 +1,52 @@
+"""A replay's options and the checks that need no torch, so that bad input is refused
+before any process starts or torch is imported."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..log import LogError, read_log
+from .hooks import Hooks
+
+IO_MODES = ("auto", "direct", "staged")
+DEVICES = ("cpu", "cuda")
+
+
+class ReplayError(RuntimeError):
+    """The run could not start (bad input or environment); the message says why."""
+
+
+@dataclass(frozen=True)
+class Options:
+    log: str
+    device: str = "cpu"
+    page_bytes: int = 4096  # per page, layer and payload; a multiple of 8
+    layers: int = 4
+    io: str = "auto"
+    timeout_s: float = 300.0
+    slab_dir: str = "/dev/shm"
+    hooks: Hooks = field(default_factory=Hooks)
+
+
+def check_inputs(opts: Options, ranks: int | None) -> int:
+    """Validate what can be validated before any process starts; returns the log's R."""
+    try:
+        header, stream = read_log(opts.log)
+    except LogError as e:
+        raise ReplayError(str(e)) from None
+    stream.close()
+    R = header.config.R
+    if ranks is not None and ranks != R:
+        raise ReplayError(f"{opts.log}: the log's config has R={R} but --ranks is {ranks}")
+    if opts.page_bytes <= 0 or opts.page_bytes % 8:
+        raise ReplayError(f"--page-bytes must be a positive multiple of 8, got {opts.page_bytes}")
+    if opts.layers < 1:
+        raise ReplayError(f"--layers must be >= 1, got {opts.layers}")
+    if opts.io not in IO_MODES:
+        raise ReplayError(f"--io must be one of {', '.join(IO_MODES)}, got {opts.io!r}")
+    if opts.device not in DEVICES:
+        raise ReplayError(f"--device must be cuda or cpu, got {opts.device!r}")
+    if not os.path.isdir(opts.slab_dir):
+        raise ReplayError(f"--slab-dir {opts.slab_dir}: not a directory")
+    return R
