@@ -145,36 +145,39 @@ def explore(
 @app.command()
 def run(
     seed: int = typer.Option(0, "--seed", "-s"),
-    steps: int = typer.Option(2000, "--steps", "-n", min=1),
+    requests: int = typer.Option(300, "--requests", "-n", min=1, help="requests of the bundled trace to simulate"),
     outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's logs go"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """The main job on built-in defaults: a walk on the default config, its replay with every invariant checked, and exhaustive exploration of the small config."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake trace, replay of its log, exhaustive exploration of the small config, and TLC on the ci config where Java is present."""
     from .explore import explore as do_explore
-    from .log import Header, LogWriter
     from .log import replay as do_replay
-    from .state import initial_state
-    from .walk import walk as do_walk
+    from .sim import run_main_job
 
     rows: list[tuple[str, str, str]] = []
     ok = True
-    cfg = _config("default")
-    log = outdir / f"walk-default-{seed}.jsonl"
     t0 = time.perf_counter()
-    s0 = initial_state(cfg)
-    with LogWriter(log, Header(cfg, seed, "walk", s0.digest(), {"steps": steps})) as w:
-        for t, s in do_walk(cfg, steps, seed, s0):
-            w.write(t, s)
-    rows.append(("walk default", f"{w.count} transitions -> {log}", f"{time.perf_counter() - t0:.1f}s"))
+    summary = run_main_job(outdir, seed=seed, requests=requests, ranks=4)
+    log = Path(summary["log"])
+    rows.append((
+        "sim (4 ranks, L1+L2)",
+        f"{summary['requests']} requests, block hit rate {summary['hit_rate_blocks']:.3f}, "
+        f"{summary['transitions']} transitions -> {log}",
+        f"{time.perf_counter() - t0:.1f}s",
+    ))
     t0 = time.perf_counter()
-    res = do_replay(log, check=True)
+    res = do_replay(log)
     ok &= res.ok
-    rows.append(("replay --check", "ok" if res.ok else f"FAILED {res.first_mismatch or res.violations[:1]}", f"{time.perf_counter() - t0:.1f}s"))
+    rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     t0 = time.perf_counter()
     g = do_explore(_config("small"), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
+    tlc_row = _tlc_row()
+    if tlc_row is not None:
+        ok &= tlc_row[1].startswith("ok")
+        rows.append(tlc_row)
     if as_json:
         _emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
     else:
@@ -185,6 +188,21 @@ def run(
             table.add_row(*r)
         console.print(table)
     raise typer.Exit(0 if ok else 1)
+
+
+def _tlc_row() -> tuple[str, str, str] | None:
+    """`kvsm check --config ci` when TLC is available (the spec and its binding)."""
+    try:
+        from .tla import TlcUnavailable, check_config  # noqa: PLC0415
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    try:
+        r = check_config("ci")
+    except TlcUnavailable as e:
+        return ("TLC check ci", f"skipped: {e}", "-")
+    verdict = "ok" if r["violation"] is None else f"VIOLATION {r['violation']['property']}"
+    return ("TLC check ci", f"{verdict}: {r['distinct_states']} distinct states, depth {r['depth']}", f"{time.perf_counter() - t0:.1f}s")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -62,6 +62,8 @@ class Config:
     spill_inflight: int = 1
     reload_inflight: int = 1
     spill_queue_cap: int = 8
+    # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
+    max_disk_faults: int = 0
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -98,6 +100,7 @@ _INT_FIELDS = {
     "spill_inflight": 1,
     "reload_inflight": 1,
     "spill_queue_cap": 1,
+    "max_disk_faults": 0,
     "max_requests": 0,
     "max_live": 0,
 }

@@ -127,11 +127,13 @@ class Request:
     phase: str
     node: int  # where its lock sits (root = none)
     pages: tuple[int, ...]  # device pages it holds itself (allocated at Insert)
+    reload_tried: bool = False  # an L3 reload is looked up once per request
 
     BULKY = "tokens"
 
     def encode(self) -> str:
-        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}"
+        tried = "|R" if self.reload_tried else ""
+        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}{tried}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,7 @@ class ClusterState:
     spill_done: tuple[tuple[bool, ...], ...]  # local: ok bit of each op rank r wrote, from the head
     reload_done: tuple[tuple[bool, ...], ...]  # local: ok bit of each op rank r read, from the head
     disk_ok: tuple[bool, ...]  # local
+    disk_faults: int  # DiskFail transitions so far (bounded by config.max_disk_faults)
     l3: immutables.Map  # local: (rank, page hash) -> content held on that rank's disk
     spill_staged: tuple[tuple[tuple[tuple[int, int | None], ...], ...], ...]  # ghost: per rank, gathered copies not yet written
     dev_index: PSortedSet
@@ -257,6 +260,7 @@ class ClusterState:
                 s["spill_done"] = self.spill_done
                 s["reload_done"] = self.reload_done
                 s["disk_ok"] = self.disk_ok
+                s["disk_faults"] = self.disk_faults
         return s
 
     def digest(self) -> str:
@@ -367,6 +371,7 @@ def initial_state(cfg: Config) -> ClusterState:
         spill_done=((),) * cfg.R,
         reload_done=((),) * cfg.R,
         disk_ok=(True,) * cfg.R,
+        disk_faults=0,
         l3=immutables.Map(),
         spill_staged=((),) * cfg.R,
         dev_index=PSortedSet(),
@@ -519,6 +524,7 @@ class Tx:
         self.spill_done = list(s.spill_done)
         self.reload_done = list(s.reload_done)
         self.disk_ok = list(s.disk_ok)
+        self.disk_faults = s.disk_faults
         self.next_id = s.next_id
         self.clock = s.clock
         self.next_rid = s.next_rid
@@ -786,6 +792,7 @@ class Tx:
             spill_done=tuple(self.spill_done),
             reload_done=tuple(self.reload_done),
             disk_ok=tuple(self.disk_ok),
+            disk_faults=self.disk_faults,
             l3=l3,
             spill_staged=spill_staged,
             dev_index=dev_index,

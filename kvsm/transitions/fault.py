@@ -15,8 +15,12 @@ def _set_disk(s: ClusterState, t: Transition, ok: bool) -> ClusterState:
     r = _rank(s, t)
     if s.disk_ok[r] == ok:
         raise Rejected(f"rank {r}'s disk is already {'working' if ok else 'failing'}")
+    if not ok and s.config.max_disk_faults and s.disk_faults >= s.config.max_disk_faults:
+        raise Rejected(f"all {s.config.max_disk_faults} disk faults of the config have happened")
     tx = Tx(s)
     tx.disk_ok[r] = ok
+    if not ok:
+        tx.disk_faults += 1
     return tx.commit()
 
 
@@ -30,6 +34,8 @@ def disk_recover(s: ClusterState, t: Transition) -> ClusterState:
 
 def disk_fail_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.config.L3:
+        if s.config.max_disk_faults and s.disk_faults >= s.config.max_disk_faults:
+            return
         for r in range(s.config.R):
             if s.disk_ok[r]:
                 yield Transition.make("DiskFail", rank=r)

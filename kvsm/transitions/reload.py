@@ -19,6 +19,7 @@ reservation stays until the op is admitted or aborted.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 import immutables
@@ -74,19 +75,20 @@ def reload_mark(s: ClusterState, t: Transition) -> ClusterState:
     req = s.requests.get(rid)
     if req is None or req.phase != QUEUED:
         raise Rejected(f"request {rid} is not a queued request")
-    if rid in s.reload_candidates or held(s, rid):
-        raise Rejected(f"request {rid} is already marked or held for a reload")
+    if req.reload_tried:
+        raise Rejected(f"request {rid} has already been looked up in L3")
     cand = reload_target(s, rid)
     if cand is None:
         raise Rejected(f"request {rid}'s key has no clean miss to reload")
     tx = Tx(s)
     tx.reload_candidates.set(rid, cand)
+    tx.requests.set(rid, replace(req, reload_tried=True))
     return tx.commit()
 
 
 def reload_mark_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.config.L3:
-        for rid in sorted(r.id for r in s.requests.values() if r.phase == QUEUED):
+        for rid in sorted(r.id for r in s.requests.values() if r.phase == QUEUED and not r.reload_tried):
             yield Transition.make("ReloadMark", rid=rid)
 
 
