@@ -11,8 +11,10 @@ import pytest
 
 from kvsm.config import load_config
 from kvsm.gpu.hooks import CorruptSlab, InjectError, Tamper, parse
-from kvsm.gpu.plan import PlanError, agreements, plan_rank
+from kvsm.gpu.plan import MODEL_AGREEMENTS, PlanError, agreements, plan_rank
 from kvsm.walk import walk
+
+from .helpers import T, fresh, node_by_key, run
 
 FOUR_RANKS = """
 R = 4
@@ -43,6 +45,109 @@ LoadBack = 8
 """
 
 
+# An L3 tier small enough to fill: L1 and L2 force spills and evictions, prompts share
+# system prefixes so evicted prefixes come back (reloads), rare disk faults make some
+# spill writes and reloads fail.
+L3_TWO_RANKS = """
+R = 2
+P = 4
+L1 = 4
+L2 = 8
+L3 = 16
+policy = "write_through"
+write_threshold = 1
+load_back_threshold = 4
+max_live = 2
+reload_ttl = 4
+[prompt_generator]
+seed = 5
+systems = 2
+system_pages = 3
+per_system = 3
+min_pages = 1
+max_pages = 3
+out_pages = 1
+[walk_weights]
+Arrive = 0.5
+Abort = 0.1
+Rollback = 0.05
+WriteDone = 3
+Commit = 2
+SpillSubmit = 2
+SpillGathered = 3
+SpillDone = 3
+SpillAck = 2
+ReloadMark = 3
+ReloadReserve = 3
+ReloadDone = 3
+ReloadAdmit = 3
+EvictDevice = 2
+EvictHost = 2
+LoadBack = 6
+DiskFail = 0.05
+DiskRecover = 0.5
+"""
+L3_FOUR_RANKS = (
+    L3_TWO_RANKS.replace("R = 2", "R = 4")
+    .replace("L1 = 4", "L1 = 3")
+    .replace("L2 = 8", "L2 = 16")
+    .replace("system_pages = 3", "system_pages = 4")
+    .replace("max_pages = 3", "max_pages = 4")
+)
+L3_STEPS = 400
+
+
+def l3_coverage(steps) -> set[str]:
+    """What a sequence of (transition, state) exercises of the L3 tier."""
+    R = steps[0][1].config.R
+    got: set[str] = set()
+    reloaded: dict[int, int] = {}  # host page -> the rank that read it from disk, while it holds that
+    for t, s in steps:
+        for e in s.effects:
+            if e[0] == "spill_write" and e[2]:
+                got.add("spill_write_ok" if e[3] else "spill_write_failed")
+            elif e[0] == "reload_read" and e[2]:
+                got.add("reload_read_ok" if e[3] else "reload_read_failed")
+                if e[3]:
+                    reloaded.update((p, e[1]) for _, p in e[2])
+            elif e[0] == "poison_host":
+                for p in range(e[1], e[1] + e[2]):
+                    reloaded.pop(p, None)
+            elif e[0] == "load" and e[1] in reloaded:
+                got.add("load_of_a_reloaded_page")
+                if reloaded[e[1]] != e[2] % R:
+                    got.add("load_of_a_page_another_rank_reloaded")
+        if t.name == "ReloadAdmit" and not any(e[0] == "poison_host" for e in s.effects):
+            got.add("admitted")
+    return got
+
+
+# A load of a page another rank reloaded is rare in walks (a page's L3 owner `i mod R`
+# is its load-back lane unless the run starts above the reloaded node); the scenario
+# `reload_then_misaligned_load_back` below makes one.
+L3_NEEDS = {"spill_write_ok", "spill_write_failed", "reload_read_ok", "reload_read_failed", "admitted", "load_of_a_reloaded_page"}
+
+
+def first_l3_walk(text: str, where, needs: set[str] = L3_NEEDS) -> tuple[int, list]:
+    """(seed, steps) of the lowest seed whose walk of the config `text` exercises `needs`,
+    found by search rather than fixed, so that a model change cannot silently leave the
+    tests with a walk that exercises nothing."""
+    path = where / "l3.toml"
+    path.write_text(text)
+    cfg = load_config(path)
+    for seed in range(200):
+        steps = list(walk(cfg, L3_STEPS, seed))
+        if needs <= l3_coverage(steps):
+            return seed, steps
+    raise AssertionError(f"no walk of {L3_STEPS} steps within 200 seeds exercises {sorted(needs)}")
+
+
+@pytest.fixture(scope="module", params=["two", "four"])
+def l3_walk(request, tmp_path_factory):
+    text = L3_TWO_RANKS if request.param == "two" else L3_FOUR_RANKS
+    return first_l3_walk(text, tmp_path_factory.mktemp("l3"))[1]
+
+
 @pytest.fixture(scope="module")
 def four_rank_walk(tmp_path_factory):
     path = tmp_path_factory.mktemp("cfg") / "four.toml"
@@ -56,16 +161,33 @@ def _page_ops(effects):
     for e in effects:
         if e[0] == "poison_host":
             out.update(("poison_host", e[1] + i) for i in range(e[2]))
+        elif e[0] == "spill_gather":
+            out.update(("spill_gather", e[1], p, h) for p, h in e[2])
+            out[("op", e[0], e[1])] += 1
+        elif e[0] == "spill_write":
+            out.update(("spill_write", e[1], h, e[3]) for h in e[2])
+            out[("op", e[0], e[1])] += 1
+        elif e[0] == "reload_read":
+            out.update(("reload_read", e[1], h, p, e[3]) for h, p in e[2])
+            out[("op", e[0], e[1])] += 1
         else:
             out[e] += 1
     return out
 
 
-def _batch_ops(state, batches):
+def _batch_ops(state, batches, rank):
     out = Counter()
     for b in batches:
+        if b.kind in ("spill_gather", "spill_write", "reload_read"):
+            out[("op", b.kind, rank)] += 1  # one batch per op, even one that lists no page
         for j in range(len(b)):
-            if b.kind == "fill":
+            if b.kind == "spill_gather":
+                out[("spill_gather", rank, b.host[j], b.hashes[j])] += 1
+            elif b.kind == "spill_write":
+                out[("spill_write", rank, b.hashes[j], b.ok)] += 1
+            elif b.kind == "reload_read":
+                out[("reload_read", rank, b.hashes[j], b.host[j], b.ok)] += 1
+            elif b.kind == "fill":
                 out[("fill", b.dev[j], b.content[j])] += 1
             elif b.kind == "load":
                 out[("load", b.host[j], b.dev[j])] += 1
@@ -78,9 +200,9 @@ def _batch_ops(state, batches):
     return out
 
 
-def test_every_page_operation_is_done_by_exactly_one_rank(four_rank_walk):
+def _every_page_operation_once(steps) -> Counter:
     kinds = Counter()
-    for _, state in four_rank_walk:
+    for _, state in steps:
         R = state.config.R
         done = Counter()
         for r in range(R):
@@ -88,9 +210,136 @@ def test_every_page_operation_is_done_by_exactly_one_rank(four_rank_walk):
             for b in batches:
                 kinds[b.kind] += 1
                 assert all(p % R == r for p in b.dev), f"rank {r} got a page of another lane in {b}"
-            done += _batch_ops(state, batches)
+            done += _batch_ops(state, batches, r)
         assert done == _page_ops(state.effects)
+    return kinds
+
+
+def test_every_page_operation_is_done_by_exactly_one_rank(four_rank_walk):
+    kinds = _every_page_operation_once(four_rank_walk)
     assert {"fill", "load", "store", "poison_dev", "poison_host"} <= set(kinds), kinds
+
+
+def test_every_l3_operation_is_done_by_the_rank_it_names(l3_walk):
+    kinds = _every_page_operation_once(l3_walk)
+    assert {"spill_gather", "spill_write", "reload_read", "load", "store", "poison_host"} <= set(kinds), kinds
+
+
+def test_l3_batches_carry_the_models_owned_pages_and_content(l3_walk):
+    for _, state in l3_walk:
+        R = state.config.R
+        for r in range(R):
+            for b in plan_rank(state, r):
+                if b.kind == "spill_gather":
+                    # the staged copy the model just made: its pages, in object order
+                    assert [(h, c) for h, c in zip(b.hashes, b.content)] == list(state.spill_staged[r][-1])
+                    assert b.content == b.hashes, "a page's content identity is its L3 hash"
+                elif b.kind == "reload_read" and b.ok:
+                    assert b.content == b.hashes == [state.host_content[p] for p in b.host]
+                    assert all((r, h) in state.l3 for h in b.hashes), "a rank reads only what its disk holds"
+                elif b.kind == "reload_read":
+                    assert b.content == [] and all(p not in state.host_content for p in b.host)
+
+
+def _slab_accesses(state):
+    """(host page, rank, writes) for every slab page a transition's effects touch."""
+    R = state.config.R
+    for e in state.effects:
+        if e[0] == "store":
+            yield e[3], e[1], True
+        elif e[0] == "load":
+            yield e[1], e[2] % R, False
+        elif e[0] == "poison_host":
+            for i in range(e[2]):
+                yield e[1] + i, i % R, True
+        elif e[0] == "spill_gather":
+            for p, _ in e[2]:
+                yield p, e[1], False
+        elif e[0] == "reload_read" and e[3]:
+            for _, p in e[2]:
+                yield p, e[1], True
+
+
+def unordered_slab_accesses(steps, agree) -> list[str]:
+    """Pairs of accesses to one slab page by different ranks, one of them a write, that no
+    agreement separates. Ranks run ahead of each other between agreements, so such a
+    pair may happen in either order: a page read before it was written, or poisoned
+    under a reader. `agree(name, effects)` gives (before, after) as plan.agreements."""
+    sync = -1  # the latest agreement: between transition `sync` and `sync + 1`
+    last_write: dict[int, tuple[int, int]] = {}
+    reads: dict[int, dict[int, int]] = {}
+    out = []
+    for i, (t, s) in enumerate(steps, start=1):
+        before, after = agree(t.name, s.effects)
+        if before:
+            sync = i - 1
+        for p, r, writes in _slab_accesses(s):
+            prior = [last_write[p]] if p in last_write else []
+            if writes:
+                prior += [(j, rr) for rr, j in reads.get(p, {}).items()]
+            for j, rr in prior:
+                if rr != r and j > sync:
+                    out.append(f"host page {p}: rank {rr} at transition {j}, rank {r} at {i} {t}")
+            if writes:
+                last_write[p] = (i, r)
+                reads[p] = {}
+            else:
+                reads.setdefault(p, {})[r] = i
+        if after:
+            sync = i
+    return out
+
+
+def test_cross_rank_slab_accesses_are_ordered_by_agreements(four_rank_walk, l3_walk):
+    assert unordered_slab_accesses(four_rank_walk, agreements) == []
+    assert unordered_slab_accesses(l3_walk, agreements) == []
+
+
+def reload_then_misaligned_load_back() -> list:
+    """Two ranks, one page per symbol. Prefix [1] is backed up and stays on L2 only;
+    [2, 3] below it is spilled, dropped from L1 and L2, reloaded from L3 (rank 0 reads
+    object page 0, rank 1 page 1) and admitted under [1]. A request for [1, 2, 3] then
+    loads the run [1] + [2, 3] back: run page 1 (the page rank 0 read) goes to lane 1
+    and run page 2 (rank 1's) to lane 0, so each rank loads from the slab a page the
+    other wrote from its disk."""
+    s = fresh(L3=16)
+    out = []
+
+    def do(*ts):
+        nonlocal s
+        for t in ts:
+            s = run(s, t)
+            out.append((t, s))
+
+    do(T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0))
+    do(T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
+    do(T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1))
+    b = node_by_key(s, (2, 3))
+    do(T("Reserve", node=b), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
+    for _ in range(2):  # the spill queue holds [1], then [2, 3]
+        do(T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1))
+        do(T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"))
+    do(T("EvictDevice", node=b), T("EvictHost", node=b), T("EvictDevice", node=1))
+    do(T("Arrive", rid=2, tokens=[1, 2, 3], out_pages=0), T("ReloadMark", rid=2), T("ReloadReserve", rid=2))
+    do(T("ReloadDone", rank=0, ok=True), T("ReloadDone", rank=1, ok=True), T("ReloadAdmit"))
+    do(T("Match", rid=2), T("LoadBack", rid=2))
+    return out
+
+
+def test_a_page_one_rank_reloaded_is_loaded_by_another_only_after_the_reload_admit_agreement():
+    steps = reload_then_misaligned_load_back()
+    assert "load_of_a_page_another_rank_reloaded" in l3_coverage(steps)
+    assert unordered_slab_accesses(steps, agreements) == []
+
+    # Without an agreement at ReloadAdmit nothing orders rank 0's disk read into the
+    # slab before rank 1's load of that page: rank 1 may run ahead and load garbage.
+    def no_admit(name, effects):
+        before, after = agreements(name, effects)
+        return before, after and not (name == "ReloadAdmit" and not before)
+
+    bad = unordered_slab_accesses(steps, no_admit)
+    assert len(bad) == 2 and all("LoadBack" in x for x in bad), bad
+    assert any("rank 0 at transition" in x and "rank 1 at" in x for x in bad), bad
 
 
 def test_loaded_and_stored_pages_carry_the_models_claimed_content(four_rank_walk):
@@ -144,8 +393,13 @@ def test_a_page_freed_twice_in_one_run_is_refused(four_rank_walk):
         plan_rank(fake, 1)
 
 
-def test_agreements_sit_at_commit_and_around_host_frees(four_rank_walk):
+def test_agreements_sit_at_the_models_agreements_and_around_host_frees(four_rank_walk, l3_walk):
+    assert MODEL_AGREEMENTS == {"Commit", "SpillAck", "ReloadAdmit"}
     assert agreements("Commit", ()) == (False, True)
+    assert agreements("SpillAck", ()) == (False, True)
+    assert agreements("ReloadAdmit", ()) == (False, True)  # admitted: the object becomes the node's
+    assert agreements("ReloadAdmit", (("poison_host", 4, 2),)) == (True, True)  # aborted: freed
+    assert agreements("SpillGathered", (("spill_gather", 0, ((3, 7),)),)) == (False, False)
     assert agreements("EvictHost", (("poison_host", 3, 2),)) == (True, True)
     # a Reserve that finds room frees nothing and needs no agreement
     assert agreements("Reserve", ()) == (False, False)
@@ -157,6 +411,20 @@ def test_agreements_sit_at_commit_and_around_host_frees(four_rank_walk):
         seen[(t.name, before)] += 1
     # the walk frees host pages in each way the model does, and also reserves without
     assert {("EvictHost", True), ("Rollback", True), ("Reserve", False)} <= set(seen), seen
+    l3_seen = {(t.name, agreements(t.name, s.effects)) for t, s in l3_walk}
+    assert {("SpillAck", (False, True)), ("ReloadAdmit", (False, True)), ("ReloadAdmit", (True, True))} <= l3_seen
+    assert not any(a or b for name, (a, b) in l3_seen if name in ("SpillGathered", "SpillDone", "ReloadDone", "SpillSubmit"))
+
+
+def test_a_spill_gather_that_differs_from_the_models_staged_copy_is_refused(l3_walk):
+    t, state = next((t, s) for t, s in l3_walk if s.effects and s.effects[0][0] == "spill_gather" and s.effects[0][2])
+    _, r, pages = state.effects[0]
+    wrong = tuple((p, h ^ 1) for p, h in pages)
+    fake = replace(state, effects=(("spill_gather", r, wrong),))
+    with pytest.raises(PlanError, match=f"spill_gather of rank {r} lists hashes"):
+        plan_rank(fake, (r + 1) % state.config.R)  # refused on every rank alike
+    with pytest.raises(PlanError, match="names rank 9"):
+        plan_rank(replace(state, effects=(("spill_write", 9, (), True),)), 0)
 
 
 def test_injection_syntax():

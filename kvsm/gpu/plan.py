@@ -7,6 +7,14 @@ fills it, loads into it and poisons it. A `store` names its rank, which must own
 page. A freed host object `(base, length)` is poisoned page by page, page `base + i`
 by rank `i mod R`, so the ranks share the work and no page is written twice.
 
+L3 (MODEL.md section 4): a page inside an L2 object belongs to rank `i mod R`, `i` its
+index in the object. The L3 effects name their rank and list only its pages:
+`spill_gather` (copy slab pages into the rank's staging), `spill_write` (write the
+oldest staged copy to the rank's disk when ok), `reload_read` (read pages from the
+rank's disk into slab pages when ok). Each is one batch of that rank, even when it lists
+no page: staged copies form a FIFO per rank (the model's `spill_staged`), and the
+`spill_write` of an op pops the copy its `spill_gather` pushed.
+
 Ordering: a transition may free a page and reuse it (an `Insert` evicts, then fills
 the freed pages), so effects are cut into maximal runs of one kind, executed in log
 order, each run as one batch. Within a run every page is distinct (the model never
@@ -21,21 +29,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The model's cross-rank agreements (a MIN or AND over per-rank progress): the ranks meet
+# after each, having finished every copy the agreement counts.
+MODEL_AGREEMENTS = frozenset({"Commit", "SpillAck", "ReloadAdmit"})
+L3_KINDS = frozenset({"spill_gather", "spill_write", "reload_read"})
+
+
 def agreements(name: str, effects: tuple[tuple, ...]) -> tuple[bool, bool]:
     """(agree before, agree after) the log line of transition `name` whose effects, as
     the model computes them from the log (never from a rank's own state, so that a rank
     that left the log still meets the others), are `effects`.
 
-    After every `Commit`: the model's agreement; slab pages other ranks stored become
-    readable. Around every transition that frees host pages: ranks run ahead of each
+    After every model agreement: `Commit` (slab pages other ranks stored become
+    readable), `ReloadAdmit` (slab pages other ranks read from their disks become
+    readable: the admitted node may be loaded back by any lane), `SpillAck` (pins are
+    released and durability decided only once every rank's gathers and disk writes
+    are done). Around every transition that frees host pages: ranks run ahead of each
     other between agreements, so a freed host page could be poisoned by one rank while
-    a slower one still loads its old content (the barrier before orders every earlier
-    load before the poison), or a poison could land after another rank already stored
-    new content into the reused page (the barrier after orders the poison before every
-    later store).
+    a slower one still loads or gathers its old content (the barrier before orders every
+    earlier read before the poison), or a poison could land after another rank already
+    stored or reloaded new content into the reused page (the barrier after orders the
+    poison before every later write).
     """
     frees_host = any(e[0] == "poison_host" for e in effects)
-    return frees_host, frees_host or name == "Commit"
+    return frees_host, frees_host or name in MODEL_AGREEMENTS
 
 
 class PlanError(ValueError):
@@ -48,16 +65,20 @@ class Batch:
 
     `dev` are global device page ids (all in this rank's lane), `host` host page ids
     (same index as `dev` for loads and stores), `content` the identity each page must
-    hold afterwards (fills, loads) or holds before (stores); None means poisoned.
+    hold afterwards (fills, loads, reloads) or holds before (stores, gathers); None
+    means poisoned. L3 batches carry the page `hashes` (same index as `host`) and the
+    model's `ok` bit of the disk operation.
     """
 
-    kind: str  # "fill" | "load" | "store" | "poison_dev" | "poison_host"
+    kind: str  # "fill" | "load" | "store" | "poison_dev" | "poison_host" | "spill_gather" | "spill_write" | "reload_read"
     dev: list[int] = field(default_factory=list)
     host: list[int] = field(default_factory=list)
     content: list[int | None] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)
+    ok: bool = True
 
     def __len__(self) -> int:
-        return max(len(self.dev), len(self.host))
+        return max(len(self.dev), len(self.host), len(self.hashes))
 
 
 def plan_rank(state: Any, rank: int) -> list[Batch]:
@@ -75,6 +96,12 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     cur: Batch | None = None
     for eff in state.effects:
         kind = eff[0]
+        if kind in L3_KINDS:
+            run_kind, seen, cur = None, set(), None  # one batch per L3 effect: one op each
+            b = _l3_batch(state, eff)
+            if eff[1] == rank:
+                out.append(b)
+            continue
         if kind != run_kind:
             run_kind, seen, cur = kind, set(), None
         if kind == "fill":
@@ -132,6 +159,45 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     return out
 
 
+def _l3_batch(state: Any, eff: tuple) -> Batch:
+    """The batch of an L3 effect for the rank it names, checked against the model's
+    ghost of the state after it (checked for every rank alike, so that a bad effect is
+    refused everywhere)."""
+    kind, r = eff[0], eff[1]
+    R = state.config.R
+    if not (isinstance(r, int) and 0 <= r < R):
+        raise PlanError(f"{kind} names rank {r!r}, not one of 0..{R - 1}")
+    if kind == "spill_gather":
+        staged = state.spill_staged[r][-1] if state.spill_staged[r] else None
+        hashes = [h for _, h in eff[2]]
+        if staged is None or [h for h, _ in staged] != hashes:
+            raise PlanError(f"spill_gather of rank {r} lists hashes {_hex(hashes)} but the model staged {_hex([h for h, _ in staged or ()])}")
+        content = [c for _, c in staged]
+        if None in content:
+            raise PlanError(f"spill_gather of rank {r} copies host page {eff[2][content.index(None)][0]}, which the model says holds nothing")
+        b = Batch(kind, host=[h for h, _ in eff[2]], content=content, hashes=hashes)
+    elif kind == "spill_write":
+        b = Batch(kind, hashes=list(eff[2]), ok=bool(eff[3]))
+    else:  # reload_read
+        b = Batch(kind, host=[p for _, p in eff[2]], hashes=[h for h, _ in eff[2]], ok=bool(eff[3]))
+        if b.ok:
+            L2 = state.config.L2
+            b.content = [state.host_content.get(p) for p in b.host]
+            for h, c, p in zip(b.hashes, b.content, b.host):
+                if c != h:
+                    raise PlanError(f"reload_read of rank {r} reads hash 0x{h:016x} into host page {p}, but the model says the page then holds {_hex([c])}")
+            if any(state.host_content.get(x * L2 + p) != c for x in range(1, len(state.config.payloads)) for p, c in zip(b.host, b.content)):
+                raise PlanError(f"reload_read of rank {r}: the model's payload regions disagree on its host pages")
+    keys = b.host if b.host else b.hashes
+    if len(set(keys)) != len(keys):
+        raise PlanError(f"{kind} of rank {r} names a page twice: {eff!r}")
+    return b
+
+
+def _hex(xs: list[int | None]) -> str:
+    return "[" + ", ".join("none" if x is None else f"0x{x:016x}" for x in xs) + "]"
+
+
 def _batch(out: list[Batch], cur: Batch | None, kind: str) -> Batch:
     if cur is None:
         cur = Batch(kind)
@@ -139,4 +205,4 @@ def _batch(out: list[Batch], cur: Batch | None, kind: str) -> Batch:
     return cur
 
 
-__all__ = ["Batch", "PlanError", "agreements", "plan_rank"]
+__all__ = ["Batch", "L3_KINDS", "MODEL_AGREEMENTS", "PlanError", "agreements", "plan_rank"]
