@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from kvsm.config import load_config
-from kvsm.gpu.hooks import CorruptSlab, InjectError, Tamper, parse
+from kvsm.gpu.hooks import CorruptDisk, CorruptSlab, InjectError, Tamper, parse
 from kvsm.gpu.plan import MODEL_AGREEMENTS, PlanError, agreements, plan_rank
 from kvsm.walk import walk
 
@@ -428,10 +428,12 @@ def test_a_spill_gather_that_differs_from_the_models_staged_copy_is_refused(l3_w
 
 
 def test_injection_syntax():
-    h = parse("corrupt_slab:12:1; tamper:30:0;corrupt_slab:4:2:9")
+    h = parse("corrupt_slab:12:1; tamper:30:0;corrupt_slab:4:2:9; corrupt_disk:7:1:0xfedcba9876543210;corrupt_disk:8:0")
     assert h.corrupt == (CorruptSlab(12, 1), CorruptSlab(4, 2, 9))
     assert h.tamper == (Tamper(30, 0),)
+    assert h.corrupt_disk == (CorruptDisk(7, 1, 0xFEDCBA9876543210), CorruptDisk(8, 0))
     assert h.corrupt_at(4, 2) == CorruptSlab(4, 2, 9) and h.corrupt_at(4, 1) is None
+    assert h.corrupt_disk_at(8, 0) == CorruptDisk(8, 0) and h.corrupt_disk_at(7, 0) is None
     assert not parse("")
     with pytest.raises(InjectError, match="'tamper:x:1': arguments must be integers"):
         parse("tamper:x:1")

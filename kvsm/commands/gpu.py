@@ -26,6 +26,13 @@ def _print_summary(s: dict[str, Any], as_json: bool) -> None:
         f"{s['pages_copied']} pages copied, {s['bytes_verified']} bytes verified, "
         f"{s['gbps_l1_l2']} GB/s L1<->L2, {s['digest_mismatches']} digest mismatches, {s['seconds']} s"
     )
+    if s.get("pages_gathered") or s.get("pages_reloaded"):
+        typer.echo(
+            f"L3: {s['pages_spilled']} pages spilled ({s['bytes_to_disk']} bytes written), "
+            f"{s['pages_reloaded']} pages reloaded ({s['bytes_from_disk']} bytes read)"
+        )
+    if s.get("disk_dir"):
+        typer.echo(f"disk stores kept in {s['disk_dir']}")
     if s.get("io_note"):
         err.print(f"note: {s['io_note']}", highlight=False)
 
@@ -43,17 +50,20 @@ def register(app: typer.Typer) -> None:
         layers: int = typer.Option(4, "--layers", help="layers per page"),
         io: str = typer.Option("auto", "--io", help="auto, direct (the device addresses the slab) or staged (pinned staging buffer)"),
         slab_dir: str = typer.Option("/dev/shm", "--slab-dir", help="where the shared host slab file is made (a RAM file system)"),
+        disk_dir: str = typer.Option("", "--disk-dir", help="where the per-rank disk stores (L3) are made when the log's config has L3 (default: the temporary directory)"),
+        keep: bool = typer.Option(False, "--keep", help="leave the disk stores in place at the end; the summary names their directory"),
         timeout: float = typer.Option(300.0, "--timeout", help="seconds a rank waits for the others at an agreement"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """Replay LOG on R rank processes (or, under torchrun, as this rank): apply the model,
-        move real KV bytes between device pools and the shared host slab, verify every page
-        stored and loaded, and agree on the state digest at every Commit and at the end.
-        Exit 0 only when nothing mismatched."""
+        move real KV bytes between device pools, the shared host slab and per-rank disk
+        stores, verify every page stored, loaded, spilled and reloaded, and agree on the
+        state digest at the model's agreements and at the end. Exit 0 only when nothing
+        mismatched."""
         from ..gpu.hooks import InjectError, from_env  # noqa: PLC0415
         from ..gpu.options import Options, ReplayError, check_inputs  # noqa: PLC0415
 
-        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir)
+        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir, disk_dir=disk_dir, keep=keep)
         try:  # bad input is refused before torch is imported (seconds) or any process starts
             check_inputs(opts, ranks)
             from_env()

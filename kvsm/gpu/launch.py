@@ -42,6 +42,12 @@ def summarize(reports: list[Report], ok: bool, opts: Options) -> dict[str, Any]:
         "pages_loaded": sum(r.pages_loaded for r in reports),
         "pages_stored": sum(r.pages_stored for r in reports),
         "pages_filled": sum(r.pages_filled for r in reports),
+        "pages_gathered": sum(r.pages_gathered for r in reports),
+        "pages_spilled": sum(r.pages_spilled for r in reports),
+        "pages_reloaded": sum(r.pages_reloaded for r in reports),
+        "bytes_to_disk": sum(r.bytes_to_disk for r in reports),
+        "bytes_from_disk": sum(r.bytes_from_disk for r in reports),
+        "disk_dir": reports[0].disk_dir if opts.keep and reports[0].disk_dir else None,
         "agreements": reports[0].agreements,
         "device": opts.device,
         "io": reports[0].io,
@@ -120,6 +126,10 @@ def replay(opts: Options, ranks: int | None = None) -> dict[str, Any]:
         opts = replace(opts, hooks=opts.hooks.merge(env_hooks))
     with tempfile.TemporaryDirectory(prefix="kvsm-gpu-") as d:
         out = os.path.join(d, "summary.json")
+        if not opts.keep and not opts.disk_dir:
+            # the disk stores go inside this directory, so they are removed even when a
+            # rank process dies before it cleans up
+            opts = replace(opts, disk_dir=d)
         # Spawned ranks import torch before any kvsm code can filter its numpy warning.
         saved = os.environ.get("PYTHONWARNINGS")
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved, f"ignore:{NUMPY_WARNING}"]))

@@ -1,4 +1,5 @@
-"""The two tiers of real memory: a rank's device KV pool (L1) and the shared host slab (L2).
+"""The two tiers of real memory: a rank's device KV pool (L1) and the shared host slab (L2),
+and the host buffers that stage spills to a rank's disk (L3, `disk.py`).
 
 Byte layout (all words are 64-bit, `W = page_bytes / 8`):
 
@@ -173,3 +174,30 @@ class Scratch:
             buf = torch.empty((n, *tail), dtype=dtype, device=self.device, pin_memory=self.pinned)
             self._bufs[name] = buf
         return buf[:rows]
+
+
+class StagingPool:
+    """Host buffers `[rows, X, layers, W]` for staged spill copies, reused. Pinned on
+    CUDA, so that the copy that checks them on the device is one DMA; pinning costs
+    milliseconds per allocation, hence the reuse. A rank holds at most `spill_inflight`
+    staged copies at once and sizes are powers of two no larger than an object, so the
+    pool stays small."""
+
+    def __init__(self, tail: tuple[int, ...], pinned: bool) -> None:
+        self.tail, self.pinned = tail, pinned
+        self._free: list[torch.Tensor] = []
+
+    def take(self, rows: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(the buffer to give back, its first `rows` rows)."""
+        if rows == 0:
+            return None, torch.empty((0, *self.tail), dtype=torch.int64)
+        for k, buf in enumerate(self._free):
+            if buf.shape[0] >= rows:
+                del self._free[k]
+                return buf, buf[:rows]
+        buf = torch.empty((1 << (rows - 1).bit_length(), *self.tail), dtype=torch.int64, pin_memory=self.pinned)
+        return buf, buf[:rows]
+
+    def give(self, buf: torch.Tensor | None) -> None:
+        if buf is not None:
+            self._free.append(buf)

@@ -26,6 +26,10 @@ class Options:
     io: str = "auto"
     timeout_s: float = 300.0
     slab_dir: str = "/dev/shm"
+    # where the run's per-rank disk stores (L3) are made, when the log's config has L3;
+    # "" = the system's temporary directory
+    disk_dir: str = ""
+    keep: bool = False  # leave the disk stores in place at the end (their path is in the summary)
     hooks: Hooks = field(default_factory=Hooks)
 
 
@@ -49,4 +53,6 @@ def check_inputs(opts: Options, ranks: int | None) -> int:
         raise ReplayError(f"--device must be cuda or cpu, got {opts.device!r}")
     if not os.path.isdir(opts.slab_dir):
         raise ReplayError(f"--slab-dir {opts.slab_dir}: not a directory")
+    if opts.disk_dir and not os.path.isdir(opts.disk_dir):
+        raise ReplayError(f"--disk-dir {opts.disk_dir}: not a directory")
     return R
