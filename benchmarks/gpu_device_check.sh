@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU backend's evidence on a CUDA machine, in one call (about 5 minutes on an H200):
-# the `gpu`-marked tests and benchmarks/gpu.py with both ways across the bus, every
-# output written under $OUT.
+# the `gpu`-marked tests (L1/L2 replays and the L3 replays with their disk stores) and
+# benchmarks/gpu.py with both ways across the bus, every output written under $OUT.
 #
 # Two steps:
 #   1. Here (a machine that reaches PyPI), once:  bash benchmarks/gpu_device_check.sh --fetch-wheels
@@ -60,8 +60,9 @@ $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/d
   echo "CUDA is not available to $PY: nothing to check" | tee -a "$OUT/summary.txt"; exit 2; }
 
 # The CUDA variants of the end-to-end tests (replays with direct and staged copies, a
-# corrupted slab byte, a tampered rank).
-step pytest-gpu "$OUT/pytest-gpu.txt" $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_replay.py -o addopts="-ra"
+# corrupted slab byte, a tampered rank; L3 replays spilling to and reloading from the
+# per-rank disk stores under /tmp, a corrupted disk page).
+step pytest-gpu "$OUT/pytest-gpu.txt" $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_replay.py tests/test_gpu_l3.py -o addopts="-ra"
 
 # The throughput target: transitions of >= 1024 pages of >= 64 KiB, both ways across the
 # bus; then a larger shape with four ranks.
