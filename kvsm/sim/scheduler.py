@@ -558,7 +558,7 @@ class Simulation:
         """A rank's disk operation on its `pages` pages: jittered, SLOW_FACTOR slower under a slow fault."""
         tm = self.timing
         ms = max(0.1, pages * per_page) * self.rng_disk.uniform(1 - tm.disk_jitter, 1 + tm.disk_jitter)
-        if self.faults.slow and self.rng_faults.random() < self.faults.slow:
+        if self.faults.slow and self.rng_disk_faults.random() < self.faults.slow:
             ms *= SLOW_FACTOR
             self.metrics.faults["slow"] += 1
         return ms
