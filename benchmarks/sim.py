@@ -13,9 +13,10 @@ Each is run --repeat times and the fastest run counts; wall and CPU time are bot
 printed (CPU time is steadier when the machine is shared). Both
 compute the block hit rate, printed beside the times: in this trace the two agree,
 which is a check that the comparison is like for like. With --full, also time one
-full run (`--tiers l1,l2 --ranks 4`, default config, timed schedule) for README.
+full run (`--tiers l1,l2 --ranks 4`, default config, timed schedule) for README, and
+with --full-l3 one with the disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
 
-    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full]
+    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full] [--full-l3]
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--log", action="store_true", help="the simulator also writes its transition log")
     ap.add_argument("--full", action="store_true", help="also time a full --tiers l1,l2 --ranks 4 run of the trace")
+    ap.add_argument("--full-l3", action="store_true", help="also time a full --tiers l1,l2,l3 --ranks 4 run of the trace")
     a = ap.parse_args()
     traces = [r.hash_ids for r in load_workload("synthetic").requests]
     sim_runs = [reference_sim(a.capacity, a.log) for _ in range(a.repeat)]
@@ -114,6 +116,15 @@ def main() -> int:
         out["full_run_s"] = round(time.perf_counter() - t0, 2)
         out["full_run_transitions"] = r.summary["transitions"]
         out["full_run_hit_rate"] = r.summary["hit_rate_blocks"]
+    if a.full_l3:
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        s = simulate(SimOptions(workload="synthetic", tiers="l1,l2,l3", ranks=4)).summary
+        out["full_l3_run_s"] = round(time.perf_counter() - t0, 2)
+        out["full_l3_run_cpu_s"] = round(time.process_time() - c0, 2)
+        out["full_l3_run_transitions"] = s["transitions"]
+        out["full_l3_run_hit_rate"] = s["hit_rate_blocks"]
+        out["full_l3_run_hits_per_tier"] = {t: s[f"pages_hit_{t}"] for t in ("l1", "l2", "l3")}
     if a.json:
         print(json.dumps(out))
     else:

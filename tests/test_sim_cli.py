@@ -36,7 +36,7 @@ def test_json_summary_has_every_measure(tmp_path):
     s = json.loads(r.stdout)
     for k in REQUIRED:
         assert k in s, k
-    assert set(s["pages_moved"]) == {"l1_to_l2", "l2_to_l1"} and set(s["evictions"]) == {"l1", "l2"}
+    assert set(s["pages_moved"]) == {"l1_to_l2", "l2_to_l1", "l2_to_l3", "l3_to_l2"} and set(s["evictions"]) == {"l1", "l2"}
     assert s["requests"] == 40 and s["seed"] == 3 and s["faults"] == "slow:0.1,abort:0.05"
     assert s["hit_rate_blocks"] == round((s["pages_hit_l1"] + s["pages_hit_l2"]) / s["pages_total"], 6)
     header = json.loads(log.read_text().splitlines()[0])
@@ -75,7 +75,8 @@ def test_reference_mode_from_the_command_line(tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["schedule"] == "serial" and s["config"]["eviction"] == "lru" and s["config"]["P"] == 1
-    assert s["pages_hit_l2"] == 0 and s["pages_moved"] == {"l1_to_l2": 0, "l2_to_l1": 0}
+    assert s["pages_hit_l2"] == s["pages_hit_l3"] == 0
+    assert s["pages_moved"] == {"l1_to_l2": 0, "l2_to_l1": 0, "l2_to_l3": 0, "l3_to_l2": 0}
     assert s["evictions"]["l1"] > 0
 
 

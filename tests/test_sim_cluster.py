@@ -121,11 +121,12 @@ def test_write_back_writes_leaves_back_before_evicting_them(tmp_path):
 
 def test_fault_grammar():
     assert Faults.parse("slow:0.1,stall:0.01,abort:0.05,burst:0.02") == Faults(0.1, 0.01, 0.05, 0.02)
+    assert Faults.parse("disk:0.001") == Faults(disk=0.001) and str(Faults(disk=0.001)) == "disk:0.001"
     assert Faults.parse("none") == Faults.parse("") == Faults()
     assert str(Faults.parse("abort:0.5")) == "abort:0.5"
     for bad, why in [
         ("slow", "is not KIND:PROB"),
-        ("disk:0.1", "unknown fault 'disk'"),
+        ("net:0.1", "unknown fault 'net'"),
         ("slow:0.1,slow:0.2", "given twice"),
         ("slow:x", "is not a number"),
         ("abort:1.5", "outside [0, 1]"),

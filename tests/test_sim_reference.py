@@ -35,7 +35,7 @@ def test_hand_computed_hits_on_a_four_page_cache(tmp_path):
         [5],  # hits 1: [5] survived the request that did not fit
     ]
     r = _reference(_trace(tmp_path, prompts), 4)
-    assert [h for _, h, _ in r.request_hits] == [0, 2, 0, 2, 1, 2, 0, 1]
+    assert [h for _, h, _, _ in r.request_hits] == [0, 2, 0, 2, 1, 2, 0, 1]
     s = r.summary
     assert (s["pages_total"], s["pages_hit_l1"], s["pages_hit_l2"]) == (21, 8, 0)
     assert s["hit_rate_blocks"] == round(8 / 21, 6)
@@ -120,7 +120,7 @@ def test_the_model_serves_the_documented_rule(tmp_path_factory, raw, capacity):
     prompts = [[ids.setdefault(tuple(p[: k + 1]), len(ids)) for k in range(len(p))] for p in raw]
     r = _reference(_trace(tmp_path_factory.mktemp("t"), prompts), capacity)
     want_hits, want_cached = oracle(prompts, capacity)
-    assert [h for _, h, _ in r.request_hits] == want_hits
+    assert [h for _, h, _, _ in r.request_hits] == want_hits
     assert {n.key for nid, n in r.final_state.nodes.items() if nid} == want_cached
 
 

@@ -28,13 +28,28 @@ def _summary_table(s: dict[str, Any]) -> Table:
         ("policy, eviction", f"{c['policy']}, {c['eviction']}"),
         ("block hit rate", f"{s['hit_rate_blocks']:.4f}"),
         ("token hit rate", f"{s['hit_rate_tokens']:.4f}"),
-        ("pages: total / hit L1 / hit L2", f"{s['pages_total']} / {s['pages_hit_l1']} / {s['pages_hit_l2']}"),
+        (
+            "pages: total / hit L1 / hit L2" + (" / hit L3" if c["L3"] else ""),
+            f"{s['pages_total']} / {s['pages_hit_l1']} / {s['pages_hit_l2']}" + (f" / {s['pages_hit_l3']}" if c["L3"] else ""),
+        ),
         ("pages recomputed (of which not cached)", f"{s['pages_recomputed']} ({s['pages_uncached']})"),
         ("pages moved L1->L2 / L2->L1", f"{s['pages_moved']['l1_to_l2']} / {s['pages_moved']['l2_to_l1']}"),
         ("pages evicted from L1 / L2", f"{s['evictions']['l1']} / {s['evictions']['l2']}"),
         ("backups reserved / committed / rolled back", f"{s['backups_reserved']} / {s['backups_committed']} / {s['backups_rolled_back']}"),
         ("load-backs (refused)", f"{s['loadbacks']} ({s['loadbacks_refused']})"),
         ("requests finished / aborted / not cached", f"{s['requests_finished']} / {s['requests_aborted']} / {s['requests_uncached']}"),
+    ]
+    if c["L3"]:
+        w = s["reload_wait_ticks"]
+        rows[2:2] = [("L3 pages per rank, spill / reload inflight, ttl", f"{c['L3']}, {c['spill_inflight']} / {c['reload_inflight']}, {c['reload_ttl']}")]
+        rows += [
+            ("pages moved L2->L3 / L3->L2", f"{s['pages_moved']['l2_to_l3']} / {s['pages_moved']['l3_to_l2']}"),
+            ("spills submitted / durable / failed / stale", f"{s['spills_submitted']} / {s['spills_durable']} / {s['spills_failed']} / {s['spills_stale']}"),
+            ("reloads reserved / admitted / aborted", f"{s['reloads_reserved']} / {s['reloads_admitted']} / {s['reloads_aborted']}"),
+            ("requests held / released by ttl", f"{s['requests_held']} / {s['reloads_expired']}"),
+            ("reload wait ticks: mean / max", f"{w['mean']:.2f} / {w['max']}"),
+        ]
+    rows += [
         ("faults injected", ", ".join(f"{k} {v}" for k, v in s["faults_injected"].items()) or "none"),
         ("transitions, sync points", f"{s['transitions']}, {s['sync_points']}"),
         ("wall time", f"{s['seconds']:.2f} s"),
@@ -52,12 +67,13 @@ def register(app: typer.Typer) -> None:
         ranks: Optional[int] = typer.Option(None, "--ranks", help="ranks R (default: the config's)"),
         seed: int = typer.Option(0, "--seed", "-s", help="decides workload generation, timing and faults"),
         requests: Optional[int] = typer.Option(None, "--requests", "-n", help="first N requests of a trace; N generated requests (default 2000)"),
-        tiers: str = typer.Option("l1,l2", "--tiers", help="l1 | l1,l2"),
+        tiers: str = typer.Option("l1,l2", "--tiers", help="l1 | l1,l2 | l1,l2,l3"),
         page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="the config's P (default: the workload's block size)"),
         l1_pages: Optional[int] = typer.Option(None, "--l1-pages", help="device pages per rank lane; 0 = enough for the whole workload"),
         l2_pages: Optional[int] = typer.Option(None, "--l2-pages", help="shared host pages; 0 = enough for the whole workload"),
+        l3_pages: Optional[int] = typer.Option(None, "--l3-pages", help="disk pages per rank (with --tiers l1,l2,l3); 0 = enough for the whole workload"),
         eviction: Optional[str] = typer.Option(None, "--eviction", help="lru | slru (default: the config's)"),
-        faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02 (docs/sim.md)"),
+        faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02,disk:0.001 (docs/sim.md)"),
         schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed; auto = serial for --tiers l1 --ranks 1"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
@@ -80,6 +96,7 @@ def register(app: typer.Typer) -> None:
             page_tokens=page_tokens,
             l1_pages=l1_pages,
             l2_pages=l2_pages,
+            l3_pages=l3_pages,
             eviction=eviction,
             faults=faults,
             schedule=schedule,

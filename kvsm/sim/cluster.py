@@ -14,6 +14,12 @@ names the step: a rank whose procedure applies other transitions than the log's
 (compared after every procedure), and a rank whose replicated digest differs from
 the log's at a sync point.
 
+With L3, a rank's own spill and reload progress (`SpillGathered`, `SpillDone`,
+`ReloadDone`) and its disk's state (`DiskFail`, `DiskRecover`) likewise reach its
+replica at once and the others' replicas only at the next L3 collective (`learn_l3`),
+where every rank contributes its current counters and counts and the model's
+`SpillAck`, `ReloadAdmit` and `ReloadReserve` take the MIN and AND over them.
+
 With one rank the replica would be the log's state step for step (there is no other
 rank whose progress arrives late), so it is not kept twice.
 """
@@ -22,11 +28,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..state import ClusterState, Rejected, initial_state
+from ..state import COMPONENTS, ClusterState, Rejected, initial_state
 from ..config import Config
 from ..transitions import Transition, apply
 
 OnApply = Callable[[Transition, ClusterState, ClusterState], None]
+
+# per-rank transitions whose news travels with the L3 collective (WriteDone travels with
+# the MIN of a sync point)
+L3_LOCAL = frozenset(("SpillGathered", "SpillDone", "ReloadDone", "DiskFail", "DiskRecover"))
+_I_L3 = COMPONENTS.index("l3")
 
 
 class SimDivergence(RuntimeError):
@@ -75,6 +86,8 @@ class Cluster:
         self.tick = 0
         self._agreed_at = (0, 0)  # (sync point, transitions) of the last agreement
         self._unseen: list[Transition] = []  # the log's replicated transitions since then
+        # per rank: its L3 steps that the other ranks' replicas have not learnt yet
+        self._l3_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
 
     @property
     def state(self) -> ClusterState:
@@ -122,7 +135,36 @@ class Cluster:
         self.log.apply(t)
         self.transitions += 1
         if self.replicas:
-            self.replicas[rank].apply(t)
+            v = self.replicas[rank]
+            try:
+                v.apply(t)
+            except Rejected as e:
+                raise SimDivergence(
+                    f"{v.name} diverged at tick {self.tick}, log transition #{self.transitions}: its own {t} "
+                    f"was rejected on its replica ({e})",
+                    self._where(rank) | {"expected": str(t), "got": "rejected"},
+                ) from None
+            if t.name in L3_LOCAL:
+                self._l3_unseen[rank].append(t)
+
+    def learn_l3(self) -> None:
+        """The L3 collective: every rank's spill, reload and disk progress since the last
+        one reaches every other rank's replica, in that rank's order."""
+        for v in self.replicas:
+            for q, steps in enumerate(self._l3_unseen):
+                if q == v.rank:
+                    continue
+                for t in steps:
+                    try:
+                        v.apply(t)
+                    except Rejected as e:
+                        raise SimDivergence(
+                            f"{v.name} diverged at the L3 collective of tick {self.tick}: rank {q}'s {t} "
+                            f"was rejected on its replica ({e})",
+                            self._where(v.rank) | {"expected": str(t), "got": "rejected"},
+                        ) from None
+        for steps in self._l3_unseen:
+            steps.clear()
 
     def learn_min(self) -> int:
         """The MIN collective of a sync point: every rank learns the prefix of `writes`
@@ -134,20 +176,22 @@ class Cluster:
                     v.apply(Transition.make("WriteDone", rank=q))
         return m
 
-    def check_agreement(self) -> None:
-        """Compare every rank's replicated digest with the log's; stop at a divergence."""
+    def check_agreement(self, l3_learnt: bool = False) -> None:
+        """Compare every rank's replicated digest with the log's, and its own local progress
+        (with `l3_learnt`, right after `learn_l3`: every rank's L3 state); stop at a
+        divergence."""
         self.sync_points += 1
         if not self.replicas:
             return
-        want = self.log.state.replicated_digest()
-        own = self.log.state.write_done
+        log = self.log.state
+        want = log.replicated_digest()
         for v in self.replicas:
             got = v.state.replicated_digest()
             bad = None
             if got != want:
                 bad = f"replicated digest {got} != {want} of the log's state"
-            elif v.state.write_done[v.rank] != own[v.rank]:
-                bad = f"it counts {v.state.write_done[v.rank]} finished writes of its own, the log {own[v.rank]}"
+            else:
+                bad = _local_difference(v.state, log, v.rank, l3_learnt)
             if bad:
                 sp, tr = self._agreed_at
                 raise SimDivergence(
@@ -159,3 +203,21 @@ class Cluster:
                 )
         self._agreed_at = (self.sync_points, self.transitions)
         self._unseen = []
+
+
+def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_rank: bool) -> str | None:
+    """How rank `rank`'s replica differs from the log in local state it must know: its
+    own finished writes and L3 progress, and with `every_rank` everyone's L3 state."""
+    if mine.write_done[rank] != log.write_done[rank]:
+        return f"it counts {mine.write_done[rank]} finished writes of its own, the log {log.write_done[rank]}"
+    if not log.config.L3:
+        return None
+    ranks = range(log.config.R) if every_rank else (rank,)
+    for field in ("spill_gathered", "spill_done", "reload_done", "disk_ok"):
+        a, b = getattr(mine, field), getattr(log, field)
+        for r in ranks:
+            if a[r] != b[r]:
+                return f"its {field}[{r}] is {a[r]!r}, the log's {b[r]!r}"
+    if every_rank and mine.sums[_I_L3] != log.sums[_I_L3]:
+        return "its view of the ranks' disks (l3) differs from the log's"
+    return None

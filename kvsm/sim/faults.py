@@ -4,14 +4,15 @@ Grammar (whitespace is not allowed)::
 
     SPEC  := "" | "none" | ITEM ("," ITEM)*
     ITEM  := KIND ":" PROB
-    KIND  := "slow" | "stall" | "abort" | "burst"
+    KIND  := "slow" | "stall" | "abort" | "burst" | "disk"
     PROB  := a decimal number in [0, 1]
 
 Each kind may appear once. Every draw comes from the run's fault stream (seeded by
 the run's seed), in a fixed order, so the same seed gives the same faults:
 
-- `slow:p`  each backup write of each rank is, with probability p, SLOW_FACTOR times
-  slower than its drawn duration (a slow rank; the others wait at the next MIN).
+- `slow:p`  each backup write of each rank, and with L3 each of its disk writes and
+  reads, is, with probability p, SLOW_FACTOR times slower than its drawn duration (a
+  slow rank; the others wait at the next MIN).
 - `stall:p` before each backup write of each rank, with probability p, the rank's
   copy engine stops for STALL_MS (a stalled rank). Backups still pending
   WRITE_TIMEOUT_MS after their `Reserve` are rolled back on every rank.
@@ -20,18 +21,22 @@ the run's seed), in a fixed order, so the same seed gives the same faults:
   after the request finished has no effect.
 - `burst:p` each arrival starts a burst with probability p: the next BURST_SIZE
   requests arrive at the same time as it.
-
-Disk faults belong to L3 and come with it.
+- `disk:p`  (L3 only) in each tick, each rank's working disk fails with probability p
+  (`DiskFail(r)`); it recovers (`DiskRecover(r)`) after a number of ticks drawn
+  uniformly from DISK_DOWN_TICKS. A failing disk fails fast: its writes and reads end
+  at their drawn times, not ok. Disk draws come from a stream of their own, so adding
+  them changes no other fault.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-KINDS = ("slow", "stall", "abort", "burst")
+KINDS = ("slow", "stall", "abort", "burst", "disk")
 SLOW_FACTOR = 8
 STALL_MS = 3000
 BURST_SIZE = 16
+DISK_DOWN_TICKS = (10, 100)  # ticks a failed disk stays down (0.2 to 2 s at the default 20 ms tick)
 
 
 class FaultSpecError(ValueError):
@@ -44,6 +49,7 @@ class Faults:
     stall: float = 0.0
     abort: float = 0.0
     burst: float = 0.0
+    disk: float = 0.0
 
     @classmethod
     def parse(cls, spec: str | None) -> "Faults":

@@ -10,7 +10,7 @@ from ..config import EVICTIONS, Config, ConfigError, load_config
 from .faults import Faults
 from .workload import Workload, load_workload
 
-TIERS = ("l1", "l1,l2")
+TIERS = ("l1", "l1,l2", "l1,l2,l3")
 SCHEDULES = ("auto", "serial", "timed")
 
 
@@ -30,9 +30,24 @@ class Timing:
     write_jitter: float = 0.5  # a write's duration is drawn in [1 - j, 1 + j] x nominal
     write_timeout_ms: int = 2000  # a backup still pending this long is rolled back
     write_back_wait_ms: int = 5000  # a write_back insert waits this long for room
+    # L3: each rank copies its pages of a spilled object out of the shared slab into
+    # staging, then its disk writes them; a reload is one disk read per rank. A rank's
+    # disk serves its writes and reads in submit order.
+    gather_ms_per_page: float = 0.25  # one rank copies one of its pages slab -> staging
+    disk_write_ms_per_page: float = 1.0  # one rank writes one of its pages to its disk
+    disk_read_ms_per_page: float = 1.0  # one rank reads one of its pages from its disk into the slab
+    disk_jitter: float = 0.5  # a disk operation's duration is drawn in [1 - j, 1 + j] x nominal
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self, l3: bool = True) -> dict[str, Any]:
+        """The constants as the log header records them (the disk's only with L3)."""
+        d = asdict(self)
+        if not l3:
+            for k in _L3_TIMING:
+                del d[k]
+        return d
+
+
+_L3_TIMING = ("gather_ms_per_page", "disk_write_ms_per_page", "disk_read_ms_per_page", "disk_jitter")
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class SimOptions:
     page_tokens: int | None = None  # the config's P; default: the workload's block size
     l1_pages: int | None = None  # device pages per rank lane; 0 = enough for the whole workload
     l2_pages: int | None = None  # shared host pages; 0 = enough for the whole workload
+    l3_pages: int | None = None  # disk pages per rank (config L3); 0 = enough for the whole workload
     eviction: str | None = None
     faults: str = "none"
     schedule: str = "auto"
@@ -60,6 +76,7 @@ class Prepared:
     faults: Faults
     schedule: str  # "serial" or "timed"
     l2: bool  # whether the host tier is in use
+    l3: bool  # whether the disk tier is in use
 
 
 def _positive(name: str, v: int | None, lo: int) -> None:
@@ -71,6 +88,9 @@ def prepare(opts: SimOptions) -> Prepared:
     """Load the config and workload and apply the overrides; errors are `SimError`s (or
     the config's and workload's own errors, which name their file and line)."""
     if opts.tiers not in TIERS:
+        if "l3" in opts.tiers.split(",") and "l2" not in opts.tiers.split(","):
+            # a reload lands in the shared host pool and a spill copies out of it
+            raise SimError(f"--tiers {opts.tiers}: L3 needs L2 (reloads land in, and spills copy out of, the shared host pool)")
         raise SimError(f"--tiers must be one of {' | '.join(TIERS)}, got {opts.tiers!r}")
     if opts.schedule not in SCHEDULES:
         raise SimError(f"--schedule must be one of {' | '.join(SCHEDULES)}, got {opts.schedule!r}")
@@ -81,31 +101,50 @@ def prepare(opts: SimOptions) -> Prepared:
     _positive("--page-tokens", opts.page_tokens, 1)
     _positive("--l1-pages", opts.l1_pages, 0)
     _positive("--l2-pages", opts.l2_pages, 0)
+    _positive("--l3-pages", opts.l3_pages, 0)
     faults = Faults.parse(opts.faults)
+    l3 = opts.tiers == "l1,l2,l3"
+    if opts.l3_pages is not None and not l3:
+        raise SimError(f"--l3-pages needs --tiers l1,l2,l3, got --tiers {opts.tiers}")
+    if faults.disk and not l3:
+        raise SimError(f"--faults disk:{faults.disk:g} needs --tiers l1,l2,l3 (there is no disk to fail)")
     base = load_config(opts.config)
     R = opts.ranks if opts.ranks is not None else base.R
     L1 = opts.l1_pages if opts.l1_pages is not None else base.L1
     workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1))
-    l2 = opts.tiers == "l1,l2"
+    l2 = opts.tiers in ("l1,l2", "l1,l2,l3")
     schedule = opts.schedule
     if schedule == "auto":
         schedule = "serial" if (not l2 and R == 1) else "timed"
     serial = schedule == "serial"
+    if serial and l3:
+        # spills and reloads are asynchronous per-rank work; the serial schedule has no time for them
+        raise SimError("--tiers l1,l2,l3 needs the timed schedule, got --schedule serial")
     if L1 == 0:
         # every page a request ever holds, per lane: position k of a request is in lane k mod R
         L1 = 1 + sum(-(-(len(r.hash_ids) + (0 if serial else workload.out_pages(r))) // R) for r in workload.requests)
     L2 = opts.l2_pages if opts.l2_pages is not None else base.L2
     if L2 == 0:
         L2 = 1 + sum(len(r.hash_ids) for r in workload.requests)
+    # without the tier the simulator never spills, so the config's L3 is switched off
+    L3 = 0
+    if l3:
+        L3 = opts.l3_pages if opts.l3_pages is not None else base.L3
+        if L3 == 0:
+            # every prompt page on every rank's disk: more than any rank can ever own
+            L3 = 1 + sum(len(r.hash_ids) for r in workload.requests)
     data = base.to_json()
     data.update(
         R=R,
         P=opts.page_tokens if opts.page_tokens is not None else workload.block_tokens,
         L1=L1,
         L2=L2,
-        # the simulator creates requests as the workload says; exploration bounds do not apply
+        L3=L3,
+        # the simulator creates requests as the workload says and draws disk faults from
+        # the seed; exploration bounds do not apply
         max_requests=0,
         max_live=0,
+        max_disk_faults=0,
         prompts=[],
         walk_weights={},
     )
@@ -118,4 +157,4 @@ def prepare(opts: SimOptions) -> Prepared:
     if cfg.policy == "write_back" and not l2:
         # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
         raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
-    return Prepared(cfg, workload, faults, schedule, l2)
+    return Prepared(cfg, workload, faults, schedule, l2, l3)

@@ -56,7 +56,7 @@ def render_plots(result: SimResult) -> dict[str, bytes]:
     ax.plot(x, [s.hit_rate for s in result.samples], lw=2, label="cumulative")
     ax.set_ylim(0, 1)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("block hit rate (L1 + L2)")
+    ax.set_ylabel("block hit rate (all tiers)")
     ax.set_title(f"Hit rate: {title}")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -65,8 +65,11 @@ def render_plots(result: SimResult) -> dict[str, bytes]:
     fig = Figure(figsize=(8, 4), dpi=100)
     ax = fig.add_subplot()
     ax.plot(x, [s.l1_used for s in result.samples], label="L1 (device)")
-    if result.summary["tiers"] == "l1,l2":
+    tiers = result.summary["tiers"].split(",")
+    if "l2" in tiers:
         ax.plot(x, [s.l2_used for s in result.samples], label="L2 (shared host)")
+    if "l3" in tiers:
+        ax.plot(x, [s.l3_used for s in result.samples], label="L3 (disks of all ranks)")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("pages in use (fraction of capacity)")
@@ -113,6 +116,7 @@ def render_html(result: SimResult) -> str:
         for name, data in plots.items()
     )
     title = f"kvsm sim: {s['workload']['name']}, seed {s['seed']}"
+    l3 = f" + L3 {s['pages_hit_l3']}" if s["config"]["L3"] else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -124,7 +128,7 @@ img {{ max-width: 100%; }}
 .headline {{ font-size: 1.2em; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']} of
+<p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests,
 {s['transitions']} transitions in {s['seconds']} s.</p>
 <h2>Plots</h2>

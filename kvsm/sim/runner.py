@@ -19,7 +19,7 @@ class SimResult:
     summary: dict[str, Any]
     samples: list[Sample]
     final_state: ClusterState
-    request_hits: list[tuple[int, int, int]]  # per admitted request: (file index, L1 pages, L2 pages)
+    request_hits: list[tuple[int, int, int, int]]  # per admitted request: (file index, L1, L2, L3 pages)
 
 
 def simulate(
@@ -38,7 +38,7 @@ def simulate(
         "tiers": opts.tiers,
         "schedule": prep.schedule,
         "faults": str(prep.faults),
-        "timing": opts.timing.to_json() if prep.schedule == "timed" else None,
+        "timing": opts.timing.to_json(prep.l3) if prep.schedule == "timed" else None,
     }
     t0 = time.perf_counter()
     if log is not None:
@@ -70,10 +70,15 @@ def simulate(
             "P": cfg.P,
             "L1": cfg.L1,
             "L2": cfg.L2,
+            "L3": cfg.L3,
             "policy": cfg.policy,
             "eviction": cfg.eviction,
             "write_threshold": cfg.write_threshold,
             "load_back_threshold": cfg.load_back_threshold,
+            "spill_inflight": cfg.spill_inflight,
+            "reload_inflight": cfg.reload_inflight,
+            "spill_queue_cap": cfg.spill_queue_cap,
+            "reload_ttl": cfg.reload_ttl,
         },
         log=str(log) if log is not None else None,
     )

@@ -10,7 +10,10 @@ both schedules precisely:
   reference mode when run with `--tiers l1 --ranks 1 --eviction lru`);
 - `timed`: arrivals at their timestamps, prefill and decode taking simulated time,
   requests overlapping, backups written by each rank with its own seeded delays and
-  committed at sync points, and the faults of `--faults`.
+  committed at sync points, and the faults of `--faults`. With L3, each tick also
+  has an L3 collective before the batch forms (acks, reload admission, reload
+  reservation, the reload ttl, the spill maintainer), and each rank's spill gathers,
+  disk writes and disk reads take seeded times of their own.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..invariants import violations
-from ..state import ClusterState, Rejected
+from ..state import ClusterState, ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.evict import host_run
+from ..transitions.reload import held, reload_read_ok, reload_target
+from ..transitions.spill import spill_write_ok
 from .cluster import Cluster, View
-from .faults import BURST_SIZE, SLOW_FACTOR, STALL_MS
+from .faults import BURST_SIZE, DISK_DOWN_TICKS, SLOW_FACTOR, STALL_MS
 from .metrics import Metrics
+from .metrics import depth as _depth
 from .options import Prepared, Timing
 
 T = Transition.make
@@ -38,25 +44,28 @@ class SimInvariantError(RuntimeError):
     """`--check` found a violated invariant; the message names the transition."""
 
 
-def _depth(s: ClusterState, nid: int) -> int:
-    """Pages from the root down to node `nid`."""
-    nodes = s.nodes
-    d = 0
-    while nid:
-        n = nodes[nid]
-        d += len(n.key)
-        nid = n.parent
-    return d
-
-
 # ---- replicated procedures: each decides from one rank's view only ------------------------------
 
 
+def arrive(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l3: bool) -> None:
+    """Arrive; with L3, mark the request for an L3 lookup if its key misses the tree
+    below a whole node (the reference's lookup on entry to the waiting queue; the model
+    allows one per request)."""
+    s = v.apply(T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages))
+    if l3 and reload_target(s, rid) is not None:
+        v.apply(T("ReloadMark", rid=rid))
+
+
 def admit(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l2: bool) -> tuple[int, int, bool]:
-    """Arrive and Match; load the host hit back when it is worth it (at least the
-    config's `load_back_threshold` tokens). Returns (L1 hit pages, pages loaded back,
-    whether a worthwhile load-back was refused for lack of device room)."""
-    v.apply(T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages))
+    """Arrive and match at once (no L3 lookup to wait for)."""
+    arrive(v, rid, tokens, out_pages, False)
+    return match(v, rid, l2)
+
+
+def match(v: View, rid: int, l2: bool) -> tuple[int, int, bool]:
+    """Match; load the host hit back when it is worth it (at least the config's
+    `load_back_threshold` tokens). Returns (L1 hit pages, pages loaded back, whether a
+    worthwhile load-back was refused for lack of device room)."""
     s = v.apply(T("Match", rid=rid))
     hit_l1 = _depth(s, s.requests[rid].node)
     if l2:
@@ -138,10 +147,38 @@ def rollback(v: View, nodes: tuple[int, ...]) -> None:
         v.apply(T("Rollback", node=nid))
 
 
+def l3_drain(v: View) -> tuple[tuple[SpillOp, ...], tuple[ReloadOp, ...]]:
+    """The L3 part of a tick, after the collective (the reference's L3 queue drain and
+    spill maintainer): `SpillAck` of what every rank gathered or wrote, `ReloadAdmit` of
+    each reload every rank has read (head first), `ReloadReserve` of every marked
+    candidate (in request order), one `ReloadExpire` while a reload holds a request,
+    then `SpillSubmit` while the queue is not empty and under the inflight cap.
+    Returns the spills and the reloads it started."""
+    s = v.state
+    if s.spills:
+        gathered = min(s.spill_gathered)
+        if min(len(x) for x in s.spill_done) or any(op.pinned for op in s.spills[:gathered]):
+            s = v.apply(T("SpillAck"))
+    while s.reloads and min(len(x) for x in s.reload_done):
+        s = v.apply(T("ReloadAdmit"))
+    kept = len(s.reloads)
+    for rid in sorted(s.reload_candidates.keys()):
+        s = v.apply(T("ReloadReserve", rid=rid))
+    reloads = s.reloads[kept:]
+    if any(op.waiters for op in s.reloads):
+        s = v.apply(T("ReloadExpire"))
+    spills: list[SpillOp] = []
+    while s.spill_queue and len(s.spills) < s.config.spill_inflight:
+        k = len(s.spills)
+        s = v.apply(T("SpillSubmit"))  # drops stale entries; submits at most one
+        spills.extend(s.spills[k:])
+    return tuple(spills), reloads
+
+
 # ---- the loop --------------------------------------------------------------------------------------------
 
-# event kinds, in the order an iteration handles them
-WRITE, WAKE, FINISH, ABORT, INSERT, ARRIVE = range(6)
+# event kinds, in the order an iteration handles them; WRITE and DISK are rank steps
+WRITE, DISK, WAKE, FINISH, ABORT, INSERT, ARRIVE = range(7)
 
 
 @dataclass
@@ -159,6 +196,17 @@ class _Live:
     tokens: tuple[int, ...]
     hits: int = 0
     deadline: int = -1  # tick by which a waiting write_back insert gives up
+    matched: bool = True  # with L3 a request waits queued until the batch after its lookup
+
+
+@dataclass(frozen=True)
+class _DiskJob:
+    """One step of one rank's L3 engine: gather a spill out of the slab, write it to
+    disk, read a reload from disk, or (not work) bring a failed disk back."""
+
+    rank: int
+    what: str  # "gather" | "write" | "read" | "recover"
+    op: int  # the spill's node id or the reload's key, checked against the model's FIFO
 
 
 class Simulation:
@@ -182,6 +230,10 @@ class Simulation:
         # independent streams, so that e.g. adding faults does not change the write delays
         self.rng_timing = random.Random(f"kvsm-sim:timing:{seed}")
         self.rng_faults = random.Random(f"kvsm-sim:faults:{seed}")
+        # L3 draws its disk delays and disk faults from streams of its own, so turning the
+        # tier on changes no L1/L2 write delay and no other fault
+        self.rng_disk = random.Random(f"kvsm-sim:disk-timing:{seed}")
+        self.rng_disk_faults = random.Random(f"kvsm-sim:disk-faults:{seed}")
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
@@ -211,14 +263,18 @@ class Simulation:
     def _admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(admit, rid, req.hash_ids, out_pages, self.prep.l2)
+        self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
+        return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
+
+    def _admitted(self, rid: int, req_index: int, hit_l1: int, hit_l2: int, refused: bool, t_ms: int) -> None:
+        req = self.workload.requests[req_index]
         m = self.metrics
-        m.admitted(req_index, len(req.hash_ids), req.input_length, hit_l1, hit_l2)
+        m.admitted(rid, req_index, len(req.hash_ids), req.input_length, hit_l1, hit_l2)
         m.loadbacks_refused += refused
         if m.requests % self.sample_every == 0:
             m.sample(t_ms, self.cluster.state)
         if self.on_progress is not None:
             self.on_progress(m.requests)
-        return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
 
     def _uncached(self, live: _Live) -> None:
         """The pages did not fit: the request is not cached (its pages count as recomputed)."""
@@ -284,12 +340,17 @@ class Simulation:
     def _run_timed(self) -> None:
         tm = self.timing
         reqs = self.workload.requests
+        R = self.cfg.R
         self.heap: list[tuple[int, int, int, object]] = []
         self.seq = 0
+        self.work = 0  # events in the heap other than disk recoveries (which alone do not keep a run going)
         self.live: dict[int, _Live] = {}
         self.waiting: dict[int, _Live] = {}
-        self.jobs: list[deque[_Job]] = [deque() for _ in range(self.cfg.R)]
-        self.busy_ms = [0.0] * self.cfg.R
+        self.queued: list[int] = []  # with L3: arrived, not matched yet (rid order)
+        self.jobs: list[deque[_Job]] = [deque() for _ in range(R)]
+        self.busy_ms = [0.0] * R
+        self.gather_busy_ms = [0.0] * R  # each rank's slab -> staging copies
+        self.disk_busy_ms = [0.0] * R  # each rank's disk, writes and reads in submit order
         self.reserved_at: dict[int, int] = {}
         self.order = sorted(range(len(reqs)), key=lambda i: (reqs[i].timestamp, i))
         f = self.faults
@@ -309,16 +370,25 @@ class Simulation:
                 expected += req.output_length * tm.tick_ms
                 self._push(self._tick(t + 1 + rf.random() * expected), ABORT, rid)
         c = self.cluster
-        while self.heap:
+        last_tick: int | None = None
+        while self.work:
             tick = self.heap[0][0]
-            c.tick = tick
+            c.tick = self.metrics.tick = tick
             self.ticks += 1
             batch = []
             while self.heap and self.heap[0][0] == tick:
-                batch.append(heapq.heappop(self.heap))
+                e = heapq.heappop(self.heap)
+                self.work -= not (e[1] == DISK and e[3].what == "recover")  # type: ignore[union-attr]
+                batch.append(e)
+            if f.disk:
+                self._disk_faults(tick, 1 if last_tick is None else tick - last_tick)
+            last_tick = tick
             k = 0
-            while k < len(batch) and batch[k][1] == WRITE:
-                self._write_done(*batch[k][3])  # type: ignore[misc]
+            while k < len(batch) and batch[k][1] <= DISK:
+                if batch[k][1] == WRITE:
+                    self._write_done(*batch[k][3])  # type: ignore[misc]
+                else:
+                    self._disk_step(batch[k][3])  # type: ignore[arg-type]
                 k += 1
             freed = self._sync()
             for _, kind, _, payload in batch[k:]:
@@ -340,29 +410,47 @@ class Simulation:
                     freed |= bool(self.waiting) and any(w.deadline <= tick for w in self.waiting.values())
             if self.waiting and freed:
                 self._retry_waiting(tick)
+            if self.prep.l3:
+                self._l3_tick(tick)
         self.end_ms = self.cluster.tick * tm.tick_ms
         self._sync()
-        if self.live or self.cluster.state.writes:
-            raise RuntimeError(f"simulator bug: the run ended with live requests {sorted(self.live)[:5]} or pending writes")
+        s = self.cluster.state
+        if self.live or s.writes or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
+            raise RuntimeError(
+                f"simulator bug: the run ended with live requests {sorted(self.live)[:5]}, pending writes, "
+                f"or L3 work left ({len(s.spills)} spills, {len(s.reloads)} reloads, {len(s.spill_queue)} queued)"
+            )
 
     def _tick(self, ms: float) -> int:
         return math.ceil(ms / self.timing.tick_ms)
 
     def _push(self, tick: int, kind: int, payload: object) -> None:
         self.seq += 1
+        self.work += not (kind == DISK and payload.what == "recover")  # type: ignore[attr-defined]
         heapq.heappush(self.heap, (tick, kind, self.seq, payload))
 
     def _arrive(self, rid: int, tick: int) -> None:
-        tm = self.timing
         index = self.order[rid]
         req = self.workload.requests[index]
-        now_ms = tick * tm.tick_ms
-        live, hit_l1, hit_l2 = self._admit(rid, index, self.workload.out_pages(req), now_ms)
+        out_pages = self.workload.out_pages(req)
+        if self.prep.l3:
+            # the request waits for the L3 collective of this tick before it can match
+            self.cluster.run(arrive, rid, req.hash_ids, out_pages, True)
+            self.live[rid] = _Live(rid, index, req.hash_ids, matched=False)
+            self.queued.append(rid)
+            return
+        live, hit_l1, hit_l2 = self._admit(rid, index, out_pages, tick * self.timing.tick_ms)
         self.live[rid] = live
+        self._prefill(rid, hit_l1, hit_l2, tick)
+
+    def _prefill(self, rid: int, hit_l1: int, hit_l2: int, tick: int) -> None:
+        """The forward pass of the pages it missed (and the load-back) ends its prefill."""
+        tm = self.timing
+        req = self.workload.requests[self.order[rid]]
         miss = len(req.hash_ids) - hit_l1 - hit_l2
         ms = miss * self.workload.block_tokens / tm.prefill_tokens_per_ms
         ms += -(-hit_l2 // self.cfg.R) * tm.load_ms_per_page
-        self._push(max(tick + 1, self._tick(now_ms + ms)), INSERT, rid)
+        self._push(max(tick + 1, self._tick(tick * tm.tick_ms + ms)), INSERT, rid)
 
     def _prefill_done(self, rid: int, tick: int) -> None:
         live = self.live.get(rid)
@@ -418,13 +506,131 @@ class Simulation:
         return True
 
     def _abort_fault(self, rid: int) -> bool:
-        if self.live.pop(rid, None) is None:
+        live = self.live.pop(rid, None)
+        if live is None:
             return False
         self.waiting.pop(rid, None)
         self.cluster.run(abort, rid)
+        if not live.matched:
+            # aborted while it waited for the L3 collective or a reload: it counts as a
+            # request that hit nothing, so that every request is counted once
+            self.queued.remove(rid)
+            self._admitted(rid, live.index, 0, 0, False, self.cluster.tick * self.timing.tick_ms)
         self.metrics.requests_aborted += 1
         self.metrics.faults["abort"] += 1
         return True
+
+    # ---- L3 ------------------------------------------------------------------------------------------------
+    def _l3_tick(self, tick: int) -> None:
+        """The L3 collective before the batch forms: every rank's L3 progress reaches the
+        others (only when something is in flight or marked: an idle tick has no collective),
+        the drain and the spill maintainer, then the queued requests that no reload holds
+        match, in arrival order."""
+        c = self.cluster
+        s = c.state
+        collective = bool(s.spills or s.reloads or s.reload_candidates)
+        if collective:
+            c.learn_l3()
+        if collective or s.spill_queue:
+            spills, reloads = c.run(l3_drain)
+            self._start_spills(spills, tick)
+            self._start_reloads(reloads, tick)
+        if collective:
+            c.check_agreement(l3_learnt=True)
+        s = c.state
+        if any(op.waiters for op in s.reloads):
+            # the reload ttl counts ticks: visit every tick while a request is held
+            self._push(tick + 1, WAKE, None)
+        still = []
+        for rid in self.queued:
+            if held(c.state, rid):
+                still.append(rid)
+                continue
+            live = self.live[rid]
+            hit_l1, hit_l2, refused = c.run(match, rid, self.prep.l2)
+            live.matched = True
+            live.hits = hit_l1 + hit_l2
+            self._admitted(rid, live.index, hit_l1, hit_l2, refused, tick * self.timing.tick_ms)
+            self._prefill(rid, hit_l1, hit_l2, tick)
+        self.queued = still
+
+    def _disk_ms(self, pages: int, per_page: float) -> float:
+        """A rank's disk operation on its `pages` pages: jittered, SLOW_FACTOR slower under a slow fault."""
+        tm = self.timing
+        ms = max(0.1, pages * per_page) * self.rng_disk.uniform(1 - tm.disk_jitter, 1 + tm.disk_jitter)
+        if self.faults.slow and self.rng_disk_faults.random() < self.faults.slow:
+            ms *= SLOW_FACTOR
+            self.metrics.faults["slow"] += 1
+        return ms
+
+    def _at(self, tick: int, ms: float) -> int:
+        return max(tick + 1, self._tick(ms))
+
+    def _start_spills(self, ops: tuple[SpillOp, ...], tick: int) -> None:
+        """Each rank gathers the pages it owns (object-local index i mod R) out of the slab,
+        then its disk writes them, after the writes and reads submitted before."""
+        tm = self.timing
+        R = self.cfg.R
+        now = tick * tm.tick_ms
+        for op in ops:
+            n = len(op.hashes)
+            for r in range(R):
+                owned = len(range(r, n, R))
+                start = max(now, self.gather_busy_ms[r])
+                gathered = start + max(0.1, owned * tm.gather_ms_per_page) * self.rng_disk.uniform(1 - tm.disk_jitter, 1 + tm.disk_jitter)
+                self.gather_busy_ms[r] = gathered
+                written = max(gathered, self.disk_busy_ms[r]) + self._disk_ms(owned, tm.disk_write_ms_per_page)
+                self.disk_busy_ms[r] = written
+                self._push(self._at(tick, gathered), DISK, _DiskJob(r, "gather", op.node))
+                self._push(self._at(tick, written), DISK, _DiskJob(r, "write", op.node))
+
+    def _start_reloads(self, ops: tuple[ReloadOp, ...], tick: int) -> None:
+        """Each rank's disk reads the pages it owns of each new reload into the slab."""
+        tm = self.timing
+        R = self.cfg.R
+        now = tick * tm.tick_ms
+        for op in ops:
+            n = len(op.hashes)
+            for r in range(R):
+                done = max(now, self.disk_busy_ms[r]) + self._disk_ms(len(range(r, n, R)), tm.disk_read_ms_per_page)
+                self.disk_busy_ms[r] = done
+                self._push(self._at(tick, done), DISK, _DiskJob(r, "read", op.key))
+
+    def _disk_step(self, job: _DiskJob) -> None:
+        """Rank `job.rank` finishes one L3 step; `ok` is what the rank's state implies."""
+        c = self.cluster
+        s = c.state
+        r = job.rank
+        if job.what == "recover":
+            c.rank_step(r, T("DiskRecover", rank=r))
+            return
+        if job.what == "gather":
+            k, fifo, name = s.spill_gathered[r], s.spills, "spills"
+        elif job.what == "write":
+            k, fifo, name = len(s.spill_done[r]), s.spills, "spills"
+        else:
+            k, fifo, name = len(s.reload_done[r]), s.reloads, "reloads"
+        ident = (fifo[k].node if name == "spills" else fifo[k].key) if k < len(fifo) else None  # type: ignore[union-attr]
+        if ident != job.op:
+            raise RuntimeError(f"simulator bug: rank {r}'s disk engine ({job.what} of {job.op}) and the model's {name} disagree")
+        if job.what == "gather":
+            c.rank_step(r, T("SpillGathered", rank=r))
+        elif job.what == "write":
+            c.rank_step(r, T("SpillDone", rank=r, ok=spill_write_ok(s, r)))
+        else:
+            c.rank_step(r, T("ReloadDone", rank=r, ok=reload_read_ok(s, r)))
+
+    def _disk_faults(self, tick: int, elapsed: int) -> None:
+        """Each working disk fails with probability `disk` per tick (over the `elapsed`
+        ticks since the last iteration) and comes back after a drawn number of ticks."""
+        p = 1 - (1 - self.faults.disk) ** elapsed
+        rd = self.rng_disk_faults
+        c = self.cluster
+        for r in range(self.cfg.R):
+            if c.state.disk_ok[r] and rd.random() < p:
+                c.rank_step(r, T("DiskFail", rank=r))
+                self.metrics.faults["disk"] += 1
+                self._push(tick + rd.randint(*DISK_DOWN_TICKS), DISK, _DiskJob(r, "recover", 0))
 
     # ---- per-rank backup writes ------------------------------------------------------------------------
     def _submit(self, nodes: tuple[int, ...], tick: int) -> None:
