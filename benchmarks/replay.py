@@ -61,6 +61,7 @@ def measure(nodes: int, window: int, workdir: Path) -> dict:
             w.write(t, s)
             final = s
     total = w.count
+    print(f"  {nodes}: walk of {total} transitions, {len(final.nodes)} nodes", file=sys.stderr, flush=True)
     stamps: dict[int, float] = {}
     start = total - window
 

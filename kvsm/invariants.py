@@ -300,7 +300,10 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r} stages {len(s.spill_staged[r])} spills, not gathered minus written")
         if len(s.reload_done[r]) > len(s.reloads):
             bad(10, f"rank {r} has read more reloads than are in flight")
-        if sum(1 for (rank, _h) in s.l3.keys() if rank == r) > max(cfg.L3, 0):
+        used = sum(1 for (rank, _h) in s.l3.keys() if rank == r)
+        if used != s.l3_used[r]:
+            bad(10, f"rank {r}'s disk holds {used} pages but counts {s.l3_used[r]}")
+        if used > cfg.L3:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
     return out
 

@@ -227,6 +227,7 @@ class ClusterState:
     disk_ok: tuple[bool, ...]  # local
     disk_faults: int  # DiskFail transitions so far (bounded by config.max_disk_faults)
     l3: immutables.Map  # local: (rank, page hash) -> content held on that rank's disk
+    l3_used: tuple[int, ...]  # derived: entries of `l3` per rank
     spill_staged: tuple[tuple[tuple[tuple[int, int | None], ...], ...], ...]  # ghost: per rank, gathered copies not yet written
     dev_index: PSortedSet
     host_index: PSortedSet
@@ -373,6 +374,7 @@ def initial_state(cfg: Config) -> ClusterState:
         disk_ok=(True,) * cfg.R,
         disk_faults=0,
         l3=immutables.Map(),
+        l3_used=(0,) * cfg.R,
         spill_staged=((),) * cfg.R,
         dev_index=PSortedSet(),
         host_index=PSortedSet(),
@@ -516,6 +518,7 @@ class Tx:
         self.host_content = _MapTx("host_content", s.host_content)
         self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
         self.l3 = _MapTx("l3", s.l3)
+        self.l3_used = list(s.l3_used)
         self.spill_queue = s.spill_queue
         self.spills = s.spills
         self.reloads = s.reloads
@@ -637,6 +640,12 @@ class Tx:
         else:
             self.dev_content.set(page, c)
         self.effects.append(("load", host_page, page))
+
+    def put_l3(self, rank: int, h: int, c: int | None) -> None:
+        """Rank `rank`'s disk now holds content `c` under page hash `h`."""
+        if (rank, h) not in self.l3:
+            self.l3_used[rank] += 1
+        self.l3.set((rank, h), c)
 
     def put_host(self, host_page: int, c: int | None) -> None:
         """Host page `host_page` of every region now holds content `c` (None = garbage)."""
@@ -794,6 +803,7 @@ class Tx:
             disk_ok=tuple(self.disk_ok),
             disk_faults=self.disk_faults,
             l3=l3,
+            l3_used=tuple(self.l3_used),
             spill_staged=spill_staged,
             dev_index=dev_index,
             host_index=host_index,

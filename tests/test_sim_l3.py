@@ -23,8 +23,10 @@ from kvsm.transitions import Transition, apply
 
 runner = CliRunner()
 
+# the default config with small L3 limits (one spill and one reload in flight, ttl 2)
+CONFIG = str(Path(__file__).parent / "data" / "sim_l3.toml")
 # thrash re-reads long prefixes after both small tiers have dropped them
-SMALL = SimOptions(workload="thrash", requests=120, ranks=2, l1_pages=64, l2_pages=160, seed=5, tiers="l1,l2,l3")
+SMALL = SimOptions(workload="thrash", config=CONFIG, requests=120, ranks=2, l1_pages=64, l2_pages=160, seed=5, tiers="l1,l2,l3")
 
 
 def _trace(tmp_path: Path, prompts: list[list[int]], gap_ms: int = 1000) -> Path:
@@ -51,7 +53,7 @@ PROMPTS = [
 
 def _hand_run(tmp_path: Path, **kw) -> tuple:
     log = tmp_path / "hand.jsonl"
-    r = simulate(SimOptions(workload=str(_trace(tmp_path, PROMPTS)), ranks=2, l1_pages=4, l2_pages=10, tiers="l1,l2,l3", **kw), log)
+    r = simulate(SimOptions(workload=str(_trace(tmp_path, PROMPTS)), config=CONFIG, ranks=2, l1_pages=4, l2_pages=10, tiers="l1,l2,l3", **kw), log)
     return r, log
 
 
@@ -140,7 +142,7 @@ def test_same_seed_same_log_with_l3_and_disk_faults(tmp_path):
 
 
 def test_same_seed_same_l3_log_in_another_process(tmp_path):
-    args = ["--workload", "thrash", "--requests", "60", "--ranks", "3", "--l1-pages", "64", "--l2-pages", "160"]
+    args = ["--workload", "thrash", "--config", CONFIG, "--requests", "60", "--ranks", "3", "--l1-pages", "64", "--l2-pages", "160"]
     args += ["--tiers", "l1,l2,l3", "--l3-pages", "200", "--seed", "2", "--faults", "disk:0.02,slow:0.1"]
     logs = []
     for hash_seed in ("1", "2"):
@@ -209,7 +211,7 @@ def test_a_replica_with_a_wrong_view_of_another_ranks_disk_is_caught_at_the_l3_c
 
 def test_the_cli_runs_l3_and_the_log_replays_with_kvsm_replay_check(tmp_path):
     log = tmp_path / "l3.jsonl"
-    args = ["sim", "--workload", "thrash", "--requests", "120", "--seed", "5", "--ranks", "2", "--l1-pages", "64", "--l2-pages", "160"]
+    args = ["sim", "--workload", "thrash", "--config", CONFIG, "--requests", "120", "--seed", "5", "--ranks", "2", "--l1-pages", "64", "--l2-pages", "160"]
     r = runner.invoke(app, [*args, "--tiers", "l1,l2,l3", "--l3-pages", "500", "--faults", "disk:0.01", "-o", str(log), "--json"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)

@@ -91,8 +91,7 @@ def spill_write_ok(s: ClusterState, r: int) -> bool:
     """Whether rank r's next spill write succeeds: its disk works and has room."""
     staged = s.spill_staged[r][0]
     new = sum(1 for h, _ in staged if (r, h) not in s.l3)
-    held = sum(1 for (rank, _h) in s.l3.keys() if rank == r) if new else 0
-    return s.disk_ok[r] and held + new <= s.config.L3
+    return s.disk_ok[r] and s.l3_used[r] + new <= s.config.L3
 
 
 def spill_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -110,7 +109,7 @@ def spill_done(s: ClusterState, t: Transition) -> ClusterState:
     tx.spill_staged[r] = tx.spill_staged[r][1:]
     if ok:
         for h, c in staged:
-            tx.l3.set((r, h), c)
+            tx.put_l3(r, h, c)
     tx.spill_done[r] = tx.spill_done[r] + (ok,)
     tx.effects.append(("spill_write", r, tuple(h for h, _ in staged), ok))
     return tx.commit()
