@@ -28,9 +28,10 @@ def _config(name: str) -> Config:
         raise typer.Exit(2) from None
 
 
-def _progress() -> Progress:
+def _progress(label: str = "{task.description}") -> Progress:
+    """A progress bar on stderr, only when it is a terminal (never in pipes or CI logs)."""
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

@@ -10,7 +10,6 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 console = Console()
@@ -102,15 +101,9 @@ def register(app: typer.Typer) -> None:
             schedule=schedule,
             check=check,
         )
-        progress = Progress(
-            TextColumn("sim"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        )
+        from ..cli import _progress  # noqa: PLC0415  (the CLI's one progress bar style)
+
+        progress = _progress("sim")
         try:
             with progress:
                 task = progress.add_task("sim", total=None)

@@ -15,33 +15,31 @@ from .base import Spec, Transition, evict_device_node, evict_host_node, register
 from .request import _request
 
 
-def evict_device(s: ClusterState, t: Transition) -> ClusterState:
+def _evict_first(s: ClusterState, t: Transition, tier: str) -> ClusterState:
+    """Evict the first victim of a tier's order; the argument must name it."""
+    index, evict, where = (s.dev_index, evict_device_node, "L1") if tier == "device" else (s.host_index, evict_host_node, "L2")
     nid = t.arg("node")
-    if not s.dev_index:
-        raise Rejected("no node can be evicted from L1")
-    first = s.dev_index.first()[2]
+    if not index:
+        raise Rejected(f"no node can be evicted from {where}")
+    first = index.first()[2]
     if nid != first:
-        raise Rejected(f"the device victim order picks node {first}, not {nid}")
+        raise Rejected(f"the {tier} victim order picks node {first}, not {nid}")
     tx = Tx(s)
-    evict_device_node(tx, nid)
+    evict(tx, nid)
     return tx.commit()
+
+
+def evict_device(s: ClusterState, t: Transition) -> ClusterState:
+    return _evict_first(s, t, "device")
+
+
+def evict_host(s: ClusterState, t: Transition) -> ClusterState:
+    return _evict_first(s, t, "host")
 
 
 def evict_device_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.dev_index:
         yield Transition.make("EvictDevice", node=s.dev_index.first()[2])
-
-
-def evict_host(s: ClusterState, t: Transition) -> ClusterState:
-    nid = t.arg("node")
-    if not s.host_index:
-        raise Rejected("no node can be evicted from L2")
-    first = s.host_index.first()[2]
-    if nid != first:
-        raise Rejected(f"the host victim order picks node {first}, not {nid}")
-    tx = Tx(s)
-    evict_host_node(tx, nid)
-    return tx.commit()
 
 
 def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
