@@ -59,6 +59,16 @@ class PSortedSet:
     def __repr__(self) -> str:
         return f"PSortedSet({list(self)!r})"
 
+    def __getitem__(self, i: int) -> Any:
+        """The i-th smallest element (O(number of chunks))."""
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        for chunk in self._chunks:
+            if i < len(chunk):
+                return chunk[i]
+            i -= len(chunk)
+        raise IndexError(i)  # pragma: no cover - lengths are consistent
+
     def first(self) -> Any:
         if not self._len:
             raise KeyError("first() of an empty set")

@@ -17,21 +17,33 @@ from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, names_for
 
 
+def _candidates(state: ClusterState, name: str, rng: random.Random) -> Iterator[Transition]:
+    """A family's instances in random order; large families are sampled first."""
+    spec = REGISTRY[name]
+    if name == "Arrive" and state.config.prompts:
+        # one prompt drawn from the config's list (a list of 100k prompts is not
+        # enumerated at every step); a rejected arrival rejects them all
+        p = rng.choice(state.config.prompts)
+        yield Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)
+        return
+    if name == "Reserve" and len(state.backup_index) > 16:
+        # a large tree can have thousands of backup candidates: try a few drawn at
+        # random before enumerating them all
+        pool = state.backup_index
+        for _ in range(8):
+            yield Transition.make("Reserve", node=pool[rng.randrange(len(pool))])
+    cands = list(spec.candidates(state))
+    rng.shuffle(cands)
+    yield from cands
+
+
 def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> tuple[Transition, ClusterState] | None:
     names = [n for n in names_for(state.config) if weights.get(n, 1.0) > 0]
     while names:
         w = [weights.get(n, 1.0) for n in names]
         name = rng.choices(names, weights=w)[0]
         spec = REGISTRY[name]
-        if name == "Arrive" and state.config.prompts:
-            # one prompt drawn from the config's list (a list of 100k prompts is not
-            # enumerated at every step); a rejected arrival rejects them all
-            p = rng.choice(state.config.prompts)
-            cands = [Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)]
-        else:
-            cands = list(spec.candidates(state))
-            rng.shuffle(cands)
-        for t in cands:
+        for t in _candidates(state, name, rng):
             try:
                 return t, spec.apply(state, t)
             except Rejected:

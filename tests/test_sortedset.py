@@ -36,6 +36,9 @@ def test_neighbour_queries(items, probe):
     assert s.ceil_ge(probe) == (min(upper) if upper else None)
     assert list(s.iter_from(probe)) == sorted(x for x in items if x > probe)
     assert (probe in s) == (probe in items)
+    ordered = sorted(items)
+    for i in range(0, len(ordered), 37):
+        assert s[i] == ordered[i]
 
 
 @given(st.sets(st.integers(0, 3000), max_size=1200), st.lists(st.integers(0, 3000), max_size=700), st.integers(0, 400))
