@@ -27,7 +27,7 @@ import immutables
 from . import content
 from .config import Config
 from .digest import MOD, combine, content_hash, entry_hash, free_page_hash
-from .sortedset import PSortedSet
+from .sortedset import PSortedSet, RunSet
 
 ROOT_ID = 0
 NO_PARENT = -1
@@ -208,7 +208,7 @@ class ClusterState:
     clock: int
     next_rid: int
     dev_free: tuple[PSortedSet, ...]  # per lane
-    l2_free: tuple[PSortedSet, ...]  # per payload: free runs (base, length)
+    l2_free: tuple[RunSet, ...]  # per payload: free runs (base, length)
     objects: immutables.Map
     pending: immutables.Map
     writes: tuple[int, ...]
@@ -348,7 +348,7 @@ def initial_state(cfg: Config) -> ClusterState:
     )
     nodes = immutables.Map({ROOT_ID: root})
     dev_free = tuple(PSortedSet(range(lane, cfg.device_pages, cfg.R)) for lane in range(cfg.R))
-    l2_free = tuple(PSortedSet([(0, cfg.L2)]) for _ in cfg.payloads)
+    l2_free = tuple(RunSet([(0, cfg.L2)]) for _ in cfg.payloads)
     s = ClusterState(
         config=cfg,
         nodes=nodes,
@@ -675,9 +675,10 @@ class Tx:
         """Base of the lowest free run of `length` pages in every payload region, or None."""
         found = None
         for runs in self.l2_free:
-            base = next((b for b, n in runs if n >= length), None)
-            if base is None:
+            run = runs.first_fit(length)
+            if run is None:
                 return None
+            base = run[0]
             if found is None:
                 found = base
             elif found != base:  # regions are allocated in lockstep, so this cannot differ

@@ -2,7 +2,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvsm import sortedset
-from kvsm.sortedset import PSortedSet
+from kvsm.sortedset import PSortedSet, RunSet
 
 ops = st.lists(st.tuples(st.booleans(), st.integers(0, 2000)), max_size=1500)
 
@@ -61,3 +61,19 @@ def test_chunks_split_when_large():
         s = s.add(i)
     assert len(s._chunks) > 1 and list(s) == list(range(5 * sortedset.CHUNK))
     assert s.first() == 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 40)), max_size=900), st.integers(1, 45))
+def test_run_set_first_fit_is_the_lowest_based_run_long_enough(runs, length):
+    rs = RunSet()
+    for r in runs:
+        rs = rs.add(r)
+    rs = rs.add_many(runs[:50])
+    expect = next((r for r in sorted(set(runs)) if r[1] >= length), None)
+    assert rs.first_fit(length) == expect
+    if runs:
+        rs2 = rs.remove(sorted(set(runs))[0])
+        expect2 = next((r for r in sorted(set(runs))[1:] if r[1] >= length), None)
+        assert rs2.first_fit(length) == expect2
+        taken, rest = rs.take_first(min(3, len(rs)))
+        assert rest.first_fit(length) == next((r for r in sorted(set(runs))[len(taken):] if r[1] >= length), None)
