@@ -126,6 +126,10 @@ class Fcn(dict):
         return hash(frozenset(self.items()))
 
 
+class Expr(str):
+    """TLA+ text that `to_tla` writes as it is (an expression standing for a value)."""
+
+
 def as_fcn(v: Any) -> dict:
     """A function value as a dict. TLC prints a function whose domain is 1..n as a
     sequence (and the empty function as `<<>>`), so a sequence is accepted too."""
@@ -292,6 +296,8 @@ def state_parts(text: str) -> list[tuple[str, str]]:
 def to_tla(v: Any) -> str:
     """TLA+ text of a value (the inverse of `parse_value`). Plain dicts are ambiguous
     (record or function) and rejected: wrap them in `Record` or `Fcn`."""
+    if isinstance(v, Expr):
+        return str(v)
     if v is True:
         return "TRUE"
     if v is False:
@@ -303,6 +309,8 @@ def to_tla(v: Any) -> str:
     if isinstance(v, (tuple, list)):
         return "<<" + ", ".join(to_tla(x) for x in v) + ">>"
     if isinstance(v, (set, frozenset)):
+        if len(v) > 8 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            return _int_set(sorted(v))
         return "{" + ", ".join(to_tla(x) for x in sorted(v, key=_order)) + "}"
     if isinstance(v, Record):
         if not v:
@@ -313,6 +321,23 @@ def to_tla(v: Any) -> str:
             return "<<>>"  # the empty function
         return "(" + " @@ ".join(f"{to_tla(k)} :> {to_tla(x)}" for k, x in sorted(v.items(), key=lambda kv: _order(kv[0]))) + ")"
     raise TLAValueError(f"no TLA+ form for {type(v).__name__} {v!r}")
+
+
+def _int_set(xs: list[int]) -> str:
+    """A set of integers as a union of intervals and a set of the rest."""
+    runs, singles = [], []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        if j - i >= 2:
+            runs.append(f"({xs[i]}..{xs[j]})")
+        else:
+            singles.extend(xs[i : j + 1])
+        i = j + 1
+    parts = runs + (["{" + ", ".join(map(str, singles)) + "}"] if singles else [])
+    return parts[0] if len(parts) == 1 else "(" + " \\cup ".join(parts) + ")"
 
 
 def _order(v: Any) -> tuple:
@@ -507,7 +532,9 @@ def _action_name(label: str) -> str:
     return label.split(" line ", 1)[0].split("(", 1)[0].strip()
 
 
-def parse_trace(lines: Sequence[str]) -> tuple[list[TraceStep], int | None, bool]:
+def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceStep], int | None, bool]:
+    """The states of a printed behaviour; with `view`, TLC printed each state through
+    the cfg's VIEW, and the value is kept under the key "view"."""
     steps: list[TraceStep] = []
     loop_to: int | None = None
     stutters = False
@@ -530,11 +557,12 @@ def parse_trace(lines: Sequence[str]) -> tuple[list[TraceStep], int | None, bool
             body.append(lines[i])
             i += 1
         text = "\n".join(body)
-        steps.append(TraceStep(_action_name(label), parse_state(text), text))
+        state = {"view": parse_value(text)} if view else parse_state(text)
+        steps.append(TraceStep(_action_name(label), state, text))
     return steps, loop_to, stutters
 
 
-def parse_output(text: str) -> tuple[Violation | None, str | None]:
+def parse_output(text: str, view: bool = False) -> tuple[Violation | None, str | None]:
     """The violation TLC reports (with its trace), and the first line of an error that
     kept TLC from checking the model (None when it checked it)."""
     lines = text.splitlines()
@@ -564,7 +592,7 @@ def parse_output(text: str) -> tuple[Violation | None, str | None]:
         end = start
         while end < len(lines) and not _GENERATED.match(lines[end]) and not lines[end].startswith(("Finished in", "Error:")):
             end += 1
-        trace, loop_to, stutters = parse_trace(lines[start:end])
+        trace, loop_to, stutters = parse_trace(lines[start:end], view)
     return Violation(kind, prop, trace, loop_to, stutters), None
 
 
@@ -578,12 +606,14 @@ def run_tlc(
     extra_modules: dict[str, str] | None = None,
     timeout: float | None = None,
     keep_output: bool = True,
+    view: bool = False,
 ) -> TLCResult:
     """Run TLC on `module` with the model config `cfg` (a path, or a ModelConfig to
     write), in a fresh temporary directory that holds copies of the spec's modules,
     `module`, and any `extra_modules` (name -> text). `deadlock=False` passes
     `-deadlock` (do not report states without successors); `dump_dot` asks for the
-    complete state graph with action labels."""
+    complete state graph with action labels; `view` prints traces through the
+    cfg's VIEW."""
     java, jar = find_java(), find_jar()
     sdir = spec_dir()
     t0 = time.perf_counter()
@@ -591,7 +621,7 @@ def run_tlc(
         work = Path(tmp)
         for f in sdir.glob("*.tla"):
             shutil.copy(f, work / f.name)
-        if module.parent.resolve() != sdir.resolve():
+        if module.stem not in (extra_modules or {}) and module.parent.resolve() != sdir.resolve():
             shutil.copy(module, work / module.name)
         for name, text in (extra_modules or {}).items():
             (work / f"{name}.tla").write_text(text)
@@ -614,6 +644,8 @@ def run_tlc(
         ]
         if not deadlock:
             cmd.append("-deadlock")
+        if view:
+            cmd.append("-view")
         if dump_dot is not None:
             cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
         cmd.append(module.name)
@@ -623,7 +655,7 @@ def run_tlc(
             raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit") from None
         out = proc.stdout + proc.stderr
     seconds = time.perf_counter() - t0
-    violation, fatal = parse_output(out)
+    violation, fatal = parse_output(out, view)
     if violation is None and (fatal is not None or "Model checking completed" not in out):
         tail = "\n".join(out.strip().splitlines()[-25:])
         raise TLCError(f"TLC could not check {module.name} (exit {proc.returncode}): {fatal or 'no result'}\n{tail}")
