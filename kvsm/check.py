@@ -67,6 +67,7 @@ def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> P
         raise TraceError("the model's initial state differs from the spec's; run `kvsm conform`")
     extra: dict[str, Any] = {"model": model, "property": violation.property, "kind": violation.kind}
     if violation.loop_to is not None:
+        # the log's last transition returns to the state after this step (0 = initial)
         extra["loops_back_to_step"] = violation.loop_to - 1
     if violation.stutters:
         extra["stutters_forever"] = True

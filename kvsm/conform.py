@@ -179,9 +179,10 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
             if s in both:
                 groups.setdefault((where, s, a), []).append(d)
     other_targets: dict[tuple[str, int, str], list[int]] = {}
-    for where, edges in (("tlc", tlc.edges), ("model", model.edges)):
-        for s, a, d in edges:
-            other_targets.setdefault((where, s, a), []).append(d)
+    if groups:
+        for where, edges in (("tlc", tlc.edges), ("model", model.edges)):
+            for s, a, d in edges:
+                other_targets.setdefault((where, s, a), []).append(d)
     for where, s, a in sorted(groups, key=lambda k: (depth.get(k[1], 1 << 30), k[2], k[0], k[1]))[: max(0, max_examples - len(examples))]:
         other = "model" if where == "tlc" else "tlc"
         before = readable(intern.canon[s], names)

@@ -523,7 +523,8 @@ class TLCResult:
 _GENERATED = re.compile(r"^(\d+) states generated, (\d+) distinct states found, (\d+) states left on queue\.", re.M)
 _DEPTH = re.compile(r"^The depth of the complete state graph search is (\d+)\.", re.M)
 _STATE_HEAD = re.compile(r"^(\d+): ?<(.*)>\s*$|^State (\d+): ?<(.*)>\s*$")
-_BACK = re.compile(r"^(?:State )?(\d+): Back to state:? (\d+)", re.M)
+# "Back to state 9: <Rollback line ...>": the action that closes a liveness lasso
+_BACK = re.compile(r"^(?:(?:State )?\d+: )?Back to state:? (\d+)(?:: ?<(.*)>)?")
 
 
 def _action_name(label: str) -> str:
@@ -545,7 +546,11 @@ def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceSte
         if m is None:
             b = _BACK.match(line)
             if b is not None:
-                loop_to = int(b.group(2))
+                loop_to = int(b.group(1))
+                if b.group(2) is not None and 0 < loop_to <= len(steps):
+                    # the step that closes the loop leads back to that state
+                    back = steps[loop_to - 1]
+                    steps.append(TraceStep(_action_name(b.group(2)), back.state, back.text))
             elif re.match(r"^(?:State )?\d+: Stuttering", line):
                 stutters = True
             i += 1

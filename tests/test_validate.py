@@ -113,3 +113,42 @@ def test_validate_names_the_step_whose_model_state_the_spec_does_not_reach(tmp_p
     assert not res.ok and res.model_rejected is None and res.digest_mismatch is None
     assert res.first_rejected == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
     assert res.matched == 5
+
+
+@pytest.mark.tlc
+def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_does(tmp_path, monkeypatch):
+    """Lane 0 is full (a locked node and the parent of two lane-1 leaves) when a host-only
+    node is loaded back into it: no leaf contributes to lane 0 directly, so the planner
+    evicts the leaves for what their parent would free, then the parent. The ci model
+    never needs this; here TLC must reach the model's state after that LoadBack."""
+    import kvsm.planner as planner
+    from kvsm.config import Config
+
+    cfg = Config(name="unlock", R=2, P=1, L1=2, L2=4)
+    T = Transition.make
+    steps = [
+        # node 1 = [4]: backed, then evicted to L2
+        T("Arrive", rid=0, tokens=[4], out_pages=0), T("Match", rid=0), T("Insert", rid=0),
+        T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"),
+        T("Finish", rid=0), T("EvictDevice", node=1),
+        # [1] (lane 0) with leaves [2] and [3] (lane 1)
+        T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1),
+        T("Arrive", rid=2, tokens=[1, 3], out_pages=0), T("Match", rid=2), T("Insert", rid=2), T("Finish", rid=2),
+        # [5] takes the last lane-0 page and stays locked
+        T("Arrive", rid=3, tokens=[5], out_pages=0), T("Match", rid=3), T("Insert", rid=3),
+        T("Arrive", rid=4, tokens=[4], out_pages=0), T("Match", rid=4), T("LoadBack", rid=4),
+    ]
+    unlocks = []
+    real_unlock = planner._unlock
+    monkeypatch.setattr(planner, "_unlock", lambda *a: unlocks.append(real_unlock(*a)) or unlocks[-1])
+    s = initial_state(cfg)
+    log = tmp_path / "unlock.jsonl"
+    with LogWriter(log, Header(cfg, None, "hand", s.digest(), {})) as w:
+        for t in steps:
+            before = s
+            s = apply(s, t)
+            w.write(t, s)
+    assert any(u > 0 for u in unlocks)
+    assert set(before.nodes) - set(s.nodes) == {2, 3, 4}  # both leaves, then their parent
+    res = validate(log)
+    assert res.ok, res.to_json()
