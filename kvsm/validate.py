@@ -100,22 +100,62 @@ def _take_case() -> str:
 
 
 class _Prefixes:
-    """Page content (a prefix of page symbols) as `SubSeq(Tok[j], 1, k)` over the token
-    sequences of the log's arrivals, so that the module grows linearly with them."""
+    """Page content, request tokens and node keys, which are all prefixes or slices of
+    the token sequences of the log's arrivals, written as `SubSeq(Tok[j], a, b)`, so
+    that the module grows linearly with the log rather than with its prefixes."""
 
     def __init__(self) -> None:
         self.tokens: list[tuple[int, ...]] = []
-        self.where: dict[tuple[int, ...], Expr] = {}
+        self.at: dict[tuple[int, ...], tuple[int, int]] = {}  # prefix -> (j, k)
 
     def add(self, tokens: tuple[int, ...]) -> None:
-        if any(tokens[:k] not in self.where for k in range(1, len(tokens) + 1)):
+        if any(tokens[:k] not in self.at for k in range(1, len(tokens) + 1)):
             self.tokens.append(tokens)
             j = len(self.tokens)
             for k in range(1, len(tokens) + 1):
-                self.where.setdefault(tokens[:k], Expr(f"SubSeq(Tok[{j}], 1, {k})"))
+                self.at.setdefault(tokens[:k], (j, k))
+
+    def last(self, prefix: tuple[int, ...], n: int) -> Any:
+        """The last `n` symbols of `prefix`."""
+        if n == 0 or prefix not in self.at:
+            return prefix[len(prefix) - n :]
+        j, k = self.at[prefix]
+        return Expr(f"SubSeq(Tok[{j}], {k - n + 1}, {k})")
 
     def content(self, f: dict) -> Fcn:
-        return Fcn({p: (self.where[pre] if pre else ()) for p, pre in f.items()})
+        return Fcn({p: self.last(pre, len(pre)) for p, pre in f.items()})
+
+    def requests(self, f: dict) -> Fcn:
+        return Fcn({rid: Record(r, tokens=self.last(r["tokens"], len(r["tokens"]))) for rid, r in f.items()})
+
+    def nodes(self, f: dict) -> Fcn:
+        pre: dict[int, tuple[int, ...]] = {}
+
+        def prefix(n: int) -> tuple[int, ...]:
+            if n not in pre:
+                r = f[n]
+                pre[n] = (prefix(r["parent"]) if r["parent"] in f else ()) + tuple(r["key"])
+            return pre[n]
+
+        return Fcn({n: Record(r, key=self.last(prefix(n), len(r["key"]))) for n, r in f.items()})
+
+
+def _wrap(text: str, width: int = 160) -> str:
+    """Break a long line of TLA+ after commas: TLC's parser slows down with the length
+    of a line (a value written on one 100k-character line parses five times slower).
+    Generated values hold no string with a comma in it."""
+    if len(text) <= width:
+        return text
+    parts = text.split(", ")
+    lines, cur = [], parts[0]
+    for part in parts[1:]:
+        if len(cur) >= width:
+            lines.append(cur + ",")
+            cur = "    " + part
+        else:
+            cur += ", " + part
+    lines.append(cur)
+    return "\n".join(lines)
 
 
 def _compact(value: Any) -> str:
@@ -156,7 +196,7 @@ class _Emitter:
             gone, new = prev[1] - value, value - prev[1]
             if len(gone) + len(new) < len(value) // 2:
                 text = f"(({prev[0]} \\ {to_tla(gone)}) \\cup {to_tla(new)})"
-        self.defs.append(f"{name} == {text}")
+        self.defs.append(_wrap(f"{name} == {text}"))
         self.last[var] = (name, value)
         return name
 
@@ -174,8 +214,12 @@ def trace_module(steps: list[Transition], states: list[dict[str, Any]], cfg: Con
             v = values[var]
             if var in ("dev_content", "host_content"):
                 v = prefixes.content(v)
+            elif var == "requests":
+                v = prefixes.requests(v)
+            elif var == "nodes":
+                v = prefixes.nodes(v)
             fields.append(f"{var} |-> {em.ref(var, v, k) if isinstance(v, (dict, frozenset, tuple)) else to_tla(v)}")
-        rows.append("[" + ", ".join(fields) + "]")
+        rows.append(_wrap("[" + ", ".join(fields) + "]"))
     is_now = "\n".join(f"    /\\ {v} = States[k].{v}" for v in SPEC_VARIABLES)
     is_next = "\n".join(f"    /\\ {v}' = States[k].{v}" for v in SPEC_VARIABLES)
     return f"""---- MODULE {MODULE} ----
@@ -184,12 +228,12 @@ EXTENDS KVCache
 VARIABLE cursor
 
 \\* The token sequences of the log's arrivals; page content is written as their prefixes.
-Tok == {to_tla(tuple(prefixes.tokens))}
+Tok == {_wrap(to_tla(tuple(prefixes.tokens)))}
 
 Patch(f, gone, upd) == [x \\in (DOMAIN f \\ gone) \\cup DOMAIN upd |-> IF x \\in DOMAIN upd THEN upd[x] ELSE f[x]]
 
 \\* The log's transitions; step k leads from States[k] to States[k + 1].
-Steps == <<{", ".join(to_tla(_step_record(t)) for t in steps)}>>
+Steps == <<{_wrap(", ".join(to_tla(_step_record(t)) for t in steps))}>>
 
 {chr(10).join(em.defs)}
 

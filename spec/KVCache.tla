@@ -244,10 +244,10 @@ Alloc(free, lanes) ==
              rest == Alloc(free \ {p}, Tail(lanes))
          IN [pages |-> <<p>> \o rest.pages, free |-> rest.free]
 
+\* (f @@ g is f where f is defined, else g: it overwrites the few pages a step touches.)
 FreeDev(s, pages) ==
     [s EXCEPT !.dev_free = @ \cup Range(pages),
-              !.dev_content = [p \in DevicePool |->
-                                 IF p \in Range(pages) THEN NoContent ELSE s.dev_content[p]]]
+              !.dev_content = [p \in Range(pages) |-> NoContent] @@ @]
 
 \* First fit: the lowest base of a free run of `len` host pages.
 RunFree(free, b, len) == b .. b + len - 1 \subseteq free
@@ -259,8 +259,7 @@ ObjectPages(o) == o.base .. o.base + o.length - 1
 FreeObject(s, k) ==
     LET gone == ObjectPages(s.objects[k])
     IN [s EXCEPT !.l2_free = @ \cup gone,
-                 !.host_content = [h \in HostPool |->
-                                     IF h \in gone THEN NoContent ELSE s.host_content[h]],
+                 !.host_content = [h \in gone |-> NoContent] @@ @,
                  !.objects = Remove(@, {k})]
 
 \* Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted.
@@ -508,10 +507,8 @@ Inserted(s, rid) ==
                  !.next_id = IF fresh = <<>> THEN @ ELSE @ + 1,
                  !.clock = @ + Len(path) + Bit(fresh # <<>>),
                  !.dev_free = got.free,
-                 !.dev_content = [p \in DevicePool |->
-                                    IF \E i \in filled : pages[i] = p
-                                    THEN SubSeq(tokens, 1, positions[CHOOSE i \in filled : pages[i] = p] + 1)
-                                    ELSE s1.dev_content[p]],
+                 !.dev_content = [p \in {pages[i] : i \in filled} |->
+                                    SubSeq(tokens, 1, positions[IndexOf(pages, p)] + 1)] @@ @,
                  !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
                                                !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]]]
 
@@ -585,10 +582,8 @@ Reserve(n) ==
 Stored(r, n) ==
     LET dev == nodes[n].dev
         base == objects[n].base
-    IN [h \in HostPool |->
-          IF h - base + 1 \in DOMAIN dev /\ Lane(dev[h - base + 1]) = r
-          THEN dev_content[dev[h - base + 1]]
-          ELSE host_content[h]]
+    IN [h \in {base + i - 1 : i \in {i \in DOMAIN dev : Lane(dev[i]) = r}} |->
+          dev_content[dev[h - base + 1]]] @@ host_content
 
 \* Rank r finishes its next write: it copies the pages in its lane into the object.
 WriteDone(r) ==
@@ -678,10 +673,8 @@ LoadedBack(s, rid) ==
              s |-> [s1 EXCEPT
                       !.nodes = LockPath(LockPath(loaded, last, 1), req.node, -1),
                       !.dev_free = got.free,
-                      !.dev_content = [p \in DevicePool |->
-                                         IF p \in Range(got.pages)
-                                         THEN s1.host_content[source[IndexOf(got.pages, p)]]
-                                         ELSE s1.dev_content[p]],
+                      !.dev_content = [p \in Range(got.pages) |->
+                                         s1.host_content[source[IndexOf(got.pages, p)]]] @@ @,
                       !.requests[rid].node = last]]
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
