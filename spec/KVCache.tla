@@ -95,7 +95,7 @@ Flatten(ss) == IF ss = <<>> THEN <<>> ELSE Head(ss) \o Flatten(Tail(ss))
 \* Lexicographic order on equal-length sequences of integers.
 LexLess(a, b) == \E i \in DOMAIN a : a[i] < b[i] /\ \A j \in 1 .. i - 1 : a[j] = b[j]
 
-\* The pages 0.. of a run starting at absolute position `start`.
+\* The absolute positions (page k of a request counts from the root) of n pages from `start`.
 Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
 
 -----------------------------------------------------------------------------
@@ -719,7 +719,7 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 -----------------------------------------------------------------------------
 (* Invariants (MODEL.md section 6), named as kvsm/invariants.py names them. *)
 
-Content_ == Seq(Int)
+ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
 NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int,
             lock: Nat, hits: Nat, touched: Nat]
 RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool)]
@@ -739,8 +739,8 @@ TypeOK ==
     /\ DOMAIN requests \subseteq Nat
     /\ \A q \in DOMAIN requests : requests[q] \in RequestRec
     /\ write_done \in [Ranks -> Nat]
-    /\ dev_content \in [DevicePool -> Content_]
-    /\ host_content \in [HostPool -> Content_]
+    /\ dev_content \in [DevicePool -> ContentValues]
+    /\ host_content \in [HostPool -> ContentValues]
 
 RECURSIVE ReachesRoot(_, _)
 ReachesRoot(n, k) == n = Root \/ (k > 0 /\ n \in DOMAIN nodes /\ ReachesRoot(nodes[n].parent, k - 1))
