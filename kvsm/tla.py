@@ -510,10 +510,11 @@ class TLCResult:
     states_generated: int | None
     distinct_states: int | None
     depth: int | None
-    seconds: float
+    seconds: float  # wall time of the run, measured here (JVM start included)
     exit_code: int
     violation: Violation | None
     output: str
+    tlc_seconds: int | None = None  # TLC's own "Finished in ..." (whole seconds)
 
     @property
     def ok(self) -> bool:
@@ -522,6 +523,7 @@ class TLCResult:
 
 _GENERATED = re.compile(r"^(\d+) states generated, (\d+) distinct states found, (\d+) states left on queue\.", re.M)
 _DEPTH = re.compile(r"^The depth of the complete state graph search is (\d+)\.", re.M)
+_FINISHED = re.compile(r"^Finished in (?:(\d+)h ?)?(?:(\d+)min ?)?(\d+)s", re.M)
 _STATE_HEAD = re.compile(r"^(\d+): ?<(.*)>\s*$|^State (\d+): ?<(.*)>\s*$")
 # "Back to state 9: <Rollback line ...>": the action that closes a liveness lasso
 _BACK = re.compile(r"^(?:(?:State )?\d+: )?Back to state:? (\d+)(?:: ?<(.*)>)?")
@@ -666,6 +668,7 @@ def run_tlc(
         raise TLCError(f"TLC could not check {module.name} (exit {proc.returncode}): {fatal or 'no result'}\n{tail}")
     gen = _GENERATED.findall(out)
     dep = _DEPTH.findall(out)
+    fin = _FINISHED.findall(out)
     return TLCResult(
         states_generated=int(gen[-1][0]) if gen else None,
         distinct_states=int(gen[-1][1]) if gen else None,
@@ -674,6 +677,7 @@ def run_tlc(
         exit_code=proc.returncode,
         violation=violation,
         output=out if keep_output else "",
+        tlc_seconds=(int(fin[-1][0] or 0) * 3600 + int(fin[-1][1] or 0) * 60 + int(fin[-1][2])) if fin else None,
     )
 
 

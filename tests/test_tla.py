@@ -42,6 +42,22 @@ def test_parses_a_pretty_printed_multiline_state():
     assert parse_state(text) == {"nodes": {0: {"parent": -1, "key": ()}}, "phase": "queued", "free": frozenset({0, 1})}
 
 
+def test_reads_what_tlc_prints_at_the_end_of_a_run():
+    out = (
+        "Error: Invariant NothingCommitted is violated.\n"
+        "Error: The behavior up to this point is:\n"
+        "State 1: <Initial predicate>\n/\\ x = 0\n\n"
+        "State 2: <Inc line 8, col 12 to line 8, col 50 of module Toy>\n/\\ x = 1\n\n"
+        "15 states generated, 9 distinct states found, 2 states left on queue.\n"
+        "The depth of the complete state graph search is 5.\n"
+        "Finished in 01min 04s at (2026-11-30 00:33:55)\n"
+    )
+    v, fatal = tla.parse_output(out)
+    assert fatal is None and v.kind == "invariant" and v.property == "NothingCommitted"
+    assert [(s.action, s.state) for s in v.trace] == [("Init", {"x": 0}), ("Inc", {"x": 1})]
+    assert tla._GENERATED.findall(out) == [("15", "9", "2")] and tla._FINISHED.findall(out) == [("", "01", "04")]
+
+
 def test_strings_keep_escaped_quotes_and_backslashes():
     assert parse_value(r'"a\"b\\c"') == 'a"b\\c'
     assert to_tla('a"b\\c') == r'"a\"b\\c"'
