@@ -70,6 +70,49 @@ Lane(p) == p % R
 EmptyFn == [x \in {} |-> 0]
 
 -----------------------------------------------------------------------------
+(* Types *)
+
+ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
+NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int,
+            lock: Nat, hits: Nat, touched: Nat]
+RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool)]
+ObjectRec == [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
+
+TypeOK ==
+    /\ Root \in DOMAIN nodes
+    /\ DOMAIN nodes \subseteq Nat
+    /\ \A n \in DOMAIN nodes : nodes[n] \in NodeRec
+    /\ next_id \in Nat /\ clock \in Nat /\ next_rid \in Nat
+    /\ dev_free \subseteq DevicePool
+    /\ l2_free \subseteq HostPool
+    /\ DOMAIN objects \subseteq Nat
+    /\ \A k \in DOMAIN objects : objects[k] \in ObjectRec
+    /\ pending \subseteq Nat
+    /\ writes \in Seq(Nat)
+    /\ DOMAIN requests \subseteq Nat
+    /\ \A q \in DOMAIN requests : requests[q] \in RequestRec
+    /\ write_done \in [Ranks -> Nat]
+    /\ dev_content \in [DevicePool -> ContentValues]
+    /\ host_content \in [HostPool -> ContentValues]
+
+-----------------------------------------------------------------------------
+Init ==
+    /\ nodes = (Root :> [parent |-> NoParent, key |-> <<>>, dev |-> <<>>, host |-> NoObject,
+                         lock |-> 0, hits |-> 0, touched |-> 0])
+    /\ next_id = 1
+    /\ clock = 0
+    /\ next_rid = 0
+    /\ dev_free = DevicePool
+    /\ l2_free = HostPool
+    /\ objects = EmptyFn
+    /\ pending = {}
+    /\ writes = <<>>
+    /\ requests = EmptyFn
+    /\ write_done = [r \in Ranks |-> 0]
+    /\ dev_content = [p \in DevicePool |-> NoContent]
+    /\ host_content = [h \in HostPool |-> NoContent]
+
+-----------------------------------------------------------------------------
 (* Values *)
 
 Min(S) == CHOOSE x \in S : \A y \in S : x <= y
@@ -389,23 +432,6 @@ HostRun(ns, req) == HostRunFrom(ns, req.tokens, req.node, Len(Prefix(ns, req.nod
 
 
 -----------------------------------------------------------------------------
-Init ==
-    /\ nodes = (Root :> [parent |-> NoParent, key |-> <<>>, dev |-> <<>>, host |-> NoObject,
-                         lock |-> 0, hits |-> 0, touched |-> 0])
-    /\ next_id = 1
-    /\ clock = 0
-    /\ next_rid = 0
-    /\ dev_free = DevicePool
-    /\ l2_free = HostPool
-    /\ objects = EmptyFn
-    /\ pending = {}
-    /\ writes = <<>>
-    /\ requests = EmptyFn
-    /\ write_done = [r \in Ranks |-> 0]
-    /\ dev_content = [p \in DevicePool |-> NoContent]
-    /\ host_content = [h \in HostPool |-> NoContent]
-
------------------------------------------------------------------------------
 (* Transitions. Each is its enabling condition followed by its effect. The
    effect of a transition that evicts, splits or allocates is computed by a pure
    operator over State (named for what it yields, e.g. Inserted) and taken by
@@ -718,29 +744,6 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 
 -----------------------------------------------------------------------------
 (* Invariants (MODEL.md section 6), named as kvsm/invariants.py names them. *)
-
-ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
-NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int,
-            lock: Nat, hits: Nat, touched: Nat]
-RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool)]
-ObjectRec == [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
-
-TypeOK ==
-    /\ Root \in DOMAIN nodes
-    /\ DOMAIN nodes \subseteq Nat
-    /\ \A n \in DOMAIN nodes : nodes[n] \in NodeRec
-    /\ next_id \in Nat /\ clock \in Nat /\ next_rid \in Nat
-    /\ dev_free \subseteq DevicePool
-    /\ l2_free \subseteq HostPool
-    /\ DOMAIN objects \subseteq Nat
-    /\ \A k \in DOMAIN objects : objects[k] \in ObjectRec
-    /\ pending \subseteq Nat
-    /\ writes \in Seq(Nat)
-    /\ DOMAIN requests \subseteq Nat
-    /\ \A q \in DOMAIN requests : requests[q] \in RequestRec
-    /\ write_done \in [Ranks -> Nat]
-    /\ dev_content \in [DevicePool -> ContentValues]
-    /\ host_content \in [HostPool -> ContentValues]
 
 RECURSIVE ReachesRoot(_, _)
 ReachesRoot(n, k) == n = Root \/ (k > 0 /\ n \in DOMAIN nodes /\ ReachesRoot(nodes[n].parent, k - 1))
