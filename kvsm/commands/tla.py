@@ -1,0 +1,134 @@
+"""`kvsm check`, `kvsm conform`, `kvsm validate`: the TLA+ spec against the model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+MODEL_HELP = "model: ci, deep, or a path to a TLC .cfg (its module is the .tla beside it)"
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def _fail(msg: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {msg}")
+    return typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def check(
+        config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
+        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        log: Optional[Path] = typer.Option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Model-check the spec with TLC: its invariants and the liveness property. A
+        violation's trace becomes a kvsm log that `kvsm replay --check` replays."""
+        from ..check import check as do_check
+        from ..tla import TLCError, TLCUnavailable
+
+        try:
+            res = do_check(config, workers=workers, log_path=log)
+        except (TLCError, TLCUnavailable) as e:
+            raise _fail(str(e)) from None
+        out = res.to_json()
+        if as_json:
+            _emit_json(out)
+        else:
+            t = res.tlc
+            rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
+            console.print(
+                f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
+                f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
+            )
+            v = out["violation"]
+            if v is None:
+                console.print("[green]no violation[/green]")
+            else:
+                err.print(f"[red]{v['kind']} violated: {v['property']}[/red] after {v['steps']} steps")
+                if v["log"]:
+                    err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check {v['log']})")
+                else:
+                    err.print(f"the trace could not become a log: {v.get('log_error')}")
+        raise typer.Exit(0 if res.ok else 1)
+
+    @app.command()
+    def conform(
+        config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
+        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Compare TLC's complete state graph of a model with the Python model's: the
+        same states and the same labelled edges."""
+        from ..conform import conform as do_conform
+        from ..tla import TLCError, TLCUnavailable
+
+        try:
+            res = do_conform(config, workers=workers)
+        except (TLCError, TLCUnavailable) as e:
+            raise _fail(str(e)) from None
+        if as_json:
+            _emit_json(res.to_json())
+        else:
+            table = Table(title=f"conform {config}")
+            for col in ("", "TLC", "model", "only in TLC", "only in model"):
+                table.add_column(col, justify="right")
+            table.add_row("states", str(res.tlc_states), str(res.model_states), str(res.only_in_tlc["states"]), str(res.only_in_model["states"]))
+            table.add_row("edges", str(res.tlc_edges), str(res.model_edges), str(res.only_in_tlc["edges"]), str(res.only_in_model["edges"]))
+            console.print(table)
+            if res.equal:
+                console.print(f"[green]the graphs are equal[/green] (TLC {res.seconds['tlc']}s, model {res.seconds['model']}s)")
+            else:
+                for side, d in (("TLC", res.only_in_tlc), ("model", res.only_in_model)):
+                    if d["diverging"]:
+                        err.print(f"[red]transitions only the {side} takes from a shared state:[/red] {d['diverging']}")
+                for ex in res.examples:
+                    err.print(json.dumps(ex, indent=1))
+        raise typer.Exit(0 if res.equal else 1)
+
+    @app.command()
+    def validate(
+        log: Path = typer.Argument(..., help="transition log (JSONL)"),
+        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Decide with TLC whether a log is a behaviour of the spec."""
+        from ..log import LogError
+        from ..tla import TLCError, TLCUnavailable
+        from ..validate import validate as do_validate
+
+        try:
+            res = do_validate(log, workers=workers)
+        except LogError as e:
+            raise _fail(str(e)) from None
+        except (TLCError, TLCUnavailable) as e:
+            raise _fail(str(e)) from None
+        if as_json:
+            _emit_json(res.to_json())
+        else:
+            if res.first_rejected:
+                r = res.first_rejected
+                err.print(f"[red]{log}:{r['line']}: step {r['step']} {r['transition']} is not allowed by the spec[/red] (after {res.matched} matched steps)")
+            if res.model_rejected:
+                r = res.model_rejected
+                err.print(f"{log}:{r['line']}: the Python model rejects {r['transition']}: {r['reason']}")
+                if not res.first_rejected:
+                    err.print("[red]but the spec allows it: the model and the spec disagree[/red]")
+            if res.digest_mismatch:
+                r = res.digest_mismatch
+                err.print(f"[red]{log}:{r['line']}: digest {r['log']} is not the model's {r['model']}[/red] after {r['transition']}")
+            if res.ok:
+                console.print(f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] ({res.tlc.seconds:.1f}s)")
+        raise typer.Exit(0 if res.ok else 1)

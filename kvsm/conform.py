@@ -1,0 +1,228 @@
+"""`kvsm conform`: the spec and the Python model must have the same state graph.
+
+TLC enumerates every reachable state of a model and dumps the complete graph
+(`-dump dot,actionlabels`: every state as TLA+ text, every edge labelled with its
+action's name); the Python model explores the same constants breadth-first
+(`kvsm.explore`). Both graphs are mapped into the canonical form of
+`kvsm.specmap` and compared as sets: the states, and the labelled edges
+`(state, action, next state)`. An edge that only one side has and whose source state
+both sides reach is a *divergence*: that side's transition of that name does
+something the other's does not. The examples show the earliest divergences first.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import Config
+from .explore import explore
+from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
+from .tla import ModelConfig, TLCError, config_of_model, model_paths, read_cfg, read_dot, run_tlc, state_parts, parse_value
+
+
+class Interner:
+    """Canonical states <-> small integers, shared by both graphs."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Canon, int] = {}
+        self.canon: list[Canon] = []
+
+    def __call__(self, c: Canon) -> int:
+        i = self.ids.get(c)
+        if i is None:
+            i = self.ids[c] = len(self.canon)
+            self.canon.append(c)
+        return i
+
+
+@dataclass
+class StateGraph:
+    initial: int
+    states: set[int] = field(default_factory=set)
+    edges: set[tuple[int, str, int]] = field(default_factory=set)
+    seconds: float = 0.0
+
+
+def graph_config(cfg_path: Path) -> ModelConfig:
+    """The model's constants with INIT Init and NEXT Next and nothing to check: the
+    complete graph is wanted, and state constraints would cut it short."""
+    mc = read_cfg(cfg_path)
+    for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
+        if mc.names(kw):
+            raise TLCError(f"{cfg_path}: has {kw}; conform compares complete state graphs, which {kw} would change")
+    return ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
+
+
+def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, workers: int = 1) -> StateGraph:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
+        dot = Path(tmp) / "graph.dot"
+        res = run_tlc(module, graph_config(cfg_path), workers=workers, dump_dot=dot, keep_output=False)
+        if res.violation is not None:
+            raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {cfg_path.name}")
+        by_fp: dict[str, int] = {}
+        raw_edges: list[tuple[str, str, str]] = []
+        parts_cache: dict[tuple[str, str], Any] = {}
+        initial: int | None = None
+        for kind, item in read_dot(dot):
+            if kind == "edge":
+                raw_edges.append(item)
+                continue
+            fp, text = item
+            comps = {}
+            for name, vtext in state_parts(text):
+                key = (name, vtext)
+                comp = parts_cache.get(key)
+                if comp is None:
+                    comp = parts_cache[key] = canon_spec_var(name, parse_value(vtext), config)
+                comps[name] = comp
+            sid = intern(Canon(*(comps[n] for n in SPEC_VARIABLES)))
+            by_fp[fp] = sid
+            if initial is None:
+                initial = sid  # TLC writes the initial state first
+    if initial is None:
+        raise TLCError(f"TLC's graph of {cfg_path.name} has no state")
+    g = StateGraph(initial)
+    g.states = set(by_fp.values())
+    for src, dst, label in raw_edges:
+        g.edges.add((by_fp[src], label, by_fp[dst]))
+    g.seconds = time.perf_counter() - t0
+    return g
+
+
+def model_graph(config: Config, intern: Interner) -> StateGraph:
+    t0 = time.perf_counter()
+    ex = explore(config, check=False)
+    ids = {d: intern(canon_model(s)) for d, s in ex.states.items()}
+    first = next(iter(ex.states))  # explore inserts the initial state first
+    g = StateGraph(ids[first])
+    g.states = set(ids.values())
+    g.edges = {(ids[a], name, ids[b]) for a, name, b in ex.edges}
+    g.seconds = time.perf_counter() - t0
+    return g
+
+
+@dataclass
+class ConformResult:
+    tlc_states: int
+    model_states: int
+    tlc_edges: int
+    model_edges: int
+    only_in_tlc: dict[str, Any]
+    only_in_model: dict[str, Any]
+    examples: list[dict[str, Any]]
+    seconds: dict[str, float]
+
+    @property
+    def equal(self) -> bool:
+        return not (self.only_in_tlc["states"] or self.only_in_tlc["edges"] or self.only_in_model["states"] or self.only_in_model["edges"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tlc_states": self.tlc_states,
+            "model_states": self.model_states,
+            "tlc_edges": self.tlc_edges,
+            "model_edges": self.model_edges,
+            "only_in_tlc": self.only_in_tlc,
+            "only_in_model": self.only_in_model,
+            "examples": self.examples,
+            "seconds": self.seconds,
+        }
+
+
+def _depths(g: StateGraph) -> dict[int, int]:
+    out = {g.initial: 0}
+    succ: dict[int, list[int]] = {}
+    for a, _, b in g.edges:
+        succ.setdefault(a, []).append(b)
+    q = deque([g.initial])
+    while q:
+        a = q.popleft()
+        for b in succ.get(a, ()):
+            if b not in out:
+                out[b] = out[a] + 1
+                q.append(b)
+    return out
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: ContentNames, max_examples: int = 5) -> ConformResult:
+    both = tlc.states & model.states
+    only_t_edges = tlc.edges - model.edges
+    only_m_edges = model.edges - tlc.edges
+
+    def side(states: set[int], edges: set) -> dict[str, Any]:
+        diverging = Counter(a for s, a, _ in edges if s in both)
+        return {"states": len(states), "edges": len(edges), "diverging": dict(sorted(diverging.items()))}
+
+    examples: list[dict[str, Any]] = []
+    if tlc.initial != model.initial:
+        examples.append(
+            {
+                "kind": "initial state",
+                "tlc": readable(intern.canon[tlc.initial], names),
+                "model": readable(intern.canon[model.initial], names),
+            }
+        )
+    depth = _depths(model) if (only_t_edges or only_m_edges) else {}
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    for where, edges in (("tlc", only_t_edges), ("model", only_m_edges)):
+        for s, a, d in edges:
+            if s in both:
+                groups.setdefault((where, s, a), []).append(d)
+    other_targets: dict[tuple[str, int, str], list[int]] = {}
+    if groups:
+        for where, edges in (("tlc", tlc.edges), ("model", model.edges)):
+            for s, a, d in edges:
+                other_targets.setdefault((where, s, a), []).append(d)
+    for where, s, a in sorted(groups, key=lambda k: (depth.get(k[1], 1 << 30), k[2], k[0], k[1]))[: max(0, max_examples - len(examples))]:
+        other = "model" if where == "tlc" else "tlc"
+        before = readable(intern.canon[s], names)
+        examples.append(
+            {
+                "kind": "divergence",
+                "action": a,
+                "side": where,
+                "from": before,
+                "to": [_changes(before, readable(intern.canon[d], names)) for d in sorted(groups[(where, s, a)])],
+                "other_side_to": [
+                    _changes(before, readable(intern.canon[d], names)) for d in sorted(other_targets.get((other, s, a), []))
+                ],
+            }
+        )
+    return ConformResult(
+        tlc_states=len(tlc.states),
+        model_states=len(model.states),
+        tlc_edges=len(tlc.edges),
+        model_edges=len(model.edges),
+        only_in_tlc=side(tlc.states - model.states, only_t_edges),
+        only_in_model=side(model.states - tlc.states, only_m_edges),
+        examples=examples,
+        seconds={"tlc": round(tlc.seconds, 2), "model": round(model.seconds, 2)},
+    )
+
+
+def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None) -> ConformResult:
+    """Compare TLC's graph of a model (`ci` or a .cfg path) with the Python model's.
+    `tlc` reuses a TLC graph already read (with its interner), e.g. across tests."""
+    module, cfg_path = model_paths(model_name)
+    config = config_of_model(module, cfg_path)
+    if tlc is None:
+        intern = Interner()
+        tg = tlc_graph(module, cfg_path, config, intern, workers)
+    else:
+        tg, intern = tlc
+    mg = model_graph(config, intern)
+    names = ContentNames(p.pages for p in config.prompts)
+    t0 = time.perf_counter()
+    res = compare(tg, mg, intern, names)
+    res.seconds["compare"] = round(time.perf_counter() - t0, 2)
+    return res

@@ -1,0 +1,273 @@
+"""How the spec's variables (spec/KVCache.tla) and the Python model's `ClusterState`
+correspond.
+
+Both sides map into one canonical form, `Canon`: the state's identity without any
+derived structure (children, ondev, hashes, victim indexes, digest sums are left
+out), free sets as sets of pages, and page content as the model's content identity
+(`kvsm.content`): the spec keeps the prefix of page symbols itself, the model its
+chained hash. The spec has one host region; the model keeps one per payload, all
+allocated and written in lockstep, so a spec host page stands for that page in every
+region. The spec has no L3, so the model's `durable` and `pin` map to their initial
+values (False, 0), and a pending backup's object key is its node id, locked.
+
+The other direction, `spec_values`, writes a model state as the spec's variables (as
+TLA+ values) for `kvsm validate`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Iterable, NamedTuple
+
+from . import content
+from .config import Config
+from .state import ClusterState
+from .tla import Fcn, Record, as_fcn
+
+SPEC_VARIABLES = (
+    "nodes",
+    "next_id",
+    "clock",
+    "next_rid",
+    "dev_free",
+    "l2_free",
+    "objects",
+    "pending",
+    "writes",
+    "requests",
+    "write_done",
+    "dev_content",
+    "host_content",
+)
+
+NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
+
+
+class MappingError(ValueError):
+    """A value that has no counterpart on the other side; the message says which."""
+
+
+class Canon(NamedTuple):
+    nodes: frozenset  # (id, parent, key, dev, host or None, durable, lock, pin, hits, touched)
+    next_id: int
+    clock: int
+    next_rid: int
+    dev_free: frozenset  # pages
+    l2_free: frozenset  # (region, page)
+    objects: frozenset  # (key, base, length, committed, owner)
+    pending: frozenset  # (node, object key, locked)
+    writes: tuple
+    requests: frozenset  # (id, tokens, out_pages, phase, node, pages)
+    write_done: tuple
+    dev_content: frozenset  # (page, content id)
+    host_content: frozenset  # (region * L2 + page, content id)
+
+
+assert Canon._fields == SPEC_VARIABLES
+
+
+@lru_cache(maxsize=1 << 16)
+def content_id(prefix: tuple[int, ...]) -> int:
+    """The model's content identity of the page whose prefix (through it) is `prefix`."""
+    return content.prefix_content(prefix)[-1]
+
+
+# ---- the model's side ---------------------------------------------------------------------------
+
+
+def canon_model(s: ClusterState) -> Canon:
+    return Canon(
+        nodes=frozenset(
+            (n.id, n.parent, n.key, n.dev, n.host, n.durable, n.lock, n.pin, n.hits, n.touched) for n in s.nodes.values()
+        ),
+        next_id=s.next_id,
+        clock=s.clock,
+        next_rid=s.next_rid,
+        dev_free=frozenset(p for lane in s.dev_free for p in lane),
+        l2_free=frozenset((i, p) for i, runs in enumerate(s.l2_free) for base, n in runs for p in range(base, base + n)),
+        objects=frozenset((k, o.base, o.length, o.committed, o.owner) for k, o in s.objects.items()),
+        pending=frozenset((k, b.obj, b.locked) for k, b in s.pending.items()),
+        writes=tuple(s.writes),
+        requests=frozenset((r.id, r.tokens, r.out_pages, r.phase, r.node, r.pages) for r in s.requests.values()),
+        write_done=tuple(s.write_done),
+        dev_content=frozenset(s.dev_content.items()),
+        host_content=frozenset(s.host_content.items()),
+    )
+
+
+# ---- the spec's side ----------------------------------------------------------------------------
+
+
+def _seq(v: Any) -> tuple:
+    if not isinstance(v, tuple):
+        raise MappingError(f"expected a sequence, got {v!r}")
+    return v
+
+
+def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
+    """The canonical component of spec variable `name` holding TLA+ value `v`."""
+    regions = range(len(cfg.payloads))
+    if name == "nodes":
+        return frozenset(
+            (
+                nid,
+                r["parent"],
+                _seq(r["key"]),
+                _seq(r["dev"]),
+                None if r["host"] == NO_OBJECT else r["host"],
+                False,
+                r["lock"],
+                0,
+                r["hits"],
+                r["touched"],
+            )
+            for nid, r in as_fcn(v).items()
+        )
+    if name in ("next_id", "clock", "next_rid"):
+        return v
+    if name == "dev_free":
+        return frozenset(v)
+    if name == "l2_free":
+        return frozenset((i, p) for i in regions for p in v)
+    if name == "objects":
+        return frozenset((k, o["base"], o["length"], o["committed"], o["owner"]) for k, o in as_fcn(v).items())
+    if name == "pending":
+        return frozenset((n, n, True) for n in v)
+    if name == "writes":
+        return _seq(v)
+    if name == "requests":
+        return frozenset(
+            (rid, _seq(q["tokens"]), q["out_pages"], q["phase"], q["node"], _seq(q["pages"])) for rid, q in as_fcn(v).items()
+        )
+    if name == "write_done":
+        f = as_fcn(v)
+        return tuple(f[r] for r in range(cfg.R))
+    if name == "dev_content":
+        return frozenset((p, content_id(pre)) for p, pre in as_fcn(v).items() if pre)
+    if name == "host_content":
+        return frozenset((i * cfg.L2 + h, content_id(pre)) for i in regions for h, pre in as_fcn(v).items() if pre)
+    raise MappingError(f"the spec has no variable '{name}'")
+
+
+def canon_spec(values: dict[str, Any], cfg: Config) -> Canon:
+    missing = set(SPEC_VARIABLES) - set(values)
+    if missing:
+        raise MappingError(f"state lacks spec variables {sorted(missing)}")
+    return Canon(*(canon_spec_var(name, values[name], cfg) for name in SPEC_VARIABLES))
+
+
+# ---- readable form --------------------------------------------------------------------------------
+
+
+class ContentNames:
+    """Content identity -> the prefix of page symbols it stands for, for every prefix
+    of the token sequences it has been told about."""
+
+    def __init__(self, token_seqs: Iterable[tuple[int, ...]] = ()) -> None:
+        self.names: dict[int, tuple[int, ...]] = {}
+        for t in token_seqs:
+            self.add(t)
+
+    def add(self, tokens: tuple[int, ...]) -> None:
+        for k, c in enumerate(content.prefix_content(tokens), start=1):
+            self.names.setdefault(c, tuple(tokens[:k]))
+
+    def prefix(self, c: int) -> tuple[int, ...]:
+        try:
+            return self.names[c]
+        except KeyError:
+            raise MappingError(f"content {c:#x} is not the identity of any prefix of the requests seen") from None
+
+    def show(self, c: int) -> Any:
+        return list(self.names[c]) if c in self.names else f"{c:#x}"
+
+
+def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
+    """A canonical state as plain JSON, content shown as the prefix it holds."""
+    return {
+        "nodes": [
+            {
+                "id": i,
+                "parent": p,
+                "key": list(k),
+                "dev": list(d),
+                "host": h,
+                "lock": lk,
+                "hits": hi,
+                "touched": t,
+                **({"durable": du} if du else {}),
+                **({"pin": pi} if pi else {}),
+            }
+            for i, p, k, d, h, du, lk, pi, hi, t in sorted(c.nodes)
+        ],
+        "next_id": c.next_id,
+        "clock": c.clock,
+        "next_rid": c.next_rid,
+        "dev_free": sorted(c.dev_free),
+        "l2_free": [list(x) for x in sorted(c.l2_free)],
+        "objects": [dict(zip(("key", "base", "length", "committed", "owner"), o)) for o in sorted(c.objects)],
+        "pending": [dict(zip(("node", "obj", "locked"), b)) for b in sorted(c.pending)],
+        "writes": list(c.writes),
+        "requests": [
+            {"id": r[0], "tokens": list(r[1]), "out_pages": r[2], "phase": r[3], "node": r[4], "pages": list(r[5])}
+            for r in sorted(c.requests, key=lambda r: r[0])
+        ],
+        "write_done": list(c.write_done),
+        "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
+        "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
+    }
+
+
+# ---- model state -> spec variables ------------------------------------------------------------------
+
+
+def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
+    """The spec's variables for a model state, as TLA+ values (`kvsm.tla.to_tla`)."""
+    cfg = s.config
+    nodes = Fcn()
+    for nid, n in s.nodes.items():
+        if n.durable or n.pin:
+            raise MappingError(f"node {nid} is durable or pinned; the spec has no L3")
+        nodes[nid] = Record(
+            parent=n.parent,
+            key=n.key,
+            dev=n.dev,
+            host=NO_OBJECT if n.host is None else n.host,
+            lock=n.lock,
+            hits=n.hits,
+            touched=n.touched,
+        )
+    regions = [frozenset(p for base, k in runs for p in range(base, base + k)) for runs in s.l2_free]
+    if any(r != regions[0] for r in regions):
+        raise MappingError("the host regions' free sets differ; the spec has one region")
+    pending = frozenset(s.pending.keys())
+    for nid, b in s.pending.items():
+        if b.obj != nid or not b.locked:
+            raise MappingError(f"pending backup of node {nid} has object {b.obj} (locked={b.locked}); the spec's is the node's id, locked")
+    host = Fcn()
+    for h in range(cfg.L2):
+        cs = {s.host_content.get(i * cfg.L2 + h) for i in range(len(cfg.payloads))}
+        if len(cs) != 1:
+            raise MappingError(f"host page {h} holds different content in different regions; the spec has one region")
+        c = cs.pop()
+        host[h] = () if c is None else names.prefix(c)
+    return {
+        "nodes": nodes,
+        "next_id": s.next_id,
+        "clock": s.clock,
+        "next_rid": s.next_rid,
+        "dev_free": frozenset(p for lane in s.dev_free for p in lane),
+        "l2_free": regions[0],
+        "objects": Fcn({k: Record(base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items()}),
+        "pending": pending,
+        "writes": tuple(s.writes),
+        "requests": Fcn(
+            {
+                rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages)
+                for rid, r in s.requests.items()
+            }
+        ),
+        "write_done": Fcn({r: d for r, d in enumerate(s.write_done)}),
+        "dev_content": Fcn({p: (names.prefix(s.dev_content[p]) if p in s.dev_content else ()) for p in range(cfg.device_pages)}),
+        "host_content": host,
+    }

