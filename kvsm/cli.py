@@ -176,9 +176,8 @@ def run(
     ok &= not s["violations"]
     rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
     tlc_row = _tlc_row()
-    if tlc_row is not None:
-        ok &= tlc_row[1].startswith("ok")
-        rows.append(tlc_row)
+    ok &= tlc_row[1].startswith(("ok", "skipped"))
+    rows.append(tlc_row)
     if as_json:
         _emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
     else:
@@ -191,19 +190,21 @@ def run(
     raise typer.Exit(0 if ok else 1)
 
 
-def _tlc_row() -> tuple[str, str, str] | None:
-    """`kvsm check --config ci` when TLC is available (the spec and its binding)."""
-    try:
-        from .tla import TlcUnavailable, check_config  # noqa: PLC0415
-    except ImportError:
-        return None
+def _tlc_row() -> tuple[str, str, str]:
+    """`kvsm check --config ci` (TLC on the spec), or why it could not run."""
+    from .check import check as do_check  # noqa: PLC0415
+    from .tla import TLCError, TLCUnavailable  # noqa: PLC0415
+
     t0 = time.perf_counter()
     try:
-        r = check_config("ci")
-    except TlcUnavailable as e:
+        res = do_check("ci")
+    except TLCUnavailable as e:
         return ("TLC check ci", f"skipped: {e}", "-")
-    verdict = "ok" if r["violation"] is None else f"VIOLATION {r['violation']['property']}"
-    return ("TLC check ci", f"{verdict}: {r['distinct_states']} distinct states, depth {r['depth']}", f"{time.perf_counter() - t0:.1f}s")
+    except TLCError as e:
+        return ("TLC check ci", f"FAILED: {e}", f"{time.perf_counter() - t0:.1f}s")
+    t = res.tlc
+    verdict = "ok" if res.ok else f"VIOLATION {res.to_json()['violation']['property']}"
+    return ("TLC check ci", f"{verdict}: {t.distinct_states} distinct states, depth {t.depth}", f"{time.perf_counter() - t0:.1f}s")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -30,7 +30,7 @@ from .log import LogError, read_log
 from .specmap import SPEC_VARIABLES, ContentNames, spec_values
 from .state import Rejected, initial_state
 from .tla import Expr, Fcn, ModelConfig, Record, TLCResult, constant_bindings, run_tlc, spec_dir, to_tla
-from .transitions import REGISTRY, Transition, apply
+from .transitions import Transition, apply
 
 MODULE = "KVTrace"
 MAP_VARIABLES = {"nodes", "objects", "requests", "write_done", "dev_content", "host_content"}
@@ -92,7 +92,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
 def _take_case() -> str:
     """`Take(s)`: the spec's action named by step `s`, with the step's arguments."""
     arms = []
-    for name in REGISTRY:
+    for name in SPEC_PARAMS:
         args = SPEC_PARAMS[name]
         call = name if not args else f"{name}({', '.join('s.' + a for a in args)})"
         arms.append(f's.name = "{name}" -> {call}')
