@@ -15,6 +15,7 @@ scanning every run.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from operator import itemgetter
 from typing import Any, Iterable, Iterator
 
 CHUNK = 512
@@ -216,6 +217,9 @@ class PSortedSet:
         return self.remove(item) if item in self else self
 
 
+_LENGTH = itemgetter(1)
+
+
 class RunSet(PSortedSet):
     """Free runs `(base, length)` ordered by base, with the longest run of each chunk kept,
     so that the lowest-based run of at least n pages is found by skipping whole chunks."""
@@ -225,7 +229,7 @@ class RunSet(PSortedSet):
 
     @staticmethod
     def summarize(chunk: tuple[Any, ...]) -> int:
-        return max(n for _, n in chunk)
+        return max(map(_LENGTH, chunk))
 
     def first_fit(self, length: int) -> tuple[int, int] | None:
         for longest, chunk in zip(self._aux, self._chunks):
