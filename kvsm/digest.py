@@ -36,7 +36,7 @@ def enc(v: Any) -> str:
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(v, tuple):
-        return "(" + ",".join(enc(x) for x in v) + ")"
+        return "(" + ",".join([str(x) if type(x) is int else enc(x) for x in v]) + ")"
     encode = getattr(v, "encode", None)
     if encode is not None:
         return encode()
@@ -49,6 +49,27 @@ _blake2b = hashlib.blake2b
 def entry_hash(component: str, key: Any, value: Any) -> int:
     text = f"{component}|{enc(key)}|{enc(value)}"
     return int.from_bytes(_blake2b(text.encode(), digest_size=32).digest(), "big")
+
+
+# The last hash computed for each (component, key), with the value it was computed for: a
+# transition that replaces an entry subtracts the old entry's hash, which was computed when
+# that value was written, so it is found here by identity instead of being re-encoded. The
+# cache holds a reference to the value, so an identity match is sound; it is a cache only
+# (a miss recomputes) and is emptied when it grows past _MEMO_MAX entries.
+_MEMO: dict[tuple[str, Any], tuple[Any, int]] = {}
+_MEMO_MAX = 1 << 20
+
+
+def memo_hash(component: str, key: Any, value: Any) -> int:
+    """`entry_hash(component, key, value)`, remembered for this value object under its key."""
+    m = _MEMO.get((component, key))
+    if m is not None and m[0] is value:
+        return m[1]
+    h = entry_hash(component, key, value)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[(component, key)] = (value, h)
+    return h
 
 
 _WEIGHT: dict[tuple[str, int], int] = {}

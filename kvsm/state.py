@@ -26,7 +26,7 @@ import immutables
 
 from . import content
 from .config import Config
-from .digest import MOD, combine, content_hash, entry_hash, free_page_hash
+from .digest import MOD, combine, content_hash, entry_hash, free_page_hash, memo_hash
 from .sortedset import PSortedSet, RunSet
 
 ROOT_ID = 0
@@ -70,11 +70,23 @@ class Node:
             f"{int(self.durable)}|{self.lock}|{self.pin}|{self.hits}|{self.touched}"
         )
 
-    def with_(self, **changes: Any) -> "Node":
-        """A copy with some fields changed (what `dataclasses.replace` does, faster)."""
-        new = object.__new__(Node)
-        for f in _NODE_FIELDS:
-            object.__setattr__(new, f, changes[f] if f in changes else getattr(self, f))
+    def with_(self, **c: Any) -> "Node":
+        """A copy with some fields changed (what `dataclasses.replace` does, several times
+        faster: one slot store per field, written out; tests check it covers every field)."""
+        new = _new(Node)
+        _S["id"](new, c.get("id", self.id))
+        _S["parent"](new, c.get("parent", self.parent))
+        _S["key"](new, c.get("key", self.key))
+        _S["dev"](new, c.get("dev", self.dev))
+        _S["host"](new, c.get("host", self.host))
+        _S["durable"](new, c.get("durable", self.durable))
+        _S["lock"](new, c.get("lock", self.lock))
+        _S["pin"](new, c.get("pin", self.pin))
+        _S["hits"](new, c.get("hits", self.hits))
+        _S["touched"](new, c.get("touched", self.touched))
+        _S["children"](new, c.get("children", self.children))
+        _S["ondev"](new, c.get("ondev", self.ondev))
+        _S["hashes"](new, c.get("hashes", self.hashes))
         return new
 
     @property
@@ -95,6 +107,9 @@ class Node:
 
 
 _NODE_FIELDS = Node.__slots__
+_new = object.__new__
+# the slot setters of Node (a frozen dataclass refuses plain assignment)
+_S = {f: getattr(Node, f).__set__ for f in _NODE_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +247,8 @@ class ClusterState:
     dev_index: PSortedSet
     host_index: PSortedSet
     backup_index: PSortedSet
-    sums: tuple[int, ...]  # per COMPONENTS
+    # per COMPONENTS; None when not tracked (see `untracked`): then `digest` sums the state
+    sums: tuple[int, ...] | None
     # What the transition that produced this state does to real pages (see `Tx`); not
     # part of the state's identity or digest. The GPU backend executes these.
     effects: tuple[tuple, ...] = ()
@@ -268,13 +284,27 @@ class ClusterState:
         # a memo of a pure function of this immutable value (it cannot drift)
         d = self._digest
         if d is None:
-            d = combine(self.scalars(), dict(zip(COMPONENTS, self.sums)))
+            d = combine(self.scalars(), dict(zip(COMPONENTS, self.current_sums())))
             object.__setattr__(self, "_digest", d)
         return d
 
     def replicated_digest(self) -> str:
-        sums = {n: v for n, v in zip(COMPONENTS, self.sums) if n in REPLICATED_COMPONENTS}
+        sums = {n: v for n, v in zip(COMPONENTS, self.current_sums()) if n in REPLICATED_COMPONENTS}
         return combine(self.scalars(replicated_only=True), sums)
+
+    def current_sums(self) -> tuple[int, ...]:
+        """The digest sums: maintained per transition, or (untracked) summed over the whole
+        state now, in time proportional to its size."""
+        return self.sums if self.sums is not None else recompute_sums(self)
+
+    def untracked(self) -> "ClusterState":
+        """This state, and every state a transition derives from it, without digest sums:
+        a transition then skips hashing what it changed. For a run that reads no digest
+        until the end (one rank, no log); `digest` still gives the same value."""
+        return replace(self, sums=None, _digest=None)
+
+    def tracked(self) -> "ClusterState":
+        return self if self.sums is not None else replace(self, sums=recompute_sums(self))
 
     def path_to_root(self, nid: int) -> list[int]:
         """Ids from `nid` up to (excluding) the root."""
@@ -415,10 +445,10 @@ def value_hash(name: str, k: Any, v: Any) -> int:
     field (if it has one) as an entry of its own; ghost page contents are weighted instead."""
     if name in CONTENT_COMPONENTS:
         return content_hash(name, k, v)
-    h = entry_hash(name, k, v)
+    h = memo_hash(name, k, v)
     bulky = getattr(v, "BULKY", None)
     if bulky is not None:
-        h += entry_hash(name + "#", k, getattr(v, bulky))
+        h += memo_hash(name + "#", k, getattr(v, bulky))
     return h
 
 
@@ -473,11 +503,14 @@ class _MapTx:
         del self.mut[k]
         self.dirty.add(k)
 
-    def finish(self) -> tuple[immutables.Map, int]:
+    def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
+        """The new map and (with `track`) the change of its digest sum."""
         if self.mut is None:
             return self.orig, 0
         new = self.mut.finish()
         delta = 0
+        if not track:
+            return new, 0
         name = self.name
         for k in self.dirty:
             o = self.orig.get(k, _MISSING)
@@ -491,12 +524,14 @@ class _MapTx:
             elif name in CONTENT_COMPONENTS:
                 delta += content_hash(name, k, n) - content_hash(name, k, o)
             else:
-                delta += entry_hash(name, k, n) - entry_hash(name, k, o)
+                delta -= memo_hash(name, k, o)
+                delta += memo_hash(name, k, n)
                 bulky = getattr(n, "BULKY", None)
                 if bulky is not None:
                     bo, bn = getattr(o, bulky), getattr(n, bulky)
                     if bo is not bn and bo != bn:
-                        delta += entry_hash(name + "#", k, bn) - entry_hash(name + "#", k, bo)
+                        delta -= memo_hash(name + "#", k, bo)
+                        delta += memo_hash(name + "#", k, bn)
         return new, delta
 
 
@@ -537,6 +572,7 @@ class Tx:
         self.l2_free = list(s.l2_free)
         self._dev_free_delta = 0
         self._l2_free_delta = 0
+        self.track = s.sums is not None  # maintain the digest sums
         self.effects: list[tuple] = []
 
     # ---- nodes ---------------------------------------------------------------------------------
@@ -607,8 +643,9 @@ class Tx:
             if len(free) < k:
                 raise Rejected(f"device lane {lane} has {len(free)} free pages, {k} needed")
             pages, self.dev_free[lane] = free.take_first(k)
-            for p in pages:
-                self._dev_free_delta -= free_page_hash(p)
+            if self.track:
+                for p in pages:
+                    self._dev_free_delta -= free_page_hash(p)
             got[lane] = list(reversed(pages))
         return tuple(got[lane].pop() for lane in lanes)
 
@@ -616,9 +653,11 @@ class Tx:
         R = self.cfg.R
         dev_content = self.dev_content
         by_lane: dict[int, list[int]] = {}
+        track = self.track
         for p in pages:
             by_lane.setdefault(p % R, []).append(p)
-            self._dev_free_delta += free_page_hash(p)
+            if track:
+                self._dev_free_delta += free_page_hash(p)
             if p in dev_content:
                 dev_content.delete(p)
             self.effects.append(("poison_dev", p))
@@ -665,11 +704,13 @@ class Tx:
     # ---- host pages -------------------------------------------------------------------------------
     def _take_run(self, i: int, run: tuple[int, int]) -> None:
         self.l2_free[i] = self.l2_free[i].remove(run)
-        self._l2_free_delta -= entry_hash("l2_free", (i, run), True)
+        if self.track:
+            self._l2_free_delta -= entry_hash("l2_free", (i, run), True)
 
     def _put_run(self, i: int, run: tuple[int, int]) -> None:
         self.l2_free[i] = self.l2_free[i].add(run)
-        self._l2_free_delta += entry_hash("l2_free", (i, run), True)
+        if self.track:
+            self._l2_free_delta += entry_hash("l2_free", (i, run), True)
 
     def first_fit(self, length: int) -> int | None:
         """Base of the lowest free run of `length` pages in every payload region, or None."""
@@ -723,34 +764,35 @@ class Tx:
 
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
-        s, cfg = self.s, self.cfg
-        sums = list(s.sums)
+        s, cfg, track = self.s, self.cfg, self.track
+        sums = list(s.sums) if track else None
         maps = []
         for i, name in enumerate(MAP_COMPONENTS):
             mtx = getattr(self, name)
             if mtx.mut is None:
                 maps.append(mtx.orig)
                 continue
-            m, delta = mtx.finish()
+            m, delta = mtx.finish(track)
             maps.append(m)
             if delta:
                 sums[i] = (sums[i] + delta) % MOD
         nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3 = maps
-        if self._dev_free_delta:
-            sums[_I_DEV_FREE] = (sums[_I_DEV_FREE] + self._dev_free_delta) % MOD
-        if self._l2_free_delta:
-            sums[_I_L2_FREE] = (sums[_I_L2_FREE] + self._l2_free_delta) % MOD
         spill_staged = tuple(self.spill_staged)
-        for i, name, seq in (
-            (_I_WRITES, "writes", self.writes),
-            (_I_WRITES + 1, "spill_queue", self.spill_queue),
-            (_I_WRITES + 2, "spills", self.spills),
-            (_I_WRITES + 3, "reloads", self.reloads),
-            (_I_WRITES + 4, "spill_staged", spill_staged),
-        ):
-            old = getattr(s, name)
-            if seq is not old and seq != old:
-                sums[i] = seq_sum(name, seq)
+        if track:
+            if self._dev_free_delta:
+                sums[_I_DEV_FREE] = (sums[_I_DEV_FREE] + self._dev_free_delta) % MOD
+            if self._l2_free_delta:
+                sums[_I_L2_FREE] = (sums[_I_L2_FREE] + self._l2_free_delta) % MOD
+            for i, name, seq in (
+                (_I_WRITES, "writes", self.writes),
+                (_I_WRITES + 1, "spill_queue", self.spill_queue),
+                (_I_WRITES + 2, "spills", self.spills),
+                (_I_WRITES + 3, "reloads", self.reloads),
+                (_I_WRITES + 4, "spill_staged", spill_staged),
+            ):
+                old = getattr(s, name)
+                if seq is not old and seq != old:
+                    sums[i] = seq_sum(name, seq)
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         dirty = self.nodes.dirty | self.pending.dirty if self.pending.dirty else self.nodes.dirty
@@ -809,6 +851,6 @@ class Tx:
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,
-            sums=tuple(sums),
+            sums=tuple(sums) if track else None,
             effects=tuple(self.effects),
         )

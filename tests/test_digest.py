@@ -75,3 +75,39 @@ def test_running_sums_equal_their_recomputation_after_a_walk():
         pass
     assert s.sums == recompute_sums(s)
     assert entry_hash("x", 1, (1, 2)) != entry_hash("x", 1, (12,))
+
+
+def test_an_untracked_state_has_the_digests_of_the_tracked_one_along_a_walk():
+    """A run that reads no digest skips the per-transition sums; every state it reaches
+    must still have the digest the tracked run's state has."""
+    from kvsm.transitions import apply
+
+    cfg = load_config("default")
+    tracked = initial_state(cfg)
+    untracked = tracked.untracked()
+    assert untracked.sums is None and untracked.digest() == tracked.digest()
+    steps = 0
+    for t, s in walk(cfg, 150, 2):
+        untracked = apply(untracked, t)
+        assert untracked.sums is None
+        assert untracked.digest() == s.digest(), t
+        assert untracked.replicated_digest() == s.replicated_digest(), t
+        steps += 1
+    assert steps == 150
+    assert untracked.tracked().sums == s.sums
+
+
+def test_node_with_copies_every_field_and_changes_only_those_named():
+    from dataclasses import fields
+
+    from kvsm.state import Node
+
+    s = initial_state(load_config("small"))
+    root = s.root()
+    names = [f.name for f in fields(Node)]
+    assert root.with_() == root and root.with_() is not root
+    for name in names:
+        marker = object()
+        new = root.with_(**{name: marker})
+        assert getattr(new, name) is marker
+        assert all(getattr(new, other) == getattr(root, other) for other in names if other != name)

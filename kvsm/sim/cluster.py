@@ -218,6 +218,6 @@ def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_ra
         for r in ranks:
             if a[r] != b[r]:
                 return f"its {field}[{r}] is {a[r]!r}, the log's {b[r]!r}"
-    if every_rank and mine.sums[_I_L3] != log.sums[_I_L3]:
+    if every_rank and mine.current_sums()[_I_L3] != log.current_sums()[_I_L3]:
         return "its view of the ranks' disks (l3) differs from the log's"
     return None
