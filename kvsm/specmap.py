@@ -7,8 +7,13 @@ out), free sets as sets of pages, and page content as the model's content identi
 (`kvsm.content`): the spec keeps the prefix of page symbols itself, the model its
 chained hash. The spec has one host region; the model keeps one per payload, all
 allocated and written in lockstep, so a spec host page stands for that page in every
-region. The spec has no L3, so the model's `durable` and `pin` map to their initial
-values (False, 0), and a pending backup's object key is its node id, locked.
+region. A pending backup's object key is its node id, locked.
+
+L3: a page hash is a content identity, so the spec's hashes are prefixes too. The
+model keeps a reload's reserved L2 object in `objects` under the key
+`reload_object_key(op.key)`; the spec keeps its `base` and `length` in the reload
+itself. In the canonical form a reload carries its object's range and `objects`
+holds only the other objects. A spill's object key is its node id on both sides.
 
 The other direction, `spec_values`, writes a model state as the spec's variables (as
 TLA+ values) for `kvsm validate`.
@@ -38,6 +43,17 @@ SPEC_VARIABLES = (
     "write_done",
     "dev_content",
     "host_content",
+    "spill_queue",
+    "spills",
+    "reload_candidates",
+    "reloads",
+    "spill_gathered",
+    "spill_done",
+    "reload_done",
+    "disk_ok",
+    "disk_faults",
+    "l3",
+    "spill_staged",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
@@ -57,10 +73,21 @@ class Canon(NamedTuple):
     objects: frozenset  # (key, base, length, committed, owner)
     pending: frozenset  # (node, object key, locked)
     writes: tuple
-    requests: frozenset  # (id, tokens, out_pages, phase, node, pages)
+    requests: frozenset  # (id, tokens, out_pages, phase, node, pages, reload tried)
     write_done: tuple
     dev_content: frozenset  # (page, content id)
     host_content: frozenset  # (region * L2 + page, content id)
+    spill_queue: tuple  # node ids
+    spills: tuple  # (object key, node, hashes, pinned)
+    reload_candidates: frozenset  # (rid, anchor, tokens, hashes)
+    reloads: tuple  # (key, anchor, tokens, hashes, waiters, ttl, object base, object length)
+    spill_gathered: tuple
+    spill_done: tuple  # per rank: ok bits
+    reload_done: tuple  # per rank: ok bits
+    disk_ok: tuple
+    disk_faults: int
+    l3: frozenset  # (rank, hash, content id or None)
+    spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
 
 
 assert Canon._fields == SPEC_VARIABLES
@@ -76,6 +103,12 @@ def content_id(prefix: tuple[int, ...]) -> int:
 
 
 def canon_model(s: ClusterState) -> Canon:
+    reload_objs = {op.obj for op in s.reloads}
+
+    def reload_range(op: Any) -> tuple:
+        o = s.objects.get(op.obj)
+        return (None, None) if o is None else (o.base, o.length)
+
     return Canon(
         nodes=frozenset(
             (n.id, n.parent, n.key, n.dev, n.host, n.durable, n.lock, n.pin, n.hits, n.touched) for n in s.nodes.values()
@@ -85,13 +118,24 @@ def canon_model(s: ClusterState) -> Canon:
         next_rid=s.next_rid,
         dev_free=frozenset(p for lane in s.dev_free for p in lane),
         l2_free=frozenset((i, p) for i, runs in enumerate(s.l2_free) for base, n in runs for p in range(base, base + n)),
-        objects=frozenset((k, o.base, o.length, o.committed, o.owner) for k, o in s.objects.items()),
+        objects=frozenset((k, o.base, o.length, o.committed, o.owner) for k, o in s.objects.items() if k not in reload_objs),
         pending=frozenset((k, b.obj, b.locked) for k, b in s.pending.items()),
         writes=tuple(s.writes),
-        requests=frozenset((r.id, r.tokens, r.out_pages, r.phase, r.node, r.pages) for r in s.requests.values()),
+        requests=frozenset((r.id, r.tokens, r.out_pages, r.phase, r.node, r.pages, r.reload_tried) for r in s.requests.values()),
         write_done=tuple(s.write_done),
         dev_content=frozenset(s.dev_content.items()),
         host_content=frozenset(s.host_content.items()),
+        spill_queue=tuple(s.spill_queue),
+        spills=tuple((op.obj, op.node, op.hashes, op.pinned) for op in s.spills),
+        reload_candidates=frozenset((rid, c.anchor, c.tokens, c.hashes) for rid, c in s.reload_candidates.items()),
+        reloads=tuple((op.key, op.anchor, op.tokens, op.hashes, op.waiters, op.ttl) + reload_range(op) for op in s.reloads),
+        spill_gathered=tuple(s.spill_gathered),
+        spill_done=tuple(tuple(x) for x in s.spill_done),
+        reload_done=tuple(tuple(x) for x in s.reload_done),
+        disk_ok=tuple(s.disk_ok),
+        disk_faults=s.disk_faults,
+        l3=frozenset((r, h, c) for (r, h), c in s.l3.items()),
+        spill_staged=tuple(tuple(tuple(op) for op in staged) for staged in s.spill_staged),
     )
 
 
@@ -102,6 +146,20 @@ def _seq(v: Any) -> tuple:
     if not isinstance(v, tuple):
         raise MappingError(f"expected a sequence, got {v!r}")
     return v
+
+
+def _ids(hs: Any) -> tuple:
+    return tuple(content_id(h) for h in _seq(hs))
+
+
+def _cid(c: Any) -> int | None:
+    """A content value: a prefix, or the empty prefix for garbage (None in the model)."""
+    return content_id(_seq(c)) if c else None
+
+
+def _per_rank(v: Any, cfg: Config) -> list:
+    f = as_fcn(v)
+    return [f[r] for r in range(cfg.R)]
 
 
 def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
@@ -115,9 +173,9 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
                 _seq(r["key"]),
                 _seq(r["dev"]),
                 None if r["host"] == NO_OBJECT else r["host"],
-                False,
+                r["durable"],
                 r["lock"],
-                0,
+                r["pin"],
                 r["hits"],
                 r["touched"],
             )
@@ -137,7 +195,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return _seq(v)
     if name == "requests":
         return frozenset(
-            (rid, _seq(q["tokens"]), q["out_pages"], q["phase"], q["node"], _seq(q["pages"])) for rid, q in as_fcn(v).items()
+            (rid, _seq(q["tokens"]), q["out_pages"], q["phase"], q["node"], _seq(q["pages"]), q["tried"])
+            for rid, q in as_fcn(v).items()
         )
     if name == "write_done":
         f = as_fcn(v)
@@ -146,6 +205,29 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return frozenset((p, content_id(pre)) for p, pre in as_fcn(v).items() if pre)
     if name == "host_content":
         return frozenset((i * cfg.L2 + h, content_id(pre)) for i in regions for h, pre in as_fcn(v).items() if pre)
+    if name == "spill_queue":
+        return _seq(v)
+    if name == "spills":
+        return tuple((o["node"], o["node"], _ids(o["hashes"]), o["pinned"]) for o in _seq(v))
+    if name == "reload_candidates":
+        return frozenset((rid, c["anchor"], _seq(c["tokens"]), _ids(c["hashes"])) for rid, c in as_fcn(v).items())
+    if name == "reloads":
+        return tuple(
+            (content_id(_seq(o["key"])), o["anchor"], _seq(o["tokens"]), _ids(o["hashes"]), _seq(o["waiters"]), o["ttl"], o["base"], o["length"])
+            for o in _seq(v)
+        )
+    if name == "spill_gathered":
+        return tuple(_per_rank(v, cfg))
+    if name in ("spill_done", "reload_done", "disk_ok"):
+        return tuple(tuple(_seq(x)) if name != "disk_ok" else x for x in _per_rank(v, cfg))
+    if name == "disk_faults":
+        return v
+    if name == "l3":
+        return frozenset((r, content_id(_seq(h)), _cid(c)) for r, f in enumerate(_per_rank(v, cfg)) for h, c in as_fcn(f).items())
+    if name == "spill_staged":
+        return tuple(
+            tuple(tuple((content_id(_seq(p[0])), _cid(p[1])) for p in _seq(op)) for op in _seq(staged)) for staged in _per_rank(v, cfg)
+        )
     raise MappingError(f"the spec has no variable '{name}'")
 
 
@@ -183,8 +265,9 @@ class ContentNames:
 
 
 def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
-    """A canonical state as plain JSON, content shown as the prefix it holds."""
-    return {
+    """A canonical state as plain JSON, content shown as the prefix it holds (the L3
+    part only when it is not in its initial state)."""
+    out = {
         "nodes": [
             {
                 "id": i,
@@ -209,13 +292,39 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "pending": [dict(zip(("node", "obj", "locked"), b)) for b in sorted(c.pending)],
         "writes": list(c.writes),
         "requests": [
-            {"id": r[0], "tokens": list(r[1]), "out_pages": r[2], "phase": r[3], "node": r[4], "pages": list(r[5])}
+            {"id": r[0], "tokens": list(r[1]), "out_pages": r[2], "phase": r[3], "node": r[4], "pages": list(r[5]),
+             **({"reload_tried": True} if r[6] else {})}
             for r in sorted(c.requests, key=lambda r: r[0])
         ],
         "write_done": list(c.write_done),
         "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
         "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
     }
+    if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
+            or any(c.spill_gathered) or any(c.spill_done) or any(c.reload_done) or any(c.spill_staged):
+        hs = lambda xs: [names.show(h) for h in xs]  # noqa: E731
+        out.update(
+            {
+                "spill_queue": list(c.spill_queue),
+                "spills": [{"obj": o, "node": n, "hashes": hs(h), "pinned": p} for o, n, h, p in c.spills],
+                "reload_candidates": [
+                    {"rid": r, "anchor": a, "tokens": list(t), "hashes": hs(h)} for r, a, t, h in sorted(c.reload_candidates)
+                ],
+                "reloads": [
+                    dict(zip(("key", "anchor", "tokens", "hashes", "waiters", "ttl", "base", "length"),
+                             (names.show(k), a, list(t), hs(h), list(w), ttl, b, n)))
+                    for k, a, t, h, w, ttl, b, n in c.reloads
+                ],
+                "spill_gathered": list(c.spill_gathered),
+                "spill_done": [list(x) for x in c.spill_done],
+                "reload_done": [list(x) for x in c.reload_done],
+                "disk_ok": list(c.disk_ok),
+                "disk_faults": c.disk_faults,
+                "l3": sorted(([r, names.show(h), None if x is None else names.show(x)] for r, h, x in c.l3), key=str),
+                "spill_staged": [[[[names.show(h), None if x is None else names.show(x)] for h, x in op] for op in st] for st in c.spill_staged],
+            }
+        )
+    return out
 
 
 # ---- model state -> spec variables ------------------------------------------------------------------
@@ -226,14 +335,14 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
     cfg = s.config
     nodes = Fcn()
     for nid, n in s.nodes.items():
-        if n.durable or n.pin:
-            raise MappingError(f"node {nid} is durable or pinned; the spec has no L3")
         nodes[nid] = Record(
             parent=n.parent,
             key=n.key,
             dev=n.dev,
             host=NO_OBJECT if n.host is None else n.host,
+            durable=n.durable,
             lock=n.lock,
+            pin=n.pin,
             hits=n.hits,
             touched=n.touched,
         )
@@ -251,6 +360,25 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
             raise MappingError(f"host page {h} holds different content in different regions; the spec has one region")
         c = cs.pop()
         host[h] = () if c is None else names.prefix(c)
+    reload_objs = {op.obj for op in s.reloads}
+    for op in s.spills:
+        if op.obj != op.node:
+            raise MappingError(f"spill of node {op.node} has object {op.obj}; the spec's is the node's id")
+    pre = names.prefix
+
+    def content(c: int | None) -> tuple:
+        return () if c is None else pre(c)
+
+    def reload_rec(op: Any) -> Record:
+        o = s.objects.get(op.obj)
+        if o is None:
+            raise MappingError(f"reload {op.key:#x} has no object {op.obj}")
+        return Record(key=pre(op.key), anchor=op.anchor, tokens=op.tokens, hashes=tuple(pre(h) for h in op.hashes),
+                      waiters=op.waiters, ttl=op.ttl, base=o.base, length=o.length)
+
+    l3: dict[int, Fcn] = {r: Fcn() for r in range(cfg.R)}
+    for (r, h), c in s.l3.items():
+        l3[r][pre(h)] = content(c)
     return {
         "nodes": nodes,
         "next_id": s.next_id,
@@ -258,16 +386,33 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "next_rid": s.next_rid,
         "dev_free": frozenset(p for lane in s.dev_free for p in lane),
         "l2_free": regions[0],
-        "objects": Fcn({k: Record(base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items()}),
+        "objects": Fcn(
+            {k: Record(base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items() if k not in reload_objs}
+        ),
         "pending": pending,
         "writes": tuple(s.writes),
         "requests": Fcn(
             {
-                rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages)
+                rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, tried=r.reload_tried)
                 for rid, r in s.requests.items()
             }
         ),
         "write_done": Fcn({r: d for r, d in enumerate(s.write_done)}),
         "dev_content": Fcn({p: (names.prefix(s.dev_content[p]) if p in s.dev_content else ()) for p in range(cfg.device_pages)}),
         "host_content": host,
+        "spill_queue": tuple(s.spill_queue),
+        "spills": tuple(Record(node=op.node, hashes=tuple(pre(h) for h in op.hashes), pinned=op.pinned) for op in s.spills),
+        "reload_candidates": Fcn(
+            {rid: Record(anchor=c.anchor, tokens=c.tokens, hashes=tuple(pre(h) for h in c.hashes)) for rid, c in s.reload_candidates.items()}
+        ),
+        "reloads": tuple(reload_rec(op) for op in s.reloads),
+        "spill_gathered": Fcn({r: x for r, x in enumerate(s.spill_gathered)}),
+        "spill_done": Fcn({r: tuple(x) for r, x in enumerate(s.spill_done)}),
+        "reload_done": Fcn({r: tuple(x) for r, x in enumerate(s.reload_done)}),
+        "disk_ok": Fcn({r: x for r, x in enumerate(s.disk_ok)}),
+        "disk_faults": s.disk_faults,
+        "l3": Fcn(l3),
+        "spill_staged": Fcn(
+            {r: tuple(tuple((pre(h), content(c)) for h, c in op) for op in staged) for r, staged in enumerate(s.spill_staged)}
+        ),
     }

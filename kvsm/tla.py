@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 from .config import Config, ConfigError
 
 SPEC_MODULE = "KVCache"
-NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep"}
+NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3"}
 
 INSTALL_HINT = (
     "TLC needs Java 17 or newer (Debian/Ubuntu: `apt-get install default-jre-headless`) and "
@@ -438,6 +438,12 @@ CONSTANT_FIELDS = (
     ("load_back_threshold", "LoadBackThreshold"),
     ("max_requests", "MaxRequests"),
     ("max_live", "MaxLive"),
+    ("L3", "L3"),
+    ("spill_queue_cap", "SpillQueueCap"),
+    ("spill_inflight", "SpillInflight"),
+    ("reload_inflight", "ReloadInflight"),
+    ("reload_ttl", "ReloadTTL"),
+    ("max_disk_faults", "MaxDiskFaults"),
 )
 
 

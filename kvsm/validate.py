@@ -86,6 +86,17 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "EvictDevice": ("node",),
     "EvictHost": ("node",),
     "LoadBack": ("rid",),
+    "SpillSubmit": (),
+    "SpillGathered": ("rank",),
+    "SpillDone": ("rank", "ok"),
+    "SpillAck": (),
+    "ReloadMark": ("rid",),
+    "ReloadReserve": ("rid",),
+    "ReloadDone": ("rank", "ok"),
+    "ReloadAdmit": (),
+    "ReloadExpire": (),
+    "DiskFail": ("rank",),
+    "DiskRecover": ("rank",),
 }
 
 

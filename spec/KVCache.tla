@@ -1,9 +1,11 @@
 ------------------------------- MODULE KVCache -------------------------------
 (***************************************************************************)
 (* A multi-rank tiered KV cache: every rank has a lane of device pages     *)
-(* (L1) and all ranks share one host pool (L2). The KV of token prefixes   *)
-(* lives in a radix tree that every rank holds identically; the only       *)
-(* cross-rank agreement is the MIN over per-rank write counters at Commit. *)
+(* (L1), all ranks share one host pool (L2), and every rank has a disk of  *)
+(* its own (L3, addressed by page hash). The KV of token prefixes lives in *)
+(* a radix tree that every rank holds identically; the only cross-rank     *)
+(* agreements are MINs (and ANDs) over per-rank progress counters: at      *)
+(* Commit, SpillAck, ReloadReserve and ReloadAdmit.                        *)
 (*                                                                         *)
 (* The contract is ../shared/design/MODEL.md. The pure Python model in     *)
 (* kvsm/ implements the same rules with the same names; `kvsm conform`     *)
@@ -14,7 +16,9 @@
 (* tokens of one page). The ghost content of a page is the prefix of page  *)
 (* symbols whose KV it holds, up to and including the page itself; the     *)
 (* empty prefix marks a poisoned (freed) page, since no page ever holds    *)
-(* it. The Python model names the same content by a chained hash.          *)
+(* it. The Python model names the same content by a chained hash. A page  *)
+(* hash (L3's address) is that content identity, so here it is the prefix  *)
+(* too.                                                                    *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -28,15 +32,23 @@ CONSTANTS
     LoadBackThreshold,  \* tokens a host hit must cover to be loaded back
     MaxRequests,        \* arrivals in all (0 = unbounded)
     MaxLive,            \* requests alive at once (0 = unbounded)
-    Prompts             \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from
+    Prompts,            \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from
+    L3,                 \* pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
+    SpillQueueCap,      \* committed objects queued for a spill at most (more are dropped)
+    SpillInflight,      \* spills in flight at most
+    ReloadInflight,     \* reloads in flight at most
+    ReloadTTL,          \* ticks a request may wait for a reload before it is released
+    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
        /\ WriteThreshold \in Nat \ {0} /\ LoadBackThreshold \in Nat
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
+       /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
+       /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
 
 VARIABLES
-    nodes,          \* node id -> [parent, key, dev, host, lock, hits, touched]
+    nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
     next_id,        \* the next node id
     clock,          \* the replicated logical clock; every access stamps `touched`
     next_rid,       \* the next request id
@@ -45,13 +57,28 @@ VARIABLES
     objects,        \* L2 object key -> [base, length, committed, owner]
     pending,        \* nodes whose backup is reserved but not committed (object key = node id)
     writes,         \* submitted backup writes (node ids), in submit order
-    requests,       \* request id -> [tokens, out_pages, phase, node, pages]
+    requests,       \* request id -> [tokens, out_pages, phase, node, pages, tried]
     write_done,     \* local: rank -> writes at the head of `writes` it has finished
     dev_content,    \* ghost: device page -> the prefix whose KV it holds
-    host_content    \* ghost: host page -> the prefix whose KV it holds
+    host_content,   \* ghost: host page -> the prefix whose KV it holds
+    \* L3 (all at their initial values when L3 = 0)
+    spill_queue,    \* committed objects (= node ids) waiting to be spilled, FIFO
+    spills,         \* spills in flight, submit order: [node, hashes, pinned]
+    reload_candidates, \* request id -> [anchor, tokens, hashes]: misses marked for a reload
+    reloads,        \* reloads in flight: [key, anchor, tokens, hashes, waiters, ttl, base, length]
+    spill_gathered, \* local: rank -> spills at the head of `spills` it has gathered
+    spill_done,     \* local: rank -> the ok bit of each spill it has written, from the head
+    reload_done,    \* local: rank -> the ok bit of each reload it has read, from the head
+    disk_ok,        \* local: rank -> whether its disk works
+    disk_faults,    \* DiskFail steps so far
+    l3,             \* local: rank -> (page hash -> the prefix whose KV its disk holds there)
+    spill_staged    \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+
+l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
+            disk_ok, disk_faults, l3, spill_staged>>
 
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content>>
+          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars>>
 
 Root == 0
 NoParent == -1      \* the root's parent
@@ -73,10 +100,15 @@ EmptyFn == [x \in {} |-> 0]
 (* Types *)
 
 ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
-NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int,
-            lock: Nat, hits: Nat, touched: Nat]
-RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool)]
+NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int, durable: BOOLEAN,
+            lock: Nat, pin: Nat, hits: Nat, touched: Nat]
+RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool),
+               tried: BOOLEAN]
 ObjectRec == [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
+SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
+CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
+ReloadRec == [key: ContentValues, anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues),
+              waiters: Seq(Nat), ttl: Nat, base: HostPool, length: Nat \ {0}]
 
 TypeOK ==
     /\ Root \in DOMAIN nodes
@@ -94,11 +126,22 @@ TypeOK ==
     /\ write_done \in [Ranks -> Nat]
     /\ dev_content \in [DevicePool -> ContentValues]
     /\ host_content \in [HostPool -> ContentValues]
+    /\ spill_queue \in Seq(Nat)
+    /\ \A j \in DOMAIN spills : spills[j] \in SpillRec
+    /\ DOMAIN reload_candidates \subseteq Nat
+    /\ \A q \in DOMAIN reload_candidates : reload_candidates[q] \in CandidateRec
+    /\ \A j \in DOMAIN reloads : reloads[j] \in ReloadRec
+    /\ spill_gathered \in [Ranks -> Nat]
+    /\ \A r \in Ranks : spill_done[r] \in Seq(BOOLEAN) /\ reload_done[r] \in Seq(BOOLEAN)
+    /\ disk_ok \in [Ranks -> BOOLEAN]
+    /\ disk_faults \in Nat
+    /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] \in ContentValues
+    /\ \A r \in Ranks : spill_staged[r] \in Seq(Seq(ContentValues \X ContentValues))
 
 -----------------------------------------------------------------------------
 Init ==
     /\ nodes = (Root :> [parent |-> NoParent, key |-> <<>>, dev |-> <<>>, host |-> NoObject,
-                         lock |-> 0, hits |-> 0, touched |-> 0])
+                         durable |-> FALSE, lock |-> 0, pin |-> 0, hits |-> 0, touched |-> 0])
     /\ next_id = 1
     /\ clock = 0
     /\ next_rid = 0
@@ -111,6 +154,17 @@ Init ==
     /\ write_done = [r \in Ranks |-> 0]
     /\ dev_content = [p \in DevicePool |-> NoContent]
     /\ host_content = [h \in HostPool |-> NoContent]
+    /\ spill_queue = <<>>
+    /\ spills = <<>>
+    /\ reload_candidates = EmptyFn
+    /\ reloads = <<>>
+    /\ spill_gathered = [r \in Ranks |-> 0]
+    /\ spill_done = [r \in Ranks |-> <<>>]
+    /\ reload_done = [r \in Ranks |-> <<>>]
+    /\ disk_ok = [r \in Ranks |-> TRUE]
+    /\ disk_faults = 0
+    /\ l3 = [r \in Ranks |-> EmptyFn]
+    /\ spill_staged = [r \in Ranks |-> <<>>]
 
 -----------------------------------------------------------------------------
 (* Values *)
@@ -149,7 +203,11 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           dev_free |-> dev_free, l2_free |-> l2_free, objects |-> objects,
           pending |-> pending, writes |-> writes, requests |-> requests,
           write_done |-> write_done, dev_content |-> dev_content,
-          host_content |-> host_content]
+          host_content |-> host_content, spill_queue |-> spill_queue, spills |-> spills,
+          reload_candidates |-> reload_candidates, reloads |-> reloads,
+          spill_gathered |-> spill_gathered, spill_done |-> spill_done,
+          reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
+          l3 |-> l3, spill_staged |-> spill_staged]
 
 Become(s) ==
     /\ nodes' = s.nodes
@@ -165,6 +223,17 @@ Become(s) ==
     /\ write_done' = s.write_done
     /\ dev_content' = s.dev_content
     /\ host_content' = s.host_content
+    /\ spill_queue' = s.spill_queue
+    /\ spills' = s.spills
+    /\ reload_candidates' = s.reload_candidates
+    /\ reloads' = s.reloads
+    /\ spill_gathered' = s.spill_gathered
+    /\ spill_done' = s.spill_done
+    /\ reload_done' = s.reload_done
+    /\ disk_ok' = s.disk_ok
+    /\ disk_faults' = s.disk_faults
+    /\ l3' = s.l3
+    /\ spill_staged' = s.spill_staged
 
 -----------------------------------------------------------------------------
 (* The tree *)
@@ -179,6 +248,15 @@ PathToRoot(ns, n) == IF n = Root THEN {} ELSE {n} \cup PathToRoot(ns, ns[n].pare
 \* The page symbols from the root through n.
 RECURSIVE Prefix(_, _)
 Prefix(ns, n) == IF n = Root THEN <<>> ELSE Prefix(ns, ns[n].parent) \o ns[n].key
+
+\* The page hashes (content identities) of n's pages: the prefix through each.
+NodeHashes(ns, n) ==
+    LET pre == Prefix(ns, n)
+        above == Len(pre) - Len(ns[n].key)
+    IN [i \in 1 .. Len(ns[n].key) |-> SubSeq(pre, 1, above + i)]
+
+\* The hashes of the pages `tokens` that follow the prefix `base`.
+Chain(base, tokens) == [i \in 1 .. Len(tokens) |-> base \o SubSeq(tokens, 1, i)]
 
 ChildWith(ns, n, sym) ==
     LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
@@ -213,19 +291,31 @@ TouchPath(s, path) ==
                            THEN [s.nodes[n] EXCEPT !.touched = s.clock + IndexOf(path, n)]
                            ELSE s.nodes[n]]]
 
+\* Queue committed objects for a spill, in order, while the queue has room; with
+\* no L3 tier nothing is queued.
+Enqueue(q, ns) == IF L3 = 0 THEN q
+                  ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
+
+\* A node that cannot be split: its backup is pending or an in-flight spill pins it.
+Unsplittable(s, n) == n \in s.pending \/ s.nodes[n].pin > 0
+
 (* Split n after `at` pages. The upper part is a new node (id next_id) with the
    first `at` pages, their device pages and, when backed, their host pages as a
-   new object; it inherits lock, hits and stamp. The lower part keeps its id, its
-   stamp and its object key. Never called on a node with a pending backup. *)
+   new object (queued for a spill); it inherits durable, lock, pin, hits and
+   stamp. The lower part keeps its id, its stamp and its object key, and stays
+   durable only if `at` is a multiple of R (else its pages' owners are not the
+   ranks that wrote them to disk). Never called on an unsplittable node. *)
 SplitNode(s, n, at) ==
     LET nd == s.nodes[n]
         u == s.next_id
         upper == [parent |-> nd.parent, key |-> SubSeq(nd.key, 1, at),
                   dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
                   host |-> IF nd.host # NoObject THEN u ELSE NoObject,
-                  lock |-> nd.lock, hits |-> nd.hits, touched |-> nd.touched]
+                  durable |-> nd.durable, lock |-> nd.lock, pin |-> nd.pin,
+                  hits |-> nd.hits, touched |-> nd.touched]
         lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
-                            !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev))]
+                            !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
+                            !.durable = nd.durable /\ at % R = 0]
         objs == IF nd.host = NoObject THEN s.objects
                 ELSE LET o == s.objects[nd.host]
                      IN (u :> [o EXCEPT !.length = at, !.owner = u])
@@ -233,7 +323,8 @@ SplitNode(s, n, at) ==
                                                                     !.length = o.length - at]]
     IN [s EXCEPT !.nodes = (u :> upper) @@ [s.nodes EXCEPT ![n] = lower],
                  !.objects = objs,
-                 !.next_id = u + 1]
+                 !.next_id = u + 1,
+                 !.spill_queue = IF nd.host = NoObject THEN @ ELSE Enqueue(@, <<u>>)]
 
 -----------------------------------------------------------------------------
 (* Victims, identical on every rank: ascending (hits >= 2, touched, id). *)
@@ -262,7 +353,8 @@ DevEvictable(s, n) ==
        /\ \/ nd.host # NoObject
           \/ WriteThrough /\ Children(s.nodes, n) = {}
 
-\* Evictable from L2: evicted from L1, backed, no children, unlocked.
+\* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
+\* by a spill.
 HostEvictable(s, n) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
@@ -270,6 +362,7 @@ HostEvictable(s, n) ==
        /\ nd.host # NoObject
        /\ Children(s.nodes, n) = {}
        /\ nd.lock = 0
+       /\ nd.pin = 0
 
 DevVictims(s) == {n \in DOMAIN s.nodes : DevEvictable(s, n)}
 HostVictims(s) == {n \in DOMAIN s.nodes : HostEvictable(s, n)}
@@ -449,10 +542,10 @@ Arrive(rid, tokens, out_pages) ==
     /\ MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
     /\ out_pages \in Nat
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
-                            node |-> Root, pages |-> <<>>]) @@ requests
+                            node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content>>
+                   write_done, dev_content, host_content, spill_queue, l3vars>>
 
 RECURSIVE OnL1Run(_, _)
 OnL1Run(ns, path) ==
@@ -461,7 +554,7 @@ OnL1Run(ns, path) ==
 Matched(s, rid) ==
     LET req == s.requests[rid]
         w == WalkKey(s.nodes, req.tokens)
-        split == w.cut # <<>> /\ w.cut[1] \notin s.pending
+        split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
         s0 == IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s
         path == IF split THEN Append(w.full, s.next_id) ELSE w.full
         s1 == TouchPath(s0, path)
@@ -471,20 +564,25 @@ Matched(s, rid) ==
         s |-> [s1 EXCEPT !.nodes = LockPath(@, last, 1),
                          !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]]
 
+\* A request that an in-flight reload holds (it waits for the reload's admission).
+Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
+
 (* Match the longest cached prefix (L1 or L2), splitting the node the key
-   diverges inside (not when its backup is pending: the match then stops above
+   diverges inside (not when it is unsplittable: the match then stops above
    it); touch the matched nodes root to leaf; lock the path down to the deepest
-   matched node on L1. *)
+   matched node on L1. A request marked for a reload, or held by one, waits. *)
 Match(rid) ==
     /\ rid \in DOMAIN requests
     /\ requests[rid].phase = "queued"
+    /\ rid \notin DOMAIN reload_candidates
+    /\ ~Held(rid)
     /\ Apply(Matched(State, rid))
 
 Inserted(s, rid) ==
     LET req == s.requests[rid]
         tokens == req.tokens
         w == WalkKey(s.nodes, tokens)
-        stop == w.cut # <<>> /\ w.cut[1] \in s.pending
+        stop == w.cut # <<>> /\ Unsplittable(s, w.cut[1])
         split == w.cut # <<>> /\ ~stop
         s0 == IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s
         path == IF split THEN Append(w.full, s.next_id) ELSE w.full
@@ -511,7 +609,8 @@ Inserted(s, rid) ==
         newId == s1.next_id
         newNode == [parent |-> last, key |-> fresh,
                     dev |-> SubSeq(pages, nReown + 1, nReown + Len(fresh)),
-                    host |-> NoObject, lock |-> 0, hits |-> IF WriteThrough THEN 1 ELSE 0,
+                    host |-> NoObject, durable |-> FALSE, lock |-> 0, pin |-> 0,
+                    hits |-> IF WriteThrough THEN 1 ELSE 0,
                     touched |-> s1.clock + Len(path) + 1]
         \* path nodes: re-owned ones get their pages; all are touched root to leaf;
         \* under write_through those already on L1 count a hit
@@ -549,13 +648,21 @@ Insert(rid) ==
     /\ requests[rid].phase = "matched"
     /\ Apply(Inserted(State, rid))
 
-\* Release whatever the request holds: its lock (once matched) and its pages.
+\* The sequence s without its element x (s holds x at most once).
+Without(s, x) == IF x \in Range(s) THEN LET j == IndexOf(s, x) IN SubSeq(s, 1, j - 1) \o SubSeq(s, j + 1, Len(s))
+                 ELSE s
+
+\* Release whatever the request holds: its lock (once matched), its pages, its
+\* reload mark and its place among a reload's waiters.
 Released(s, rid) ==
     LET req == s.requests[rid]
         freed == FreeDev(s, req.pages)
     IN [ok |-> TRUE,
         s |-> [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
-                            !.requests = Remove(@, {rid})]]
+                            !.requests = Remove(@, {rid}),
+                            !.reload_candidates = Remove(@, {rid}),
+                            !.reloads = [j \in DOMAIN s.reloads |->
+                                           [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]]
 
 Finish(rid) ==
     /\ rid \in DOMAIN requests
@@ -568,10 +675,11 @@ Abort(rid) ==
 
 -----------------------------------------------------------------------------
 (* Split is demand-driven: a live request's key diverges inside the node (what
-   its Match, or Insert, would split), and the node's backup is not pending. *)
+   its Match, or Insert, would split), the node's backup is not pending and no
+   spill pins it. *)
 Split(n, at) ==
     /\ n \in DOMAIN nodes
-    /\ n \notin pending
+    /\ ~Unsplittable(State, n)
     /\ \E rid \in DOMAIN requests :
           /\ requests[rid].phase \in {"queued", "matched"}
           /\ WalkKey(nodes, requests[rid].tokens).cut = <<n, at>>
@@ -618,9 +726,10 @@ WriteDone(r) ==
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, dev_content>>
+                   writes, requests, dev_content, spill_queue, l3vars>>
 
-\* The first m writes, `done`, become visible on every rank.
+\* The first m writes, `done`, become visible on every rank; their objects are
+\* queued for a spill, in write order.
 CommitFirst(m, done) ==
     /\ pending' = pending \ done
     /\ objects' = [k \in DOMAIN objects |->
@@ -629,8 +738,9 @@ CommitFirst(m, done) ==
                    IF n \in done THEN [nodes[n] EXCEPT !.host = n, !.lock = @ - 1] ELSE nodes[n]]
     /\ writes' = SubSeq(writes, m + 1, Len(writes))
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
+    /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
-                   host_content>>
+                   host_content, l3vars>>
 
 \* The one agreement: the MIN over ranks of the writes each finished.
 Commit ==
@@ -712,6 +822,279 @@ LoadBack(rid) ==
     /\ Apply(LoadedBack(State, rid))
 
 -----------------------------------------------------------------------------
+(* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
+   a reload belongs to rank i mod R, i its 0-based index in it; ranks copy only
+   the pages they own. Every L3 step needs an L3 tier (L3 > 0). *)
+
+\* The 0-based indices of the pages rank r owns in a run of n pages.
+Owned(r, n) == {i \in 0 .. n - 1 : i % R = r}
+OwnedSeq(r, n) == [k \in 1 .. Cardinality(Owned(r, n)) |-> r + (k - 1) * R]
+
+(* Spills. Commit (and a split of a backed node, for its new upper object)
+   queues committed objects; SpillSubmit drops the queue's head entries that are
+   no longer spillable and submits the first spillable one, pinning its node. *)
+
+Spillable(n) ==
+    /\ n \in DOMAIN nodes
+    /\ nodes[n].host = n
+    /\ ~nodes[n].durable
+    /\ nodes[n].pin = 0
+    /\ n \in DOMAIN objects
+    /\ objects[n].committed
+
+RECURSIVE SubmitFrom(_)
+SubmitFrom(q) ==
+    IF q = <<>> THEN [rest |-> <<>>, node |-> NoNode]
+    ELSE IF Spillable(Head(q)) THEN [rest |-> Tail(q), node |-> Head(q)]
+    ELSE SubmitFrom(Tail(q))
+
+SpillSubmit ==
+    /\ L3 > 0
+    /\ spill_queue # <<>>
+    /\ Len(spills) < SpillInflight
+    /\ LET sub == SubmitFrom(spill_queue)
+       IN /\ spill_queue' = sub.rest
+          /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
+             ELSE /\ nodes' = [nodes EXCEPT ![sub.node].pin = @ + 1]
+                  /\ spills' = Append(spills, [node |-> sub.node, hashes |-> NodeHashes(nodes, sub.node),
+                                               pinned |-> TRUE])
+    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
+                   write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
+                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+
+\* Rank r gathers the pages it owns of its next spill out of the shared slab.
+SpillGathered(r) ==
+    /\ L3 > 0
+    /\ r \in Ranks
+    /\ spill_gathered[r] < Len(spills)
+    /\ LET op == spills[spill_gathered[r] + 1]
+           base == objects[op.node].base
+           own == OwnedSeq(r, Len(op.hashes))
+       IN spill_staged' = [spill_staged EXCEPT ![r] =
+                             Append(@, [k \in DOMAIN own |-> <<op.hashes[own[k] + 1],
+                                                               host_content[base + own[k]]>>])]
+    /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, spills,
+                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3>>
+
+\* Rank r's next spill write succeeds: its disk works and has room for the new pages.
+SpillWriteOk(r) ==
+    LET staged == Head(spill_staged[r])
+        new == {k \in DOMAIN staged : staged[k][1] \notin DOMAIN l3[r]}
+    IN disk_ok[r] /\ Cardinality(DOMAIN l3[r]) + Cardinality(new) <= L3
+
+\* Rank r writes its oldest gathered spill to its disk, ok or not.
+SpillDone(r, ok) ==
+    /\ L3 > 0
+    /\ r \in Ranks
+    /\ Len(spill_done[r]) < spill_gathered[r]
+    /\ ok = SpillWriteOk(r)
+    /\ LET staged == Head(spill_staged[r])
+           hs == {staged[k][1] : k \in DOMAIN staged}
+       IN l3' = IF ok THEN [l3 EXCEPT ![r] = [h \in hs |-> (CHOOSE p \in Range(staged) : p[1] = h)[2]] @@ @]
+                ELSE l3
+    /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
+    /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, spills,
+                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults>>
+
+(* The agreement of spills: the MIN over ranks of the ops gathered releases
+   their pins; the MIN of the ops written, and the AND of their ok bits, marks
+   durable the nodes whose pages every owner wrote. After a split the node keeps
+   only a suffix of what was spilled; its pages' owners are the ranks that wrote
+   them only if the offset is a multiple of R. *)
+SpillAck ==
+    /\ L3 > 0
+    /\ spills # <<>>
+    /\ LET g == Min({spill_gathered[r] : r \in Ranks})
+           d == Min({Len(spill_done[r]) : r \in Ranks})
+           unpin == {j \in 1 .. g : spills[j].pinned}
+           written(j) ==
+               LET op == spills[j]
+                   n == op.node
+               IN /\ n \in DOMAIN nodes
+                  /\ nodes[n].host = n
+                  /\ \A r \in Ranks : spill_done[r][j]
+                  /\ LET hs == NodeHashes(nodes, n)
+                         off == Len(op.hashes) - Len(hs)
+                     IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
+           durable == {spills[j].node : j \in {j \in 1 .. d : written(j)}}
+       IN /\ d > 0 \/ unpin # {}
+          /\ nodes' = [n \in DOMAIN nodes |->
+                         [nodes[n] EXCEPT !.pin = @ - Cardinality({j \in unpin : spills[j].node = n}),
+                                          !.durable = @ \/ n \in durable]]
+          /\ spills' = [j \in 1 .. Len(spills) - d |->
+                          [spills[j + d] EXCEPT !.pinned = @ /\ j + d \notin unpin]]
+          /\ spill_gathered' = [r \in Ranks |-> spill_gathered[r] - d]
+          /\ spill_done' = [r \in Ranks |-> SubSeq(spill_done[r], d + 1, Len(spill_done[r]))]
+    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue,
+                   reload_candidates, reloads, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+
+(* Reloads. A queued request whose key misses the tree at a node boundary below
+   its deepest whole match (the anchor) may be marked, once, as a candidate for
+   a reload of the missing suffix. *)
+
+NoTarget == [anchor |-> NoNode, tokens |-> <<>>, hashes |-> <<>>]
+
+ReloadTarget(ns, req) ==
+    LET w == WalkKey(ns, req.tokens)
+        anchor == IF w.full = <<>> THEN Root ELSE w.full[Len(w.full)]
+        tokens == SubSeq(req.tokens, w.covered + 1, Len(req.tokens))
+    IN IF w.cut # <<>> \/ w.covered >= Len(req.tokens) THEN NoTarget
+       ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(Prefix(ns, anchor), tokens)]
+
+ReloadMark(rid) ==
+    /\ L3 > 0
+    /\ rid \in DOMAIN requests
+    /\ requests[rid].phase = "queued"
+    /\ ~requests[rid].tried
+    /\ LET t == ReloadTarget(nodes, requests[rid])
+       IN /\ t.anchor # NoNode
+          /\ reload_candidates' = (rid :> t) @@ reload_candidates
+    /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   write_done, dev_content, host_content, spill_queue, spills, reloads,
+                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+
+\* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over ranks.
+ClaimOf(s, r, hs) ==
+    Max({n \in 0 .. Len(hs) : \A i \in 0 .. n - 1 : i % R # r \/ hs[i + 1] \in DOMAIN s.l3[r]})
+Claimable(s, hs) == Min({ClaimOf(s, r, hs) : r \in Ranks})
+
+\* The anchor is still in the tree, the suffix still a clean miss under it, and
+\* the anchor's prefix still leads to the suffix's first page hash.
+AttachOk(ns, anchor, tokens, first) ==
+    /\ anchor \in DOMAIN ns
+    /\ ChildWith(ns, anchor, tokens[1]) = NoNode
+    /\ Prefix(ns, anchor) \o <<tokens[1]>> = first
+
+ReloadFloor == Max2(1, LoadBackThreshold \div P)
+
+(* Decide candidate rid: claim the pages every rank has (at least the
+   load-back floor, and a clean attach); join the in-flight reload of the same
+   pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
+   Reserve does). Otherwise only the mark is dropped and the request recomputes. *)
+ReloadReserved(s, rid) ==
+    LET cand == s.reload_candidates[rid]
+        s0 == [s EXCEPT !.reload_candidates = Remove(@, {rid})]
+        c == Claimable(s, cand.hashes)
+        key == cand.hashes[c]
+        same == {j \in DOMAIN s.reloads : s.reloads[j].key = key}
+        room == HostRoom(s0, c, VictimOrder(s.nodes, HostVictims(s)))
+        base == FirstFit(room.s.l2_free, c)
+    IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
+       THEN [ok |-> TRUE, s |-> s0]
+       ELSE IF same # {}
+       THEN LET j == CHOOSE j \in same : TRUE
+            IN [ok |-> TRUE, s |-> [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]]
+       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~room.ok
+       THEN [ok |-> TRUE, s |-> s0]
+       ELSE [ok |-> TRUE,
+             s |-> [room.s EXCEPT
+                      !.l2_free = @ \ (base .. base + c - 1),
+                      !.reloads = Append(@, [key |-> key, anchor |-> cand.anchor,
+                                             tokens |-> SubSeq(cand.tokens, 1, c),
+                                             hashes |-> SubSeq(cand.hashes, 1, c),
+                                             waiters |-> <<rid>>, ttl |-> ReloadTTL,
+                                             base |-> base, length |-> c])]]
+
+ReloadReserve(rid) ==
+    /\ L3 > 0
+    /\ rid \in DOMAIN reload_candidates
+    /\ Apply(ReloadReserved(State, rid))
+
+\* Rank r's next reload read succeeds: its disk works and holds every page it owns.
+ReloadReadOk(r) ==
+    LET op == reloads[Len(reload_done[r]) + 1]
+    IN disk_ok[r] /\ \A i \in Owned(r, Len(op.hashes)) : op.hashes[i + 1] \in DOMAIN l3[r]
+
+\* Rank r reads the pages it owns of its next reload from its disk into the object.
+ReloadDone(r, ok) ==
+    /\ L3 > 0
+    /\ r \in Ranks
+    /\ Len(reload_done[r]) < Len(reloads)
+    /\ ok = ReloadReadOk(r)
+    /\ LET op == reloads[Len(reload_done[r]) + 1]
+       IN host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
+                                        l3[r][op.hashes[h - op.base + 1]]] @@ host_content
+                          ELSE host_content
+    /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, spill_queue, spills, reload_candidates,
+                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged>>
+
+(* The agreement of reloads: once every rank has read the head reload, the AND
+   of the ok bits decides. If it still holds requests, every rank read ok and
+   the anchor still takes the suffix, one L2-only, durable node is inserted
+   under the anchor; otherwise the reservation is freed. Either way its waiters
+   are released (they match again). *)
+ReloadAdmit ==
+    /\ L3 > 0
+    /\ reloads # <<>>
+    /\ \A r \in Ranks : reload_done[r] # <<>>
+    /\ LET op == Head(reloads)
+           pages == op.base .. op.base + op.length - 1
+       IN IF /\ op.waiters # <<>>
+             /\ \A r \in Ranks : reload_done[r][1]
+             /\ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1])
+          THEN /\ nodes' = (next_id :> [parent |-> op.anchor, key |-> op.tokens, dev |-> <<>>,
+                                        host |-> next_id, durable |-> TRUE, lock |-> 0, pin |-> 0,
+                                        hits |-> 0, touched |-> clock + 1]) @@ nodes
+               /\ objects' = (next_id :> [base |-> op.base, length |-> op.length, committed |-> TRUE,
+                                          owner |-> next_id]) @@ objects
+               /\ next_id' = next_id + 1
+               /\ clock' = clock + 1
+               /\ UNCHANGED <<l2_free, host_content>>
+          ELSE /\ l2_free' = l2_free \cup pages
+               /\ host_content' = [h \in pages |-> NoContent] @@ host_content
+               /\ UNCHANGED <<nodes, objects, next_id, clock>>
+    /\ reloads' = Tail(reloads)
+    /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
+    /\ UNCHANGED <<next_rid, dev_free, pending, writes, requests, write_done, dev_content,
+                   spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
+                   disk_faults, l3, spill_staged>>
+
+\* One tick of the reload clock: the waiters of a reload whose ttl runs out are
+\* released to recompute; its reservation stays until it is admitted or aborted.
+ReloadExpire ==
+    /\ L3 > 0
+    /\ \E j \in DOMAIN reloads : reloads[j].waiters # <<>>
+    /\ reloads' = [j \in DOMAIN reloads |->
+                     LET t == Max2(0, reloads[j].ttl - 1)
+                     IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, spills,
+                   reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
+                   disk_faults, l3, spill_staged>>
+
+(* Faults: a rank's disk starts or stops failing. While it fails, that rank's
+   spill writes and reload reads are not ok. *)
+DiskFail(r) ==
+    /\ L3 > 0
+    /\ r \in Ranks
+    /\ disk_ok[r]
+    /\ MaxDiskFaults = 0 \/ disk_faults < MaxDiskFaults
+    /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
+    /\ disk_faults' = disk_faults + 1
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, spills,
+                   reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
+                   spill_staged>>
+
+DiskRecover(r) ==
+    /\ L3 > 0
+    /\ r \in Ranks
+    /\ ~disk_ok[r]
+    /\ disk_ok' = [disk_ok EXCEPT ![r] = TRUE]
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, spills,
+                   reload_candidates, reloads, spill_gathered, spill_done, reload_done,
+                   disk_faults, l3, spill_staged>>
+
+-----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,
    split offsets by the longest prompt; node ids are unbounded in the spec and a
    model bounds them (NodeIds). Constant bounds also let TLC label each step with
@@ -734,11 +1117,29 @@ Next ==
     \/ \E n \in NodeIds : EvictDevice(n)
     \/ \E n \in NodeIds : EvictHost(n)
     \/ \E rid \in RequestIds : LoadBack(rid)
+    \/ SpillSubmit
+    \/ \E r \in Ranks : SpillGathered(r)
+    \/ \E r \in Ranks, ok \in BOOLEAN : SpillDone(r, ok)
+    \/ SpillAck
+    \/ \E rid \in RequestIds : ReloadMark(rid)
+    \/ \E rid \in RequestIds : ReloadReserve(rid)
+    \/ \E r \in Ranks, ok \in BOOLEAN : ReloadDone(r, ok)
+    \/ ReloadAdmit
+    \/ ReloadExpire
+    \/ \E r \in Ranks : DiskFail(r)
+    \/ \E r \in Ranks : DiskRecover(r)
 
-\* The rank steps are fair: a rank with a write to finish finishes it, and what
-\* every rank finished is committed.
+(* The rank steps are fair: a rank with a write to finish finishes it, and what
+   every rank finished is committed; a rank with a reload to read reads it, and
+   what every rank read is admitted or aborted. The reload clock is fair too:
+   while a reload holds a request, it ticks (ReloadExpire), which alone
+   releases every held request within ReloadTTL ticks. Nothing else is fair:
+   requests, evictions, spills and faults may stop at any point. *)
 Fairness == /\ \A r \in Ranks : WF_vars(WriteDone(r))
             /\ WF_vars(Commit)
+            /\ \A r \in Ranks : WF_vars(\E ok \in BOOLEAN : ReloadDone(r, ok))
+            /\ WF_vars(ReloadAdmit)
+            /\ WF_vars(ReloadExpire)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -808,12 +1209,18 @@ DevicePages ==
          + SumFn([q \in DOMAIN requests |-> Len(requests[q].pages)])
          + Cardinality(dev_free) = Cardinality(DevicePool)
 
-\* 6. The object ranges and the free set partition the host pool; each object
-\*    belongs to exactly one committed node or pending backup.
+\* 6. The object ranges, the reloads' reservations and the free set partition
+\*    the host pool; each object belongs to exactly one committed node or pending
+\*    backup (a reload's reservation is part of the reload itself).
+ReloadPages(op) == op.base .. op.base + op.length - 1
+
 HostPages ==
     /\ \A k \in DOMAIN objects : ObjectPages(objects[k]) \subseteq HostPool
-    /\ UNION {ObjectPages(objects[k]) : k \in DOMAIN objects} \cup l2_free = HostPool
-    /\ SumFn([k \in DOMAIN objects |-> objects[k].length]) + Cardinality(l2_free) = L2
+    /\ \A j \in DOMAIN reloads : ReloadPages(reloads[j]) \subseteq HostPool
+    /\ UNION {ObjectPages(objects[k]) : k \in DOMAIN objects}
+         \cup UNION {ReloadPages(reloads[j]) : j \in DOMAIN reloads} \cup l2_free = HostPool
+    /\ SumFn([k \in DOMAIN objects |-> objects[k].length])
+         + SumSeq([j \in DOMAIN reloads |-> reloads[j].length]) + Cardinality(l2_free) = L2
     /\ \A k \in DOMAIN objects :
           IF objects[k].committed
           THEN /\ objects[k].owner \in DOMAIN nodes
@@ -823,8 +1230,9 @@ HostPages ==
     /\ \A n \in DOMAIN nodes :
           (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects) => objects[nodes[n].host].owner = n
 
-\* 7. Every page on L1 and every page of a committed object holds the KV of the
-\*    prefix it claims; free device pages are poisoned.
+\* 7. Every page on L1, every page of a committed object and every L3 entry
+\*    (and every page staged for a spill) holds the KV of the prefix it claims;
+\*    free device pages are poisoned.
 Content ==
     /\ \A n \in DOMAIN nodes \ {Root} :
           LET pre == Prefix(nodes, n)
@@ -835,11 +1243,55 @@ Content ==
                    \A i \in 1 .. Min2(objects[h].length, Len(nodes[n].key)) :
                        host_content[objects[h].base + i - 1] = SubSeq(pre, 1, above + i)
     /\ \A p \in dev_free : dev_content[p] = NoContent
+    /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] = h
+    /\ \A r \in Ranks : \A j \in DOMAIN spill_staged[r] :
+          \A k \in DOMAIN spill_staged[r][j] : spill_staged[r][j][k][2] = spill_staged[r][j][k][1]
 
-\* 10. The counters the spec keeps: ids and stamps never run ahead of them.
+\* 8. A durable node's pages are each on its owner rank's disk (page i, 0-based,
+\*    belongs to rank i mod R).
+Durable ==
+    \A n \in DOMAIN nodes : nodes[n].durable =>
+        LET hs == NodeHashes(nodes, n) IN \A i \in DOMAIN hs : hs[i] \in DOMAIN l3[(i - 1) % R]
+
+\* 9. A backed node (an admitted reload among them) has as many pages as its
+\*    object; a reload claims as many pages as hashes, chained from its first;
+\*    its waiters are distinct queued requests, candidates are queued and not
+\*    held; the L3 caps hold.
+Reload ==
+    /\ \A n \in DOMAIN nodes \ {Root} :
+          (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects)
+             => objects[nodes[n].host].length = Len(nodes[n].key)
+    /\ \A j \in DOMAIN reloads :
+          LET op == reloads[j]
+          IN /\ Len(op.tokens) = Len(op.hashes) /\ Len(op.hashes) >= 1
+             /\ op.length = Len(op.hashes)
+             /\ op.hashes[1] # <<>> /\ op.hashes[1][Len(op.hashes[1])] = op.tokens[1]
+             /\ \A i \in 2 .. Len(op.hashes) : op.hashes[i] = op.hashes[i - 1] \o <<op.tokens[i]>>
+             /\ op.key = op.hashes[Len(op.hashes)]
+    /\ \A j, k \in DOMAIN reloads : j # k => reloads[j].key # reloads[k].key
+    /\ \A j \in DOMAIN reloads : \A w \in DOMAIN reloads[j].waiters :
+          /\ reloads[j].waiters[w] \in DOMAIN requests
+          /\ requests[reloads[j].waiters[w]].phase = "queued"
+    /\ \A j, k \in DOMAIN reloads : \A a \in DOMAIN reloads[j].waiters, b \in DOMAIN reloads[k].waiters :
+          (j # k \/ a # b) => reloads[j].waiters[a] # reloads[k].waiters[b]
+    /\ \A q \in DOMAIN reload_candidates :
+          q \in DOMAIN requests /\ requests[q].phase = "queued" /\ ~Held(q)
+    /\ Len(spills) <= SpillInflight /\ Len(reloads) <= ReloadInflight
+    /\ Len(spill_queue) <= SpillQueueCap
+
+\* 10. The counters the spec keeps: ids and stamps never run ahead of them; a
+\*     node's pin counts the spills that pin it; each rank's spill and reload
+\*     progress is within what is in flight; no disk holds more than L3 pages.
 Counts ==
     /\ \A n \in DOMAIN nodes : n < next_id /\ nodes[n].touched <= clock
     /\ \A q \in DOMAIN requests : q < next_rid
+    /\ \A n \in DOMAIN nodes : nodes[n].pin = Cardinality({j \in DOMAIN spills : spills[j].node = n /\ spills[j].pinned})
+    /\ \A r \in Ranks :
+          /\ Len(spill_done[r]) <= spill_gathered[r]
+          /\ spill_gathered[r] <= Len(spills)
+          /\ Len(spill_staged[r]) = spill_gathered[r] - Len(spill_done[r])
+          /\ Len(reload_done[r]) <= Len(reloads)
+          /\ Cardinality(DOMAIN l3[r]) <= L3
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)
@@ -848,5 +1300,9 @@ Counts ==
 \* outside the quantifier, which says the same, TLC checks it as one tableau
 \* instead of one branch per node id (6x faster on the deep model).
 BackupsResolve == [](\A n \in NodeIds : n \in pending => <>(n \notin pending))
+
+(* Liveness: every request a reload holds is eventually released (admitted,
+   aborted, expired, or itself aborted), under the fairness above. *)
+HeldReleased == [](\A rid \in RequestIds : Held(rid) => <>~Held(rid))
 
 =============================================================================

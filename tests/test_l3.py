@@ -195,3 +195,22 @@ def test_a_full_disk_fails_the_write():
     s = run(backup(s, other), T("SpillAck"), T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1))
     with pytest.raises(Rejected, match="its disk is full"):
         apply(s, T("SpillDone", rank=0, ok=True))
+
+
+def test_load_back_keeps_the_request_s_reload_mark():
+    # LoadBack moves the request's lock and changes nothing else about the request: a
+    # request that was looked up in L3 stays looked up (the spec agrees; before, the model
+    # rebuilt the request without the mark, which `kvsm conform --config l3` showed)
+    s, nid = durable_prefix(l3(), [1, 2, 3])
+    s = drop_everywhere(s, nid)
+    rid = s.next_rid
+    s = run(s, T("Arrive", rid=rid, tokens=[1, 2, 3, 9], out_pages=0))
+    s = run(s, T("ReloadMark", rid=rid), T("ReloadReserve", rid=rid))
+    s = run(s, T("ReloadDone", rank=0, ok=True), T("ReloadDone", rank=1, ok=True), T("ReloadAdmit"))
+    s = run(s, T("Match", rid=rid))
+    before = s.requests[rid]
+    s = run(s, T("LoadBack", rid=rid))
+    after = s.requests[rid]
+    assert after.reload_tried and after.node != before.node
+    assert (after.id, after.tokens, after.out_pages, after.phase, after.pages) == (
+        before.id, before.tokens, before.out_pages, before.phase, before.pages)

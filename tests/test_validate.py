@@ -18,19 +18,25 @@ from kvsm.transitions import REGISTRY, Transition, apply, names_for
 from kvsm.validate import SPEC_PARAMS, validate
 
 runner = CliRunner()
+DATA = Path(__file__).resolve().parent / "data"
 
 
-def _walk(tmp_path: Path, config: str = "small", steps: int = 200, seed: int = 0) -> Path:
-    """The walk of the first seed from `seed` on that inserts, commits and runs at least 15
-    steps (small's bounded walks can end early), found by search rather than luck."""
-    for s in range(seed, seed + 500):
+def _walk(tmp_path: Path, config: str = "small", steps: int = 200, seed: int = 0, needs: frozenset = frozenset({"Insert", "Commit"}), tries: int = 500) -> Path:
+    """The walk of the first seed from `seed` on that takes every transition of `needs`
+    (by default: inserts and commits) and runs at least 15 steps (small's bounded walks
+    can end early), found by search rather than luck."""
+    for s in range(seed, seed + tries):
         log = tmp_path / f"walk-{config}-{s}.jsonl"
         res = runner.invoke(app, ["walk", "--config", config, "--steps", str(steps), "--seed", str(s), "-o", str(log)])
         assert res.exit_code == 0, res.output
         names = {r.get("name") for r in _lines(log)}
-        if len(_lines(log)) > 15 and {"Insert", "Commit"} <= names:
+        if len(_lines(log)) > 15 and needs <= names:
             return log
-    raise AssertionError(f"no walk of {config} from seed {seed} inserts and commits")
+    raise AssertionError(f"no walk of {config} from seed {seed} takes {sorted(needs)}")
+
+
+# a walk of the l3 config that spills and reloads (and admits the reload)
+L3_NEEDS = frozenset({"Commit", "SpillSubmit", "SpillGathered", "SpillDone", "SpillAck", "ReloadMark", "ReloadReserve", "ReloadDone", "ReloadAdmit"})
 
 
 def _lines(log: Path) -> list[dict]:
@@ -42,8 +48,9 @@ def _write(log: Path, rows: list[dict]) -> None:
 
 
 def test_every_transition_has_the_spec_parameters_of_its_log_arguments():
-    # the spec covers the L1/L2 transitions (those of a config without an L3 tier)
-    for name in names_for(Config(L3=0)):
+    # the spec has every transition of the model, the L3 ones included
+    assert set(SPEC_PARAMS) == set(REGISTRY) == set(names_for(Config(L3=1)))
+    for name in REGISTRY:
         spec = REGISTRY[name]
         want = set(spec.args) | ({"rank"} if spec.per_rank else set())
         assert set(SPEC_PARAMS[name]) == want, name
@@ -91,6 +98,80 @@ def test_validate_reports_a_digest_the_model_does_not_reproduce(tmp_path):
     res = validate(log)
     assert not res.ok and res.first_rejected is None
     assert res.digest_mismatch["line"] == 4
+
+
+@pytest.mark.tlc
+def test_validate_accepts_a_walk_of_the_l3_config_that_spills_and_reloads(tmp_path):
+    log = _walk(tmp_path, "l3", needs=L3_NEEDS, tries=1000)
+    res = runner.invoke(app, ["validate", str(log), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["ok"] and out["matched"] == out["steps"] == len(_lines(log)) - 1
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", ["SpillDone", "ReloadDone"])
+def test_validate_rejects_a_tampered_l3_step_and_names_its_line(tmp_path, name):
+    log = _walk(tmp_path, "l3", needs=L3_NEEDS, tries=1000)
+    rows = _lines(log)
+    k = next(i for i, r in enumerate(rows) if i > 0 and r["name"] == name)
+    rows[k]["args"]["ok"] = not rows[k]["args"]["ok"]  # the write (read) did the opposite
+    _write(log, rows)
+    res = validate(log)
+    assert not res.ok
+    assert res.first_rejected["line"] == k + 1 and res.first_rejected["name"] == name
+    assert res.matched == k - 1
+    assert res.model_rejected["line"] == k + 1  # the model rejects it too
+
+
+def _l3_features(log: Path) -> set[str]:
+    """What a log of an L3 config does that the l3 model (one request alive, one op in
+    flight) never does, found by replaying it with the model."""
+    from kvsm.log import read_log
+
+    header, stream = read_log(str(log))
+    s = initial_state(header.config)
+    out = set()
+    for _, _, t, _ in stream:
+        prev, s = s, apply(s, t)
+        if any(len(op.waiters) >= 2 for op in s.reloads):
+            out.add("a reload joined by a second request")
+        if len(s.spills) >= 2:
+            out.add("two spills in flight")
+        if len(s.reloads) >= 2:
+            out.add("two reloads in flight")
+        if t.name == "SpillAck" and len(prev.spills) - len(s.spills) >= 2:
+            out.add("one SpillAck of two ops")
+        if t.name == "SpillDone" and not t.arg("ok"):
+            out.add("a failed spill write")
+        if t.name == "ReloadAdmit" and len(s.nodes) > len(prev.nodes):
+            out.add("an admitted reload")
+    return out
+
+
+@pytest.mark.tlc
+def test_validate_accepts_walks_where_the_l3_tier_is_busy(tmp_path):
+    """Walks of tests/data/l3_busy.toml (three live requests, two spills and two reloads
+    in flight) are behaviours of the spec, step by step; together they join reloads, ack
+    two spills at once and keep two reloads in flight, which the l3 model cannot."""
+    want = {
+        "a reload joined by a second request", "two spills in flight", "two reloads in flight",
+        "one SpillAck of two ops", "a failed spill write", "an admitted reload",
+    }
+    seen: set[str] = set()
+    for seed in range(40):
+        log = tmp_path / f"busy-{seed}.jsonl"
+        res = runner.invoke(app, ["walk", "--config", str(DATA / "l3_busy.toml"), "--steps", "300", "--seed", str(seed), "-o", str(log)])
+        assert res.exit_code == 0, res.output
+        new = _l3_features(log) - seen
+        if not new:
+            continue
+        out = validate(log)
+        assert out.ok and out.matched == 300, (seed, out.to_json())
+        seen |= new
+        if seen >= want:
+            return
+    raise AssertionError(f"no walk of l3_busy from seeds 0..39 shows {sorted(want - seen)}")
 
 
 def _log_of(path: Path, steps: list[Transition]) -> Path:

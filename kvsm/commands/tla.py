@@ -14,7 +14,7 @@ from rich.table import Table
 console = Console()
 err = Console(stderr=True)
 
-MODEL_HELP = "model: ci, deep, or a path to a TLC .cfg (its module is the .tla beside it)"
+MODEL_HELP = "model: ci, deep, l3, or a path to a TLC .cfg (its module is the .tla beside it)"
 
 
 def _emit_json(obj: Any) -> None:

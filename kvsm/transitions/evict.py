@@ -7,6 +7,7 @@ plainly, and the guard checks that it is the one the order picks.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 from ..planner import TreeView, plan
@@ -108,7 +109,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
         tx.set_dev(nid, dev)
     tx.lock_path(run[-1], +1)
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, req.__class__(req.id, req.tokens, req.out_pages, req.phase, run[-1], req.pages))
+    tx.requests.set(rid, replace(req, node=run[-1]))
     return tx.commit()
 
 
