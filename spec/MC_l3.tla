@@ -4,10 +4,12 @@
    pool and a two-page disk per rank; two requests, one alive at a time, that
    share their first page. The first request's pages are backed up, committed,
    spilled to both disks and evicted; the second one's miss below the shared
-   page is marked and reloaded, so every L3 step happens: spills (one with a
-   failed write on a rank while its disk fails), reloads admitted, aborted at
-   admit because the anchor changed, claimed lower after a split that moved the
-   pages' owners, and expired. *)
+   page is marked and reloaded, so every L3 action happens: spills (one with a
+   failed write on a rank while its disk fails), claims lowered below the
+   candidate's pages, reloads admitted, reloads aborted at admit (a failed read,
+   every waiter expired), and expiries. A reload whose anchor changed and one
+   after a split that moved the pages' owners need a third request; they are
+   checked on logs by `kvsm validate` instead (docs/tla.md, "The models"). *)
 EXTENDS KVCache
 
 MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],
