@@ -303,9 +303,6 @@ class ClusterState:
         until the end (one rank, no log); `digest` still gives the same value."""
         return replace(self, sums=None, _digest=None)
 
-    def tracked(self) -> "ClusterState":
-        return self if self.sums is not None else replace(self, sums=recompute_sums(self))
-
     def path_to_root(self, nid: int) -> list[int]:
         """Ids from `nid` up to (excluding) the root."""
         out = []
