@@ -1,7 +1,8 @@
 """L1<->L2 copy throughput of the GPU backend against a plain pinned copy, in one run.
 
     python benchmarks/gpu.py [--json] [--device cuda|cpu] [--ranks R] [--pages N]
-                             [--page-bytes B] [--layers L] [--cycles C] [--io auto|direct|staged] [--slab-dir D]
+                             [--page-bytes B] [--layers L] [--cycles C] [--io auto|direct|staged]
+                             [--slab-dir D] [--timeout S]
 
 It writes a log of large transitions (each rank stores N pages at every WriteDone and
 loads N pages at every LoadBack), measures a plain pinned host<->device copy of one
@@ -11,7 +12,8 @@ machinery, and prints {"pinned_gbps", "replay_l1_l2_gbps", "ratio", ...}.
 The replay's figure is the bytes of every load and store of every rank over the time
 the bus was busy with any of them (the union of the ranks' copy intervals, each from
 issuing a batch to its synchronisation), so ranks that copy at once are not counted
-twice. On the CPU, "device" memory is host memory and the pinned copy is a memcpy;
+twice. As for the pinned copy, which is warmed up before it is timed, the replay's
+buffers are allocated and its kernels launched once before any interval starts. On the CPU, "device" memory is host memory and the pinned copy is a memcpy;
 the target ratio (>= 0.85) is for an H200 with N >= 1024 pages of >= 64 KiB.
 """
 
@@ -115,6 +117,7 @@ def main() -> None:
     ap.add_argument("--io", choices=("auto", "direct", "staged"), default="auto")
     ap.add_argument("--reps", type=int, default=10, help="repetitions of the pinned copy")
     ap.add_argument("--slab-dir", default="/dev/shm", help="where the shared host slab file is made")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds a rank waits for the others at an agreement")
     a = ap.parse_args()
 
     import torch  # noqa: PLC0415
@@ -131,7 +134,7 @@ def main() -> None:
         transitions = build_log(log, a.ranks, a.pages, a.cycles)
         t_log = time.perf_counter() - t0
         pinned = pinned_gbps(device, a.pages, page_words, a.reps)
-        run = replay(Options(str(log), device=device, page_bytes=a.page_bytes, layers=a.layers, io=a.io, timeout_s=600, slab_dir=a.slab_dir))
+        run = replay(Options(str(log), device=device, page_bytes=a.page_bytes, layers=a.layers, io=a.io, timeout_s=a.timeout, slab_dir=a.slab_dir))
     rep = run["gbps_l1_l2"]
     out = {
         "pinned_gbps": round(pinned, 3),

@@ -83,6 +83,8 @@ def _model_effects(log: Path) -> tuple[Counter, list]:
         pytest.param("four", 4, "cpu", "auto", id="four-cpu"),
         # the staged path only adds a copy on the CPU; run it there so its logic is tested
         pytest.param("four", 4, "cpu", "staged", id="four-cpu-staged"),
+        # on CUDA, auto must map the slab (a silent fall-back to staged fails here)
+        pytest.param("small", 2, "cuda", "auto", id="small-cuda-auto", marks=pytest.mark.gpu),
         pytest.param("small", 2, "cuda", "direct", id="small-cuda-direct", marks=pytest.mark.gpu),
         pytest.param("four", 4, "cuda", "direct", id="four-cuda-direct", marks=pytest.mark.gpu),
         pytest.param("four", 4, "cuda", "staged", id="four-cuda-staged", marks=pytest.mark.gpu),
@@ -252,3 +254,39 @@ def test_generator_makes_distinct_deterministic_pages_and_names_poison():
 def test_bus_time_is_the_union_of_the_ranks_copy_intervals():
     assert union_seconds([]) == 0
     assert union_seconds([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4)
+
+
+@pytest.mark.parametrize("device", [CPU, CUDA])
+@pytest.mark.parametrize("io", ["direct", "staged"])
+def test_warm_up_leaves_every_page_as_it_was_and_reserve_allocates_before_the_copy(tmp_path, device, io):
+    import torch
+
+    from kvsm.gpu.generator import POISON_DEV, POISON_HOST
+    from kvsm.gpu.memory import Shape, Slab, create_slab, new_pool
+    from kvsm.gpu.transfer import Transfer
+
+    dev = torch.device(device)
+    shape = Shape(payloads=2, pages=8, layers=2, page_bytes=64)
+    path, token = create_slab(str(tmp_path), shape)
+    slab = Slab(path, token, shape, dev)
+    try:
+        slab.host.fill_(POISON_HOST)
+        slab.host[1, 0] = 12345  # host page 0 of payload 1 holds bytes that must survive
+        before = slab.host.clone()
+        pool = new_pool(4, shape, dev)
+        x = Transfer(pool, slab, io, dev)
+        x.warm_up()
+        assert torch.equal(slab.host, before), "the warm-up changed the slab"
+        assert bool((pool == POISON_DEV).all()), "the warm-up left a device page unpoisoned"
+        # after reserve(n), a store and a load of n pages allocate nothing
+        x.reserve(3)
+        held = {k: v.data_ptr() for k, v in {**x.scratch._bufs, **(x.staging._bufs if x.staging else {})}.items()}
+        lidx, hidx = x.index([0, 1, 2]), x.index([5, 6, 7], host_side=True)
+        x.store(lidx, hidx)
+        x.load(lidx, hidx)
+        x.finish()
+        now = {k: v.data_ptr() for k, v in {**x.scratch._bufs, **(x.staging._bufs if x.staging else {})}.items()}
+        assert now == held
+    finally:
+        slab.close()
+        os.unlink(path)

@@ -10,13 +10,15 @@ Byte layout (all words are 64-bit, `W = page_bytes / 8`):
   exactly the model's `R * L1` pages.
 - Host slab: one file in `/dev/shm` mapped `MAP_SHARED` by every rank of the node: a
   4 KiB header (magic, a run token, the shape), then one region per payload, each
-  `[L2, layers, W]`, so host page `h` of payload `x` is the row `slab[x, h]`. On CUDA
-  each rank registers the mapping with `cudaHostRegister` (portable, mapped), so DMA
-  and kernels reach it without a bounce through pageable memory.
+  `[L2, layers, W]`, so host page `h` of payload `x` is the row `slab[x, h]`. On CUDA,
+  for direct copies, each rank registers the mapping with `cudaHostRegister` (portable,
+  mapped), so that kernels reach it over the bus without a bounce through pageable
+  memory; staged copies never need it registered.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import secrets
@@ -33,6 +35,7 @@ _HEAD = struct.Struct("<8s16sQQQQ")  # magic, token, payloads, L2, layers, page_
 
 CUDA_HOST_REGISTER_PORTABLE = 1
 CUDA_HOST_REGISTER_MAPPED = 2
+CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
 
 
 class SlabError(RuntimeError):
@@ -92,7 +95,7 @@ class Slab:
             if size != HEADER + shape.nbytes:
                 raise SlabError(f"host slab {path}: {size} bytes, expected {HEADER + shape.nbytes}")
             # MAP_POPULATE maps every page now, not at its first touch in the middle of a
-            # timed copy (on CUDA, cudaHostRegister below pins them anyway)
+            # timed copy (for direct copies on CUDA, cudaHostRegister pins them anyway)
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
             self._map = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
@@ -106,35 +109,38 @@ class Slab:
         self.host = raw.view(shape.payloads, shape.pages, shape.layers, shape.page_bytes // 8)
         self.registered = False
         self.dev: torch.Tensor | None = None  # the slab as the device addresses it (see `map_to_device`)
-        if device.type == "cuda":
-            err = torch.cuda.cudart().cudaHostRegister(
-                raw.data_ptr(), shape.nbytes, CUDA_HOST_REGISTER_PORTABLE | CUDA_HOST_REGISTER_MAPPED
-            )
-            if int(err) != 0:
-                raise SlabError(f"host slab {path}: cudaHostRegister of {shape.nbytes} bytes failed with CUDA error {int(err)}")
-            self.registered = True
-        else:
+        if device.type != "cuda":
             self.dev = self.host
 
     def map_to_device(self) -> torch.Tensor:
-        """The registered slab as a CUDA tensor (zero copy over unified addressing): kernels
-        that gather from or scatter into it move the bytes over the bus themselves."""
-        if self.dev is None:
-            ptr, n = self.host.data_ptr(), self.shape.nbytes
+        """The slab as a CUDA tensor (zero copy over unified addressing): kernels that
+        gather from or scatter into it move the bytes over the bus themselves. Registers
+        the mapping first; raises SlabError, with the CUDA error consumed, when the
+        driver refuses it or maps it at another address than the host's."""
+        if self.dev is not None:
+            return self.dev
+        ptr, n = self.host.data_ptr(), self.shape.nbytes
+        err = int(torch.cuda.cudart().cudaHostRegister(ptr, n, CUDA_HOST_REGISTER_PORTABLE | CUDA_HOST_REGISTER_MAPPED))
+        if err != 0:
+            _consume_cuda_error(self.device)
+            raise SlabError(f"host slab {self.path}: cudaHostRegister of {n} bytes failed with CUDA error {err}")
+        self.registered = True
+        dev_ptr = _device_pointer(ptr)
+        if dev_ptr != ptr:
+            self._unregister()
+            where = "unknown (libcuda's cuPointerGetAttribute failed)" if dev_ptr is None else hex(dev_ptr)
+            raise SlabError(f"host slab {self.path}: the device maps the registered slab at {where}, not at its host address {ptr:#x}")
 
-            class _Iface:
-                __cuda_array_interface__ = {
-                    "shape": (n // 8,),
-                    "typestr": "<i8",
-                    "data": (ptr, False),
-                    "version": 2,
-                }
+        class _Iface:
+            __cuda_array_interface__ = {"shape": (n // 8,), "typestr": "<i8", "data": (ptr, False), "version": 2}
 
-            flat = torch.as_tensor(_Iface(), device=self.device)
-            if flat.data_ptr() != ptr:
-                raise SlabError(f"host slab {self.path}: the device does not address registered memory at its host address")
-            self.dev = flat.view(self.host.shape)
+        self.dev = torch.as_tensor(_Iface(), device=self.device).view(self.host.shape)
         return self.dev
+
+    def _unregister(self) -> None:
+        if self.registered:
+            torch.cuda.cudart().cudaHostUnregister(self.host.data_ptr())
+            self.registered = False
 
     def poison(self, pages: torch.Tensor) -> None:
         """Poison host pages (a CPU index tensor) in every payload region, on the host."""
@@ -143,14 +149,34 @@ class Slab:
 
     def close(self) -> None:
         self.dev = None
-        if self.registered:
-            torch.cuda.cudart().cudaHostUnregister(self.host.data_ptr())
-            self.registered = False
+        self._unregister()
         del self.host
         try:
             self._map.close()
         except BufferError:
             pass  # a tensor view is still alive; the mapping goes with the process
+
+
+def _consume_cuda_error(device: torch.device) -> None:
+    """A failed runtime call leaves its error pending: torch would raise it from the next,
+    unrelated kernel launch. One tiny kernel takes it (and raises it here, swallowed)."""
+    try:
+        torch.ones(1, device=device).add_(1)
+        torch.cuda.synchronize(device)
+    except RuntimeError:
+        pass
+
+
+def _device_pointer(host_ptr: int) -> int | None:
+    """The device address of registered host memory, from the driver
+    (cuPointerGetAttribute), or None when the driver cannot say."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    out = ctypes.c_uint64()
+    rc = lib.cuPointerGetAttribute(ctypes.byref(out), ctypes.c_int(CU_POINTER_ATTRIBUTE_DEVICE_POINTER), ctypes.c_uint64(host_ptr))
+    return int(out.value) if rc == 0 else None
 
 
 def new_pool(lane_pages: int, shape: Shape, device: torch.device) -> torch.Tensor:

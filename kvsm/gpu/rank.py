@@ -193,6 +193,7 @@ class RankReplay:
                     self.slab = Slab(path, token, self.shape, self.device)
                     self.pool = new_pool(self.cfg.L1, self.shape, self.device)
                     self.xfer = Transfer(self.pool, self.slab, self.opts.io, self.device)
+                    self.xfer.warm_up()
                     self.gen = Generator(self.shape.payloads, self.opts.layers, self.opts.page_bytes, self.device)
                     tail = tuple(self.pool.shape[1:])
                     if run_dir:
@@ -395,6 +396,7 @@ class RankReplay:
                 rep.pages_filled += n
             elif b.kind == "store":
                 hidx = x.index(b.host, host_side=True)
+                x.reserve(n)  # allocations are not bus time
                 t0 = time.monotonic()
                 src = x.store(lidx, hidx)
                 x.finish()
@@ -409,6 +411,7 @@ class RankReplay:
                     rep.injected.append({"corrupt_slab": i, "rank": self.rank, "host_page": h, "byte": 1})
             elif b.kind == "load":
                 hidx = x.index(b.host, host_side=True)
+                x.reserve(n)  # allocations are not bus time
                 t0 = time.monotonic()
                 x.load(lidx, hidx)
                 x.finish()
@@ -569,10 +572,11 @@ def run_rank(rank: int, world: int, opts: Options, local_rank: int | None = None
     r: RankReplay | None = None
     try:
         device = select_device(opts.device, rank if local_rank is None else local_rank)
-        if device.type == "cpu":
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-        else:
+        # the ranks of a node share its cores: the CPU side of every copy (the CPU device's
+        # copies, staged scatters, poisons, the disk stores' gathers) runs on its share
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        if device.type == "cuda":
             torch.cuda.set_device(device)
         r = RankReplay(rank, world, opts, device)
         r.setup()

@@ -10,8 +10,8 @@ end (the caller's `finish`). Two ways to cross the bus:
   CPU "device" memory and the slab are the same kind of memory, so this is plain
   index_select/index_copy.
 - `staged`: through a pinned staging buffer: the device gathers into a contiguous
-  buffer that one asynchronous DMA moves to pinned host memory, and the CPU scatters it
-  into the slab (loads the reverse). Works wherever pinned memory does; on the CPU it
+  buffer that asynchronous DMAs (one per payload region) move to pinned host memory,
+  and the CPU scatters it into the slab (loads the reverse). Works wherever pinned memory does; on the CPU it
   only adds a copy (kept so that its logic is tested there).
 
 `auto` picks `direct` where it works (always on the CPU; on CUDA when the registered
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from .generator import POISON_DEV
 from .memory import Scratch, Slab
 from .options import IO_MODES
 
@@ -55,6 +56,42 @@ class Transfer:
             return t
         return t.to(self.device, non_blocking=True) if self.cuda else t
 
+    # Every buffer a batch of n pages uses, obtained in one place, so that `reserve` can
+    # make them exist before a copy is timed: a first allocation (cudaMalloc, a pinned
+    # cudaHostAlloc, first-touch page faults) is not bus traffic.
+    def _store_buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        src = self.scratch.get("gather", n, self._tail)
+        if self.staging is None:
+            return src, None
+        return src, self.staging.get("store", self._tail[0] * n, self._row).view(self._tail[0], n, *self._row)
+
+    def _load_buffers(self, n: int) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        X = self._tail[0]
+        if self.staging is None:
+            return [self.scratch.get("load", n, self._row)] * X, None
+        stage = self.staging.get("load", X * n, self._row).view(X, n, *self._row)
+        rows = [self.scratch.get(f"load{x}", n, self._row) for x in range(X)] if self.cuda else list(stage)
+        return rows, stage
+
+    def reserve(self, n: int) -> None:
+        """Allocate now every buffer a store or a load of `n` pages needs."""
+        self._store_buffers(n)
+        self._load_buffers(n)
+
+    def warm_up(self) -> None:
+        """One load and one store of a single page, each way across the bus, so that the
+        kernels' first launch (CUDA loads modules lazily) and, for `direct`, the first
+        touch of the mapped slab happen at setup rather than in the first timed copy; a
+        device that cannot reach the slab fails here. Page 0 of the pool is poisoned
+        again afterwards; host page 0 gets back the bytes it held."""
+        if not (self.pool.shape[0] and self.slab.shape.pages):
+            return
+        i, h = self.index([0]), self.index([0], host_side=True)
+        self.load(i, h)
+        self.store(i, h)
+        self.pool.index_fill_(0, i, POISON_DEV)
+        self.finish()
+
     def gather(self, lidx: torch.Tensor) -> torch.Tensor:
         """Device pages -> a contiguous [N, X, layers, W] buffer on the device."""
         return torch.index_select(self.pool, 0, lidx, out=self.scratch.get("gather", lidx.numel(), self._tail))
@@ -62,15 +99,13 @@ class Transfer:
     def store(self, lidx: torch.Tensor, hidx: torch.Tensor) -> torch.Tensor:
         """Copy device pages `lidx` into host pages `hidx` of every region; returns the
         gathered source (valid until the next batch) for verification."""
-        src = self.gather(lidx)
+        src, stage = self._store_buffers(lidx.numel())
+        torch.index_select(self.pool, 0, lidx, out=src)
         X = self._tail[0]
-        if self.io == "direct":
+        if stage is None:
             for x in range(X):
                 self.slab_dev[x].index_copy_(0, hidx, src[:, x])
             return src
-        assert self.staging is not None
-        n = lidx.numel()
-        stage = self.staging.get("store", X * n, self._row).view(X, n, *self._row)
         for x in range(X):
             stage[x].copy_(src[:, x], non_blocking=self.cuda)
         self.finish()  # the DMA must land before the CPU scatters it
@@ -80,22 +115,20 @@ class Transfer:
 
     def load(self, lidx: torch.Tensor, hidx: torch.Tensor) -> None:
         """Copy host pages `hidx` of every region into device pages `lidx`."""
+        rows, stage = self._load_buffers(lidx.numel())
         X = self._tail[0]
-        n = lidx.numel()
-        if self.io == "direct":
+        if stage is None:
             for x in range(X):
-                rows = torch.index_select(self.slab_dev[x], 0, hidx, out=self.scratch.get("load", n, self._row))
-                self.pool[:, x].index_copy_(0, lidx, rows)
+                torch.index_select(self.slab_dev[x], 0, hidx, out=rows[x])
+                self.pool[:, x].index_copy_(0, lidx, rows[x])
             return
-        assert self.staging is not None
-        stage = self.staging.get("load", X * n, self._row).view(X, n, *self._row)
         for x in range(X):
             torch.index_select(self.slab.host[x], 0, hidx, out=stage[x])
         for x in range(X):
-            rows = self.scratch.get(f"load{x}", n, self._row) if self.cuda else stage[x]
             if self.cuda:
-                rows.copy_(stage[x], non_blocking=True)
-            self.pool[:, x].index_copy_(0, lidx, rows)
+                rows[x].copy_(stage[x], non_blocking=True)
+            self.pool[:, x].index_copy_(0, lidx, rows[x])
+        self.finish()  # the next batch refills the staging buffer from the CPU
 
     def finish(self) -> None:
         """The one synchronisation of a batch: every copy issued so far has landed."""
