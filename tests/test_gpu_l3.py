@@ -3,7 +3,8 @@ stores and reload them, every page checked against the content generator.
 
 Logs: walks of two- and four-rank L3 configs (the lowest seeds whose walks spill, fail
 to spill, reload, fail to reload, admit and load reloaded pages back, found by search),
-and a hand-built log where each rank loads back a page the other reloaded. Every
+a hand-built log where each rank loads back a page the other reloaded, and a four-rank
+`kvsm sim` run with every tier. Every
 replay runs on the CPU (as CI does) and again, marked `gpu`, on CUDA where there is one.
 """
 
@@ -24,7 +25,7 @@ from kvsm.state import initial_state
 from kvsm.transitions import apply
 
 from .test_gpu_plan import L3_FOUR_RANKS, L3_TWO_RANKS, first_l3_walk, reload_then_misaligned_load_back
-from .test_gpu_replay import SMALL
+from .test_gpu_replay import SMALL, first_sim_with
 
 CPU = pytest.param("cpu", id="cpu")
 CUDA = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
@@ -46,6 +47,8 @@ def logs(tmp_path_factory) -> dict[str, Path]:
         out[name] = _write(steps, steps[0][1].config, d / f"{name}.jsonl", "walk", seed)
     steps = reload_then_misaligned_load_back()
     out["cross"] = _write(steps, steps[0][1].config, d / "cross.jsonl", "hand", None)
+    # a simulated four-rank run with every tier: spills, reloads, load-backs, host frees
+    out["sim"] = first_sim_with(d / "sim.jsonl", 4, "l1,l2,l3", {"spill_write", "reload_read", "load", "poison_host"})
     return out
 
 
@@ -87,9 +90,11 @@ def _page_bytes(log: Path) -> int:
     [
         pytest.param("two", 2, "cpu", id="two-cpu"),
         pytest.param("four", 4, "cpu", id="four-cpu"),
+        pytest.param("sim", 4, "cpu", id="sim-cpu"),
         pytest.param("two", 2, "cuda", id="two-cuda", marks=pytest.mark.gpu),
         pytest.param("four", 4, "cuda", id="four-cuda", marks=pytest.mark.gpu),
         pytest.param("cross", 2, "cuda", id="cross-cuda", marks=pytest.mark.gpu),
+        pytest.param("sim", 4, "cuda", id="sim-cuda", marks=pytest.mark.gpu),
     ],
 )
 def test_every_rank_spills_and_reloads_its_pages_and_every_disk_page_checks_out(logs, tmp_path, name, R, device):

@@ -22,6 +22,7 @@ from kvsm.gpu.launch import Options, union_seconds
 from kvsm.gpu.launch import replay as gpu_replay
 from kvsm.gpu.plan import agreements
 from kvsm.log import Header, LogWriter, read_log
+from kvsm.sim import SimOptions, simulate
 from kvsm.state import initial_state
 from kvsm.transitions import apply
 from kvsm.walk import walk
@@ -52,6 +53,19 @@ def _first_walk_with(cfg_name: str, steps: int, out: Path, kinds: set[str]) -> P
     raise AssertionError(f"no walk of {cfg_name} within 1000 seeds has effects {kinds}")
 
 
+def first_sim_with(out: Path, ranks: int, tiers: str, kinds: set[str]) -> Path:
+    """The `kvsm sim` log (thrash workload, small tiers, 60 requests) of the lowest seed
+    whose effects include every kind in `kinds`."""
+    for seed in range(50):
+        l3 = {"l3_pages": 64} if "l3" in tiers else {}
+        opts = SimOptions(workload="thrash", config="default", requests=60, ranks=ranks, l1_pages=16, l2_pages=64,
+                          seed=seed, tiers=tiers, **l3)
+        simulate(opts, out)
+        if kinds <= set(_model_effects(out)[0]):
+            return out
+    raise AssertionError(f"no sim of {ranks} ranks and tiers {tiers} within 50 seeds has effects {kinds}")
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("logs")
@@ -61,6 +75,8 @@ def logs(tmp_path_factory) -> dict[str, Path]:
         "small": _first_walk_with("small", 100, d / "small.jsonl", {"store"}),
         # four ranks, two payload regions, many commits and load-backs
         "four": _write_walk(d / "four.toml", 300, 3, d / "four.jsonl"),
+        # a simulated run: the scheduler's interleavings, timing and evictions
+        "sim": first_sim_with(d / "sim.jsonl", 2, "l1,l2", {"store", "load", "poison_dev"}),
     }
 
 
@@ -83,11 +99,13 @@ def _model_effects(log: Path) -> tuple[Counter, list]:
         pytest.param("four", 4, "cpu", "auto", id="four-cpu"),
         # the staged path only adds a copy on the CPU; run it there so its logic is tested
         pytest.param("four", 4, "cpu", "staged", id="four-cpu-staged"),
+        pytest.param("sim", 2, "cpu", "auto", id="sim-cpu"),
         # on CUDA, auto must map the slab (a silent fall-back to staged fails here)
         pytest.param("small", 2, "cuda", "auto", id="small-cuda-auto", marks=pytest.mark.gpu),
         pytest.param("small", 2, "cuda", "direct", id="small-cuda-direct", marks=pytest.mark.gpu),
         pytest.param("four", 4, "cuda", "direct", id="four-cuda-direct", marks=pytest.mark.gpu),
         pytest.param("four", 4, "cuda", "staged", id="four-cuda-staged", marks=pytest.mark.gpu),
+        pytest.param("sim", 2, "cuda", "direct", id="sim-cuda-direct", marks=pytest.mark.gpu),
     ],
 )
 def test_every_rank_replays_the_log_and_every_page_checks_out(logs, name, R, device, io):
