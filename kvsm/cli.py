@@ -150,7 +150,7 @@ def run(
     outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's logs go"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake trace, replay of its log, exhaustive exploration of the small config, and TLC on the ci config where Java is present."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake trace, replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config, and TLC on the ci config where Java is present."""
     from .explore import explore as do_explore
     from .log import replay as do_replay
     from .sim import run_main_job
@@ -175,6 +175,9 @@ def run(
     s = g.summary()
     ok &= not s["violations"]
     rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
+    gpu_row = _gpu_row(log)
+    ok &= gpu_row[1].startswith(("ok", "skipped"))
+    rows.append(gpu_row)
     tlc_row = _tlc_row()
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
@@ -188,6 +191,32 @@ def run(
             table.add_row(*r)
         console.print(table)
     raise typer.Exit(0 if ok else 1)
+
+
+def _gpu_row(log: Path) -> tuple[str, str, str]:
+    """`kvsm gpu replay` of the simulated log (CUDA when there is one, else the CPU; 8 KiB
+    pages), or why it could not run."""
+    try:
+        from . import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
+
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return ("gpu replay", "skipped: torch is not installed (pip install -e '.[gpu]')", "-")
+    from .gpu.launch import Options, ReplayError  # noqa: PLC0415
+    from .gpu.launch import replay as gpu_replay  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        s = gpu_replay(Options(str(log), device=device, page_bytes=4096, layers=2))
+    except (ReplayError, torch.multiprocessing.ProcessRaisedException) as e:
+        return ("gpu replay", f"FAILED: {e}", f"{time.perf_counter() - t0:.1f}s")
+    verdict = "ok" if s["ok"] else f"FAILED: {s['failures'][0]['message'] if s['failures'] else 'see kvsm gpu replay'}"
+    return (
+        f"gpu replay ({s['ranks']} ranks, {device})",
+        f"{verdict}: {s['pages_copied']} pages copied, {s['bytes_verified']} bytes verified, {s['digest_mismatches']} digest mismatches",
+        f"{time.perf_counter() - t0:.1f}s",
+    )
 
 
 def _tlc_row() -> tuple[str, str, str]:

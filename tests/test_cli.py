@@ -58,3 +58,20 @@ def test_explore_reports_states_edges_and_no_violations(tmp_path):
     assert out["violations"] == [] and out["states"] > 50 and out["edges"] >= out["states"] - 1
     assert sum(out["edges_by_transition"].values()) == out["edges"]
     assert out["edges_by_transition"]["Split"] > 0 and out["depth"] > 5
+
+
+def test_the_main_job_runs_every_layer_on_one_log_and_passes(tmp_path):
+    """`kvsm run` (README's first command) on fewer requests: simulation, replay, the
+    same log on rank processes with real bytes, exploration, TLC (skipped without Java)."""
+    r = runner.invoke(app, ["run", "--requests", "40", "--outdir", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    steps = {s["step"].split(" (")[0]: s["result"] for s in out["steps"]}
+    assert out["ok"] and list(steps) == ["sim", "replay", "explore small", "gpu replay", "TLC check ci"]
+    assert steps["replay"] == "every digest reproduced"
+    assert "0 violations" in steps["explore small"]
+    gpu = steps["gpu replay"]
+    assert gpu.startswith("ok:") and " 0 digest mismatches" in gpu
+    assert int(gpu.split(", ")[1].split()[0]) > 0, "no byte was verified"
+    assert steps["TLC check ci"].startswith(("ok", "skipped"))
+    assert list(tmp_path.glob("*.jsonl")), "the run keeps its log"
