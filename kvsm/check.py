@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .log import Header, LogWriter
+from .log import Header, LogWriter, OutputError
 from .specmap import canon_model, canon_spec
 from .state import initial_state
 from .tla import TLCResult, Violation, config_of_model, model_paths, run_tlc
@@ -99,6 +99,6 @@ def check(model: str, workers: int = 1, log_path: Path | None = None) -> CheckRe
     log = log_path or Path("out") / f"tlc-{cfg_path.stem}-{name}.jsonl"
     try:
         trace_to_log(res.violation, cfg, log, model)
-    except TraceError as e:
+    except (TraceError, OutputError) as e:  # the violation is still reported, without its log
         return CheckResult(model, res, None, str(e))
     return CheckResult(model, res, log)

@@ -55,7 +55,7 @@ def walk(
 ) -> None:
     """A seeded random walk over the enabled transitions, written as a log."""
     from .invariants import violations
-    from .log import Header, LogWriter
+    from .log import Header, LogWriter, OutputError, check_output_file
     from .state import initial_state
     from .walk import walk as do_walk
 
@@ -63,6 +63,11 @@ def walk(
     s0 = initial_state(cfg)
     header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
     t0 = time.perf_counter()
+    try:
+        check_output_file(output)
+    except OutputError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2) from None
     with _progress() as prog, LogWriter(output, header) as w:
         task = prog.add_task("walk", total=steps)
         for t, s in do_walk(cfg, steps, seed, s0):

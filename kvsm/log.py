@@ -31,11 +31,32 @@ SOURCES = ("walk", "sim", "tlc", "hand", "gpu")
 
 
 class LogError(ValueError):
-    """A log that cannot be replayed; `line` is 1-based."""
+    """A log that cannot be replayed; `line` is 1-based (0: the file as a whole)."""
 
     def __init__(self, path: str, line: int, reason: str) -> None:
-        super().__init__(f"{path}:{line}: {reason}")
+        super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
         self.path, self.line, self.reason = path, line, reason
+
+
+class OutputError(ValueError):
+    """A log (or report) that cannot be written where it was asked for."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path}: cannot write here: {reason}")
+        self.path, self.reason = str(path), reason
+
+
+def check_output_file(path: str | Path) -> None:
+    """Raise OutputError now when a file cannot be made at `path`: it is a directory, or
+    an ancestor is a file. Missing parent directories are fine (they are created)."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(p, "is a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(p, f"{parent} is not a directory")
+            break
 
 
 @dataclass(frozen=True)
@@ -81,9 +102,13 @@ class LogWriter:
         self._tmp: IO[str] | None = None
 
     def __enter__(self) -> "LogWriter":
+        check_output_file(self.path)
         directory = self.path.parent if str(self.path.parent) else Path(".")
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        except OSError as e:
+            raise OutputError(self.path, e.strerror or str(e)) from None
         self._tmp = os.fdopen(fd, "w")
         self._tmp_name = name
         self._tmp.write(dumps(self.header.to_json()) + "\n")
@@ -98,7 +123,11 @@ class LogWriter:
         assert self._tmp is not None
         self._tmp.close()
         if exc_type is None:
-            os.replace(self._tmp_name, self.path)
+            try:
+                os.replace(self._tmp_name, self.path)
+            except OSError as e:
+                os.unlink(self._tmp_name)
+                raise OutputError(self.path, e.strerror or str(e)) from None
         else:
             os.unlink(self._tmp_name)
 
@@ -192,26 +221,38 @@ def parse_transition(path: str, lineno: int, text: str) -> tuple[int, Transition
     return d["i"], Transition.make(name, rank=rank, **args), d["digest"]
 
 
+def _text(path: str, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LogError(path, lineno, f"not UTF-8 text (byte {e.start + 1} of the line)") from None
+
+
 def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transition, str]]]:
     """The header and a stream of (line number, index, transition, digest)."""
     p = str(path)
     try:
-        f = open(p)
+        f = open(p, "rb")
     except OSError as e:
         raise LogError(p, 0, f"cannot open: {e.strerror}") from None
     first = f.readline()
     if not first:
         f.close()
         raise LogError(p, 1, "empty file: no header")
-    if not first.endswith("\n"):
+    if not first.endswith(b"\n"):
         f.close()
         raise LogError(p, 1, "header line is not terminated (truncated file?)")
-    header = parse_header(p, first)
+    try:
+        header = parse_header(p, _text(p, 1, first))
+    except LogError:
+        f.close()
+        raise
 
     def lines() -> Iterator[tuple[int, int, Transition, str]]:
         with f:
             expect = 1
-            for lineno, text in enumerate(f, start=2):
+            for lineno, raw in enumerate(f, start=2):
+                text = _text(p, lineno, raw)
                 if not text.endswith("\n"):
                     raise LogError(p, lineno, "line is not terminated (truncated file?)")
                 if not text.strip():

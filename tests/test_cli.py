@@ -75,3 +75,9 @@ def test_the_main_job_runs_every_layer_on_one_log_and_passes(tmp_path):
     assert int(gpu.split(", ")[1].split()[0]) > 0, "no byte was verified"
     assert steps["TLC check ci"].startswith(("ok", "skipped"))
     assert list(tmp_path.glob("*.jsonl")), "the run keeps its log"
+
+
+def test_walk_to_a_directory_is_an_error_that_writes_nothing(tmp_path):
+    r = runner.invoke(app, ["walk", "--steps", "3", "-o", str(tmp_path)])
+    assert r.exit_code == 2 and "is a directory" in r.output and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []

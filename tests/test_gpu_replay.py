@@ -308,3 +308,11 @@ def test_warm_up_leaves_every_page_as_it_was_and_reserve_allocates_before_the_co
     finally:
         slab.close()
         os.unlink(path)
+
+
+def test_a_timeout_that_is_not_positive_is_refused_before_any_process_starts(logs):
+    from kvsm.gpu.options import ReplayError, check_inputs
+
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ReplayError, match="--timeout must be a positive number"):
+            check_inputs(Options(str(logs["small"]), device="cpu", timeout_s=bad), None)

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from kvsm.config import load_config
-from kvsm.log import Header, LogWriter, read_log, replay
+from kvsm.log import Header, LogWriter, OutputError, read_log, replay
 from kvsm.state import initial_state
 from kvsm.walk import walk
 
@@ -161,3 +161,48 @@ def test_schema_accepts_every_line_the_writer_produces_and_rejects_bad_ones(log,
     assert list(validator.iter_errors(bad))
     commit_with_rank = {"i": 1, "name": "Commit", "rank": 0, "args": {}, "digest": "0" * 32}
     assert list(validator.iter_errors(commit_with_rank))
+
+
+def test_a_log_that_is_not_utf8_is_rejected_with_its_line(log, tmp_path):
+    data = log.read_bytes().splitlines(keepends=True)
+    data[6] = data[6][:20] + b"\xff" + data[6][21:]
+    log.write_bytes(b"".join(data))
+    m = mismatch(log)
+    assert m["line"] == 7 and "not UTF-8" in m["reason"]
+    head = tmp_path / "head.jsonl"
+    head.write_bytes(b"\xff\n")
+    m = mismatch(head)
+    assert m["line"] == 1 and "not UTF-8" in m["reason"]
+
+
+def test_a_missing_log_is_named_without_a_line_number(tmp_path):
+    m = mismatch(tmp_path / "nope.jsonl")
+    assert m["line"] == 0 and "cannot open" in m["reason"]
+    with pytest.raises(Exception) as e:
+        read_log(tmp_path / "nope.jsonl")
+    assert str(e.value).startswith(f"{tmp_path / 'nope.jsonl'}: cannot open")
+
+
+def test_a_log_path_that_cannot_be_written_is_an_error_before_anything_runs(tmp_path):
+    cfg = load_config("small")
+    header = Header(cfg, 0, "walk", initial_state(cfg).digest(), {})
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("a file\n")
+    for target, why in ((tmp_path / "d", "is a directory"), (tmp_path / "f" / "x.jsonl", "not a directory")):
+        with pytest.raises(OutputError) as e:
+            with LogWriter(target, header):
+                raise AssertionError("the block must not run")
+        assert str(target) in str(e.value) and why in str(e.value).lower()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["d", "f"] and list((tmp_path / "d").iterdir()) == []
+
+
+def test_a_rename_that_fails_at_the_end_leaves_no_temporary_file(tmp_path):
+    cfg = load_config("small")
+    target = tmp_path / "late.jsonl"
+    with pytest.raises(OutputError) as e:
+        with LogWriter(target, Header(cfg, 0, "walk", initial_state(cfg).digest(), {})) as w:
+            for t, s in walk(cfg, 5, 0):
+                w.write(t, s)
+            target.mkdir()  # the path became a directory while the run wrote
+    assert "late.jsonl" in str(e.value)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["late.jsonl"] and list(target.iterdir()) == []

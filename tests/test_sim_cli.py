@@ -97,3 +97,28 @@ def test_a_run_without_a_log_ends_at_the_digest_of_the_run_with_one(tmp_path):
     a, b = json.loads(plain.output), json.loads(logged.output)
     assert a["transitions"] == b["transitions"] > 0
     assert a["final_digest"] == b["final_digest"]
+
+
+def test_an_output_that_cannot_be_written_is_an_error_before_the_run_and_leaves_nothing(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    f = tmp_path / "f"
+    f.write_text("a file\n")
+    cases = [
+        (["-o", str(d)], "is a directory"),
+        (["-o", str(f / "x.jsonl")], "not a directory"),
+        (["-o", str(tmp_path / "o.jsonl"), "--plot", str(f)], "not a directory"),
+        (["-o", str(tmp_path / "o.jsonl"), "--report", str(d)], "is a directory"),
+        (["-o", str(tmp_path / "o.jsonl"), "--report", str(f / "r.html")], "not a directory"),
+    ]
+    for args, why in cases:
+        r = runner.invoke(app, ["sim", "-n", "3", "--json", *args])
+        assert r.exit_code == 2, (args, r.output)
+        assert why in r.output.lower() and "Traceback" not in r.output, (args, r.output)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f"], args
+        assert list(d.iterdir()) == [] and f.read_text() == "a file\n"
+
+
+def test_l2_pages_without_an_l2_tier_is_an_error(tmp_path):
+    r = runner.invoke(app, ["sim", "-n", "3", "--tiers", "l1", "--l2-pages", "8", "-o", str(tmp_path / "o.jsonl")])
+    assert r.exit_code == 2 and "--l2-pages needs" in r.output and not (tmp_path / "o.jsonl").exists()

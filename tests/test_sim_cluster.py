@@ -130,6 +130,9 @@ def test_fault_grammar():
         ("slow:0.1,slow:0.2", "given twice"),
         ("slow:x", "is not a number"),
         ("abort:1.5", "outside [0, 1]"),
+        ("slow:0.1 ", "no spaces allowed"),
+        ("slow: 0.1,abort:0.2", "no spaces allowed"),
+        ("stall:nan", "outside [0, 1]"),
     ]:
         with pytest.raises(FaultSpecError, match=why.replace("[", r"\[").replace("]", r"\]")):
             Faults.parse(bad)

@@ -103,6 +103,21 @@ def register(app: typer.Typer) -> None:
         )
         from ..cli import _progress  # noqa: PLC0415  (the CLI's one progress bar style)
 
+        from ..log import OutputError, check_output_file  # noqa: PLC0415
+
+        try:  # what is written after the run is checked before it, so a run is never lost to a bad path
+            for what, path in (("--plot", plot), ("--report", report)):
+                if path is None:
+                    continue
+                if what == "--plot":
+                    if path.exists() and not path.is_dir():
+                        raise OutputError(path, f"{what} names a directory, and this is not a directory")
+                    check_output_file(path / "hit_rate.png")
+                else:
+                    check_output_file(path)
+        except OutputError as e:
+            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         progress = _progress("sim")
         try:
             with progress:
@@ -113,21 +128,26 @@ def register(app: typer.Typer) -> None:
                         progress.update(task, completed=done, total=total)
 
                 result = simulate(opts, output, on_progress)
-        except (SimError, ConfigError, WorkloadError, FaultSpecError) as e:
+        except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
             err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except (SimDivergence, SimInvariantError) as e:
             err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         written = []
-        if plot is not None:
-            from ..sim.report import write_plots
+        try:
+            if plot is not None:
+                from ..sim.report import write_plots
 
-            written += write_plots(result, plot)
-        if report is not None:
-            from ..sim.report import write_report
+                written += write_plots(result, plot)
+            if report is not None:
+                from ..sim.report import write_report
 
-            written.append(write_report(result, report))
+                written.append(write_report(result, report))
+        except OSError as e:
+            where = f"; the log {output} is complete" if output is not None else ""
+            err.print(f"[red]error:[/red] {escape(f'{e.filename}: cannot write: {e.strerror}')}{escape(where)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         if as_json:
             sys.stdout.write(json.dumps(result.summary) + "\n")
         else:

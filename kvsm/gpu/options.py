@@ -47,6 +47,8 @@ def check_inputs(opts: Options, ranks: int | None) -> int:
         raise ReplayError(f"--page-bytes must be a positive multiple of 8, got {opts.page_bytes}")
     if opts.layers < 1:
         raise ReplayError(f"--layers must be >= 1, got {opts.layers}")
+    if not opts.timeout_s > 0:
+        raise ReplayError(f"--timeout must be a positive number of seconds, got {opts.timeout_s}")
     if opts.io not in IO_MODES:
         raise ReplayError(f"--io must be one of {', '.join(IO_MODES)}, got {opts.io!r}")
     if opts.device not in DEVICES:

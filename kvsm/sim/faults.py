@@ -56,6 +56,8 @@ class Faults:
         if spec is None or spec in ("", "none"):
             return cls()
         seen: dict[str, float] = {}
+        if any(ch.isspace() for ch in spec):
+            raise FaultSpecError(f"--faults '{spec}': no spaces allowed (KIND:PROB,KIND:PROB)")
         for item in spec.split(","):
             kind, sep, prob = item.partition(":")
             if not sep:

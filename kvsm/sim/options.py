@@ -104,6 +104,8 @@ def prepare(opts: SimOptions) -> Prepared:
     _positive("--l3-pages", opts.l3_pages, 0)
     faults = Faults.parse(opts.faults)
     l3 = opts.tiers == "l1,l2,l3"
+    if opts.l2_pages is not None and opts.tiers == "l1":
+        raise SimError("--l2-pages needs an L2 tier (--tiers l1,l2 or l1,l2,l3), got --tiers l1")
     if opts.l3_pages is not None and not l3:
         raise SimError(f"--l3-pages needs --tiers l1,l2,l3, got --tiers {opts.tiers}")
     if faults.disk and not l3:
