@@ -97,7 +97,7 @@ def test_a_replica_that_drifts_silently_is_caught_at_the_next_sync_point(monkeyp
 
     monkeypatch.setattr(View, "apply", apply_then_drift)
     with pytest.raises(SimDivergence) as e:
-        simulate(replace(SMALL, tiers="l1"))
+        simulate(replace(SMALL, tiers="l1", l2_pages=None))
     assert drifted
     msg = str(e.value)
     assert "rank 1 diverged by sync point" in msg and "replicated digest" in msg
@@ -161,4 +161,4 @@ def test_write_back_needs_the_host_tier(tmp_path):
     cfg = tmp_path / "wb.toml"
     cfg.write_text('policy = "write_back"\n')
     with pytest.raises(SimError, match="write_back, which needs --tiers l1,l2"):
-        simulate(replace(SMALL, config=str(cfg), tiers="l1"))
+        simulate(replace(SMALL, config=str(cfg), tiers="l1", l2_pages=None))

@@ -241,3 +241,21 @@ def test_l3_options_are_checked_before_anything_runs(tmp_path):
     with pytest.raises(FaultSpecError, match="outside"):
         simulate(replace(SMALL, faults="disk:2"), log)
     assert not log.exists() and not list(Path(tmp_path).iterdir())
+
+
+def test_an_idle_gap_costs_one_disk_draw_per_disk_whatever_the_ranks(tmp_path):
+    """Two requests 10^7 ms apart under a disk failure rate of 0.5 per tick. The gap is
+    one draw per working disk at the second arrival (each iteration with work draws
+    once): a tick that only brings a disk back draws nothing for the others (it used to, and with two or more ranks the disks then
+    failed and recovered in turn over every tick of the gap: 18,144 transitions)."""
+    trace = _trace(tmp_path, [[1], [2]], gap_ms=10_000_000)
+    counts = {}
+    for R in (1, 2, 4):
+        log = tmp_path / f"gap{R}.jsonl"
+        s = simulate(SimOptions(workload=str(trace), config=CONFIG, ranks=R, tiers="l1,l2,l3", faults="disk:0.5"), log).summary
+        by = s["transitions_by_name"]
+        assert 0 < by.get("DiskFail", 0) <= 10 * R, (R, by)  # a few per working iteration, not per tick
+        assert by.get("DiskRecover", 0) <= by["DiskFail"]
+        counts[R] = s["transitions"]
+        assert replay(log, check=True).ok
+    assert max(counts.values()) < 100, counts

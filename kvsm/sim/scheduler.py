@@ -375,19 +375,25 @@ class Simulation:
                 expected += req.output_length * tm.tick_ms
                 self._push(self._tick(t + 1 + rf.random() * expected), ABORT, rid)
         c = self.cluster
-        last_tick: int | None = None
+        self.disk_drawn: int | None = None  # tick of the last disk draws
+        self.disk_up_since = [0] * R  # tick each disk last came back
         while self.work:
             tick = self.heap[0][0]
             c.tick = self.metrics.tick = tick
             self.ticks += 1
             batch = []
+            work = False
             while self.heap and self.heap[0][0] == tick:
                 e = heapq.heappop(self.heap)
-                self.work -= not (e[1] == DISK and e[3].what == "recover")  # type: ignore[union-attr]
+                recover = e[1] == DISK and e[3].what == "recover"  # type: ignore[union-attr]
+                self.work -= not recover
+                work |= not recover
                 batch.append(e)
-            if f.disk:
-                self._disk_faults(tick, 1 if last_tick is None else tick - last_tick)
-            last_tick = tick
+            if f.disk and work:
+                # only iterations with work draw: a tick that only brings a disk back must
+                # not draw for the others, or disks failing and recovering in turn would
+                # keep every tick of an idle gap alive (with two or more ranks)
+                self._disk_faults(tick)
             k = 0
             while k < len(batch) and batch[k][1] <= DISK:
                 if batch[k][1] == WRITE:
@@ -608,6 +614,7 @@ class Simulation:
         r = job.rank
         if job.what == "recover":
             c.rank_step(r, T("DiskRecover", rank=r))
+            self.disk_up_since[r] = c.tick
             return
         if job.what == "gather":
             k, fifo, name = s.spill_gathered[r], s.spills, "spills"
@@ -625,14 +632,20 @@ class Simulation:
         else:
             c.rank_step(r, T("ReloadDone", rank=r, ok=reload_read_ok(s, r)))
 
-    def _disk_faults(self, tick: int, elapsed: int) -> None:
-        """Each working disk fails with probability `disk` per tick (over the `elapsed`
-        ticks since the last iteration) and comes back after a drawn number of ticks."""
-        p = 1 - (1 - self.faults.disk) ** elapsed
+    def _disk_faults(self, tick: int) -> None:
+        """Each working disk fails with probability `disk` per tick, drawn once over the
+        ticks it has been up since the previous draws (1 at the first), and comes back
+        after a drawn number of ticks."""
+        last = self.disk_drawn
+        self.disk_drawn = tick
+        q = 1 - self.faults.disk
         rd = self.rng_disk_faults
         c = self.cluster
         for r in range(self.cfg.R):
-            if c.state.disk_ok[r] and rd.random() < p:
+            if not c.state.disk_ok[r]:
+                continue
+            elapsed = 1 if last is None else tick - max(last, self.disk_up_since[r])
+            if rd.random() < 1 - q**elapsed:
                 c.rank_step(r, T("DiskFail", rank=r))
                 self.metrics.faults["disk"] += 1
                 self._push(tick + rd.randint(*DISK_DOWN_TICKS), DISK, _DiskJob(r, "recover", 0))
