@@ -55,7 +55,7 @@ def walk(
 ) -> None:
     """A seeded random walk over the enabled transitions, written as a log."""
     from .invariants import violations
-    from .log import Header, LogWriter, OutputError, check_output_file
+    from .log import Header, LogWriter, OutputError
     from .state import initial_state
     from .walk import walk as do_walk
 
@@ -63,23 +63,22 @@ def walk(
     s0 = initial_state(cfg)
     header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
     t0 = time.perf_counter()
-    try:
-        check_output_file(output)
+    try:  # LogWriter refuses a bad path on entry (before the walk) and a failed final rename
+        with _progress() as prog, LogWriter(output, header) as w:
+            task = prog.add_task("walk", total=steps)
+            for t, s in do_walk(cfg, steps, seed, s0):
+                w.write(t, s)
+                if check:
+                    v = violations(s)
+                    if v:
+                        err.print(f"[red]invariant violated after step {w.count} {t}:[/red]")
+                        for x in v:
+                            err.print(f"  {x}")
+                        raise typer.Exit(1)
+                prog.advance(task)
     except OutputError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(2) from None
-    with _progress() as prog, LogWriter(output, header) as w:
-        task = prog.add_task("walk", total=steps)
-        for t, s in do_walk(cfg, steps, seed, s0):
-            w.write(t, s)
-            if check:
-                v = violations(s)
-                if v:
-                    err.print(f"[red]invariant violated after step {w.count} {t}:[/red]")
-                    for x in v:
-                        err.print(f"  {x}")
-                    raise typer.Exit(1)
-            prog.advance(task)
     dt = time.perf_counter() - t0
     console.print(f"wrote {w.count} transitions to {output} in {dt:.2f}s" + ("" if w.count == steps else " (nothing else was enabled)"))
 

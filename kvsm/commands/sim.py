@@ -106,15 +106,10 @@ def register(app: typer.Typer) -> None:
         from ..log import OutputError, check_output_file  # noqa: PLC0415
 
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
-            for what, path in (("--plot", plot), ("--report", report)):
-                if path is None:
-                    continue
-                if what == "--plot":
-                    if path.exists() and not path.is_dir():
-                        raise OutputError(path, f"{what} names a directory, and this is not a directory")
-                    check_output_file(path / "hit_rate.png")
-                else:
-                    check_output_file(path)
+            if plot is not None:
+                check_output_file(plot / "hit_rate.png")  # refuses a --plot that is a file
+            if report is not None:
+                check_output_file(report)
         except OutputError as e:
             err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None

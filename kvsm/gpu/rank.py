@@ -396,7 +396,7 @@ class RankReplay:
                 rep.pages_filled += n
             elif b.kind == "store":
                 hidx = x.index(b.host, host_side=True)
-                x.reserve(n)  # allocations are not bus time
+                x.reserve(b.kind, n)  # allocations are not bus time
                 t0 = time.monotonic()
                 src = x.store(lidx, hidx)
                 x.finish()
@@ -411,7 +411,7 @@ class RankReplay:
                     rep.injected.append({"corrupt_slab": i, "rank": self.rank, "host_page": h, "byte": 1})
             elif b.kind == "load":
                 hidx = x.index(b.host, host_side=True)
-                x.reserve(n)  # allocations are not bus time
+                x.reserve(b.kind, n)  # allocations are not bus time
                 t0 = time.monotonic()
                 x.load(lidx, hidx)
                 x.finish()

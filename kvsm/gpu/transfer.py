@@ -11,8 +11,8 @@ end (the caller's `finish`). Two ways to cross the bus:
   index_select/index_copy.
 - `staged`: through a pinned staging buffer: the device gathers into a contiguous
   buffer that asynchronous DMAs (one per payload region) move to pinned host memory,
-  and the CPU scatters it into the slab (loads the reverse). Works wherever pinned memory does; on the CPU it
-  only adds a copy (kept so that its logic is tested there).
+  and the CPU scatters it into the slab (loads the reverse). Works wherever pinned
+  memory does; on the CPU it only adds a copy (kept so that its logic is tested there).
 
 `auto` picks `direct` where it works (always on the CPU; on CUDA when the registered
 slab maps to the device) and `staged` otherwise, and says which and why.
@@ -73,10 +73,9 @@ class Transfer:
         rows = [self.scratch.get(f"load{x}", n, self._row) for x in range(X)] if self.cuda else list(stage)
         return rows, stage
 
-    def reserve(self, n: int) -> None:
-        """Allocate now every buffer a store or a load of `n` pages needs."""
-        self._store_buffers(n)
-        self._load_buffers(n)
+    def reserve(self, kind: str, n: int) -> None:
+        """Allocate now every buffer a `store` or a `load` of `n` pages needs."""
+        (self._store_buffers if kind == "store" else self._load_buffers)(n)
 
     def warm_up(self) -> None:
         """One load and one store of a single page, each way across the bus, so that the
@@ -99,8 +98,8 @@ class Transfer:
     def store(self, lidx: torch.Tensor, hidx: torch.Tensor) -> torch.Tensor:
         """Copy device pages `lidx` into host pages `hidx` of every region; returns the
         gathered source (valid until the next batch) for verification."""
-        src, stage = self._store_buffers(lidx.numel())
-        torch.index_select(self.pool, 0, lidx, out=src)
+        _, stage = self._store_buffers(lidx.numel())
+        src = self.gather(lidx)
         X = self._tail[0]
         if stage is None:
             for x in range(X):
