@@ -24,7 +24,7 @@ import immutables
 
 from kvsm.config import Config
 from kvsm.planner import TreeView, plan, plan_reference
-from kvsm.state import ROOT_ID, Node, dev_victim_key
+from kvsm.state import ROOT_ID, Node, dev_victim_key, lane_of
 
 R = 4
 LANE_PAGES = 31507
@@ -48,7 +48,7 @@ def incident(seed: int) -> tuple[dict[int, Node], list[int], Config]:
     def pages(start_pos: int, n: int) -> tuple[int, ...]:
         out = []
         for k in range(start_pos, start_pos + n):
-            lane = k % R
+            lane = lane_of(k, R)
             out.append(lane + R * next_page[lane])
             next_page[lane] += 1
         return tuple(out)

@@ -54,7 +54,7 @@ def walk(
     check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
 ) -> None:
     """A seeded random walk over the enabled transitions, written as a log."""
-    from .invariants import violations
+    from .invariants import violations_after
     from .log import Header, LogWriter, OutputError
     from .state import initial_state
     from .walk import walk as do_walk
@@ -69,7 +69,7 @@ def walk(
             for t, s in do_walk(cfg, steps, seed, s0):
                 w.write(t, s)
                 if check:
-                    v = violations(s)
+                    v = violations_after(t.rank, s)
                     if v:
                         err.print(f"[red]invariant violated after step {w.count} {t}:[/red]")
                         for x in v:

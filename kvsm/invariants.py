@@ -1,8 +1,14 @@
-"""Invariants 1-7 and 10 of MODEL.md section 6, checked from scratch.
+"""The invariants (docs/model.md), checked from scratch.
 
-`violations(state)` returns a list of readable strings, empty when every invariant
-holds. It recomputes everything it checks from the tree itself and never trusts a
-running structure (those are what invariant 10 checks), so it is O(size of state).
+`violations(state)` checks invariants 1-10 of a state and returns a list of readable
+strings, empty when every one holds. It recomputes everything it checks from the tree
+itself and never trusts a running structure (those are what invariant 10 checks), so
+it is O(size of state).
+
+`step_violations(rank, state)` checks invariant 11, Ownership, on one transition: the
+effects that produced `state` (`kvsm.effects`) make each rank touch only its own
+device pages, its own pages of an L2 object and its own disk; a per-rank transition of
+rank `rank` does only that rank's work. It is O(effects).
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 
 from . import content
+from . import effects as fx
+from .digest_sums import recompute_sums
 from .state import (
     MATCHED,
     PHASES,
@@ -19,7 +27,7 @@ from .state import (
     backup_candidate,
     dev_victim_key,
     host_victim_key,
-    recompute_sums,
+    lane_of,
 )
 
 NAMES = {
@@ -33,6 +41,7 @@ NAMES = {
     8: "Durable",
     9: "Reload",
     10: "Counts",
+    11: "Ownership",
 }
 
 
@@ -162,7 +171,7 @@ def violations(s: ClusterState) -> list[str]:
             claim(p, f"request {req.id}")
     for lane, free in enumerate(s.dev_free):
         for p in free:
-            if p % R != lane:
+            if lane_of(p, R) != lane:
                 bad(5, f"free page {p} is listed in lane {lane}")
             claim(p, "the free list")
     if len(owner) != cfg.device_pages and not any(v.startswith("5 ") for v in out):
@@ -241,8 +250,8 @@ def violations(s: ClusterState) -> list[str]:
     for nid, n in nodes.items():
         if n.durable:
             for i, h in enumerate(n.hashes):
-                if (i % R, h) not in s.l3:
-                    bad(8, f"durable node {nid}: page {i}'s owner rank {i % R} does not hold it on disk")
+                if (lane_of(i, R), h) not in s.l3:
+                    bad(8, f"durable node {nid}: page {i}'s owner rank {lane_of(i, R)} does not hold it on disk")
 
     # 9. Reload ----------------------------------------------------------------------------------------------
     for nid, n in nodes.items():
@@ -307,3 +316,50 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
     return out
 
+
+
+def _performer(e: fx.Effect, R: int) -> int | None:
+    """The rank that executes an effect: the one it names, else the owner of its device
+    page; None for a host free, which every rank shares page by page."""
+    if isinstance(e, (fx.Fill, fx.PoisonDev)):
+        return lane_of(e.page, R)
+    if isinstance(e, fx.Load):
+        return lane_of(e.page, R)
+    if isinstance(e, fx.PoisonHost):
+        return None
+    return e.rank
+
+
+def step_violations(rank: int | None, s: ClusterState) -> list[str]:
+    """Invariant 11 over the effects of the transition that produced `s` (`rank` is that
+    transition's rank, None for a replicated one)."""
+    R = s.config.R
+    out: list[str] = []
+
+    def bad(msg: str) -> None:
+        out.append(f"11 {NAMES[11]}: {msg}")
+
+    for e in s.effects:
+        who = _performer(e, R)
+        if who is not None and not 0 <= who < R:
+            bad(f"{e.kind} names rank {who}, not one of 0..{R - 1}")
+            continue
+        if rank is not None and who != rank:
+            bad(f"a step of rank {rank} emits {e!r}, which is {'shared by every rank' if who is None else f'work of rank {who}'}")
+        if isinstance(e, fx.Store) and lane_of(e.page, R) != e.rank:
+            bad(f"rank {e.rank} stores device page {e.page}, which lives in lane {lane_of(e.page, R)}")
+        elif isinstance(e, fx.SpillGather):
+            for host_page, _h in e.pages:
+                if lane_of(host_page - e.base, R) != e.rank:
+                    bad(f"rank {e.rank} gathers host page {host_page}, index {host_page - e.base} of its object, owned by rank {lane_of(host_page - e.base, R)}")
+        elif isinstance(e, fx.ReloadRead):
+            for _h, host_page in e.pages:
+                if lane_of(host_page - e.base, R) != e.rank:
+                    bad(f"rank {e.rank} reads into host page {host_page}, index {host_page - e.base} of its object, owned by rank {lane_of(host_page - e.base, R)}")
+    return out
+
+
+def violations_after(rank: int | None, s: ClusterState) -> list[str]:
+    """Every invariant a transition must keep: 1-10 of the state `s` it produced, and 11
+    of the transition itself (`rank` is its rank, None for a replicated one)."""
+    return violations(s) + step_violations(rank, s)

@@ -23,6 +23,7 @@ from typing import IO, Any, Callable, Iterator
 
 from .config import Config, ConfigError
 from .invariants import violations as check_invariants
+from .invariants import violations_after
 from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, apply
 
@@ -317,7 +318,7 @@ def replay(
             state = nxt
             count += 1
             if check:
-                v = check_invariants(state)
+                v = violations_after(t.rank, state)
                 if v:
                     return ReplayResult(count, got, [{"line": lineno, "transition": str(t), "violation": x} for x in v], None, state)
             if on_step is not None:

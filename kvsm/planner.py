@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .config import Config
-from .state import ROOT_ID, Node, victim_order
+from .state import ROOT_ID, Node, lane_of, victim_order
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class TreeView:
         if c is None:
             hist = [0] * self.R
             for p in self.get(nid).dev:
-                hist[p % self.R] += 1
+                hist[lane_of(p, self.R)] += 1
             c = self._counts[nid] = tuple(hist)
         return c
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvsm.config import Config, Prompt
-from kvsm.invariants import violations
+from kvsm.invariants import violations_after
 from kvsm.state import ClusterState, initial_state
 from kvsm.transitions import Transition, apply
 
@@ -28,7 +28,7 @@ def run(s: ClusterState, *ts: Transition, check: bool = True) -> ClusterState:
     for t in ts:
         s = apply(s, t)
         if check:
-            v = violations(s)
+            v = violations_after(t.rank, s)
             assert not v, f"after {t}: {v}"
     return s
 

@@ -9,7 +9,8 @@ import sys
 
 from kvsm.config import load_config
 from kvsm.digest import entry_hash
-from kvsm.state import initial_state, recompute_sums
+from kvsm.digest_sums import recompute_sums
+from kvsm.state import initial_state
 from kvsm.walk import walk
 
 from .helpers import T, fresh, run

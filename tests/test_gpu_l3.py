@@ -21,6 +21,7 @@ from kvsm.gpu.launch import Options
 from kvsm.gpu.launch import replay as gpu_replay
 from kvsm.gpu.plan import agreements
 from kvsm.log import Header, LogWriter, read_log
+from kvsm import effects as fx
 from kvsm.state import initial_state
 from kvsm.transitions import apply
 
@@ -66,18 +67,18 @@ def _expected(log: Path) -> tuple[Counter, list, int]:
         steps.append((i, t, prev, s))
         meets += sum(agreements(t.name, s.effects))
         for e in s.effects:
-            if e[0] in ("fill", "load", "store"):
-                c[e[0]] += 1
-            elif e[0] == "spill_gather":
-                c["gathered"] += len(e[2])
-            elif e[0] == "spill_write":
-                c["staged_checked"] += len(e[2])
-                if e[3]:
-                    c["spilled"] += len(e[2])
+            if isinstance(e, (fx.Fill, fx.Load, fx.Store)):
+                c[e.kind] += 1
+            elif isinstance(e, fx.SpillGather):
+                c["gathered"] += len(e.pages)
+            elif isinstance(e, fx.SpillWrite):
+                c["staged_checked"] += len(e.hashes)
+                if e.ok:
+                    c["spilled"] += len(e.hashes)
                     # the store writes a hash it does not hold yet; the model's l3 says which
-                    c["new_on_disk"] += sum((e[1], h) not in prev.l3 for h in e[2])
-            elif e[0] == "reload_read" and e[3]:
-                c["reloaded"] += len(e[2])
+                    c["new_on_disk"] += sum((e.rank, h) not in prev.l3 for h in e.hashes)
+            elif isinstance(e, fx.ReloadRead) and e.ok:
+                c["reloaded"] += len(e.pages)
     return c, steps, meets
 
 
@@ -123,12 +124,12 @@ def _first_reload_of_a_spilled_page(steps):
     written = {}
     for i, _, _, s in steps:
         for e in s.effects:
-            if e[0] == "spill_write" and e[3]:
-                for h in e[2]:
-                    written.setdefault((e[1], h), i)
-            elif e[0] == "reload_read" and e[3] and e[2]:
-                h, host = e[2][0]
-                return written[(e[1], h)], e[1], h, i, host
+            if isinstance(e, fx.SpillWrite) and e.ok:
+                for h in e.hashes:
+                    written.setdefault((e.rank, h), i)
+            elif isinstance(e, fx.ReloadRead) and e.ok and e.pages:
+                h, host = e.pages[0]
+                return written[(e.rank, h)], e.rank, h, i, host
     raise AssertionError("the log reads nothing back from a disk")
 
 

@@ -11,7 +11,10 @@ import pytest
 
 from kvsm.config import load_config
 from kvsm.gpu.hooks import CorruptDisk, CorruptSlab, InjectError, Tamper, parse
-from kvsm.gpu.plan import MODEL_AGREEMENTS, PlanError, agreements, plan_rank
+from kvsm import effects as fx
+from kvsm.gpu.plan import PlanError, agreements, plan_rank
+from kvsm.state import lane_of
+from kvsm.transitions import REGISTRY
 from kvsm.walk import walk
 
 from .helpers import T, fresh, node_by_key, run
@@ -104,20 +107,20 @@ def l3_coverage(steps) -> set[str]:
     reloaded: dict[int, int] = {}  # host page -> the rank that read it from disk, while it holds that
     for t, s in steps:
         for e in s.effects:
-            if e[0] == "spill_write" and e[2]:
-                got.add("spill_write_ok" if e[3] else "spill_write_failed")
-            elif e[0] == "reload_read" and e[2]:
-                got.add("reload_read_ok" if e[3] else "reload_read_failed")
-                if e[3]:
-                    reloaded.update((p, e[1]) for _, p in e[2])
-            elif e[0] == "poison_host":
-                for p in range(e[1], e[1] + e[2]):
+            if isinstance(e, fx.SpillWrite) and e.hashes:
+                got.add("spill_write_ok" if e.ok else "spill_write_failed")
+            elif isinstance(e, fx.ReloadRead) and e.pages:
+                got.add("reload_read_ok" if e.ok else "reload_read_failed")
+                if e.ok:
+                    reloaded.update((p, e.rank) for _, p in e.pages)
+            elif isinstance(e, fx.PoisonHost):
+                for p in range(e.base, e.base + e.length):
                     reloaded.pop(p, None)
-            elif e[0] == "load" and e[1] in reloaded:
+            elif isinstance(e, fx.Load) and e.host_page in reloaded:
                 got.add("load_of_a_reloaded_page")
-                if reloaded[e[1]] != e[2] % R:
+                if reloaded[e.host_page] != lane_of(e.page, R):
                     got.add("load_of_a_page_another_rank_reloaded")
-        if t.name == "ReloadAdmit" and not any(e[0] == "poison_host" for e in s.effects):
+        if t.name == "ReloadAdmit" and not any(isinstance(e, fx.PoisonHost) for e in s.effects):
             got.add("admitted")
     return got
 
@@ -159,19 +162,25 @@ def _page_ops(effects):
     """Each page operation an effect list asks for, as a hashable value."""
     out = Counter()
     for e in effects:
-        if e[0] == "poison_host":
-            out.update(("poison_host", e[1] + i) for i in range(e[2]))
-        elif e[0] == "spill_gather":
-            out.update(("spill_gather", e[1], p, h) for p, h in e[2])
-            out[("op", e[0], e[1])] += 1
-        elif e[0] == "spill_write":
-            out.update(("spill_write", e[1], h, e[3]) for h in e[2])
-            out[("op", e[0], e[1])] += 1
-        elif e[0] == "reload_read":
-            out.update(("reload_read", e[1], h, p, e[3]) for h, p in e[2])
-            out[("op", e[0], e[1])] += 1
+        if isinstance(e, fx.PoisonHost):
+            out.update(("poison_host", e.base + i) for i in range(e.length))
+        elif isinstance(e, fx.SpillGather):
+            out.update(("spill_gather", e.rank, p, h) for p, h in e.pages)
+            out[("op", e.kind, e.rank)] += 1
+        elif isinstance(e, fx.SpillWrite):
+            out.update(("spill_write", e.rank, h, e.ok) for h in e.hashes)
+            out[("op", e.kind, e.rank)] += 1
+        elif isinstance(e, fx.ReloadRead):
+            out.update(("reload_read", e.rank, h, p, e.ok) for h, p in e.pages)
+            out[("op", e.kind, e.rank)] += 1
+        elif isinstance(e, fx.Fill):
+            out[("fill", e.page, e.content)] += 1
+        elif isinstance(e, fx.Load):
+            out[("load", e.host_page, e.page)] += 1
+        elif isinstance(e, fx.Store):
+            out[("store", e.rank, e.page, e.host_page)] += 1
         else:
-            out[e] += 1
+            out[("poison_dev", e.page)] += 1
     return out
 
 
@@ -192,7 +201,7 @@ def _batch_ops(state, batches, rank):
             elif b.kind == "load":
                 out[("load", b.host[j], b.dev[j])] += 1
             elif b.kind == "store":
-                out[("store", b.dev[j] % state.config.R, b.dev[j], b.host[j])] += 1
+                out[("store", lane_of(b.dev[j], state.config.R), b.dev[j], b.host[j])] += 1
             elif b.kind == "poison_dev":
                 out[("poison_dev", b.dev[j])] += 1
             else:
@@ -209,7 +218,7 @@ def _every_page_operation_once(steps) -> Counter:
             batches = plan_rank(state, r)
             for b in batches:
                 kinds[b.kind] += 1
-                assert all(p % R == r for p in b.dev), f"rank {r} got a page of another lane in {b}"
+                assert all(lane_of(p, R) == r for p in b.dev), f"rank {r} got a page of another lane in {b}"
             done += _batch_ops(state, batches, r)
         assert done == _page_ops(state.effects)
     return kinds
@@ -245,19 +254,19 @@ def _slab_accesses(state):
     """(host page, rank, writes) for every slab page a transition's effects touch."""
     R = state.config.R
     for e in state.effects:
-        if e[0] == "store":
-            yield e[3], e[1], True
-        elif e[0] == "load":
-            yield e[1], e[2] % R, False
-        elif e[0] == "poison_host":
-            for i in range(e[2]):
-                yield e[1] + i, i % R, True
-        elif e[0] == "spill_gather":
-            for p, _ in e[2]:
-                yield p, e[1], False
-        elif e[0] == "reload_read" and e[3]:
-            for _, p in e[2]:
-                yield p, e[1], True
+        if isinstance(e, fx.Store):
+            yield e.host_page, e.rank, True
+        elif isinstance(e, fx.Load):
+            yield e.host_page, lane_of(e.page, R), False
+        elif isinstance(e, fx.PoisonHost):
+            for i in range(e.length):
+                yield e.base + i, lane_of(i, R), True
+        elif isinstance(e, fx.SpillGather):
+            for p, _ in e.pages:
+                yield p, e.rank, False
+        elif isinstance(e, fx.ReloadRead) and e.ok:
+            for _, p in e.pages:
+                yield p, e.rank, True
 
 
 def unordered_slab_accesses(steps, agree) -> list[str]:
@@ -359,7 +368,7 @@ def test_runs_of_one_kind_keep_the_order_of_the_effects(four_rank_walk):
         for r in range(state.config.R):
             batches = plan_rank(state, r)
             order = [b.kind for b in batches]
-            runs = [k for i, k in enumerate(e[0] for e in state.effects) if i == 0 or state.effects[i - 1][0] != k]
+            runs = [k for i, k in enumerate(e.kind for e in state.effects) if i == 0 or state.effects[i - 1].kind != k]
             assert [k for k in runs if k in order] == order
             poisoned = set()
             for b in batches:
@@ -372,7 +381,7 @@ def test_runs_of_one_kind_keep_the_order_of_the_effects(four_rank_walk):
 
 def test_freed_host_object_is_split_among_ranks_without_overlap(four_rank_walk):
     state = four_rank_walk[-1][1]
-    fake = replace(state, effects=(("poison_host", 10, 7),))
+    fake = replace(state, effects=(fx.PoisonHost(base=10, length=7),))
     parts = [plan_rank(fake, r) for r in range(4)]
     pages = [h for p in parts for b in p for h in b.host]
     assert sorted(pages) == list(range(10, 17))
@@ -381,32 +390,32 @@ def test_freed_host_object_is_split_among_ranks_without_overlap(four_rank_walk):
 
 def test_a_store_of_a_page_in_another_lane_is_refused(four_rank_walk):
     state = four_rank_walk[-1][1]
-    fake = replace(state, effects=(("store", 1, 2, 0),))
+    fake = replace(state, effects=(fx.Store(rank=1, page=2, host_page=0),))
     with pytest.raises(PlanError, match="store by rank 1 names device page 2 of lane 2"):
         plan_rank(fake, 1)
 
 
 def test_a_page_freed_twice_in_one_run_is_refused(four_rank_walk):
     state = four_rank_walk[-1][1]
-    fake = replace(state, effects=(("poison_dev", 5), ("poison_dev", 5)))
+    fake = replace(state, effects=(fx.PoisonDev(page=5), fx.PoisonDev(page=5)))
     with pytest.raises(PlanError, match="page 5 twice"):
         plan_rank(fake, 1)
 
 
 def test_agreements_sit_at_the_models_agreements_and_around_host_frees(four_rank_walk, l3_walk):
-    assert MODEL_AGREEMENTS == {"Commit", "SpillAck", "ReloadAdmit"}
+    assert {n for n, spec in REGISTRY.items() if spec.agreement} == {"Commit", "SpillAck", "ReloadAdmit"}
     assert agreements("Commit", ()) == (False, True)
     assert agreements("SpillAck", ()) == (False, True)
     assert agreements("ReloadAdmit", ()) == (False, True)  # admitted: the object becomes the node's
-    assert agreements("ReloadAdmit", (("poison_host", 4, 2),)) == (True, True)  # aborted: freed
-    assert agreements("SpillGathered", (("spill_gather", 0, ((3, 7),)),)) == (False, False)
-    assert agreements("EvictHost", (("poison_host", 3, 2),)) == (True, True)
+    assert agreements("ReloadAdmit", (fx.PoisonHost(base=4, length=2),)) == (True, True)  # aborted: freed
+    assert agreements("SpillGathered", (fx.SpillGather(rank=0, base=3, pages=((3, 7),)),)) == (False, False)
+    assert agreements("EvictHost", (fx.PoisonHost(base=3, length=2),)) == (True, True)
     # a Reserve that finds room frees nothing and needs no agreement
     assert agreements("Reserve", ()) == (False, False)
     seen = Counter()
     for t, state in four_rank_walk:
         before, after = agreements(t.name, state.effects)
-        frees = any(e[0] == "poison_host" for e in state.effects)
+        frees = any(isinstance(e, fx.PoisonHost) for e in state.effects)
         assert before == frees and after == (frees or t.name == "Commit")
         seen[(t.name, before)] += 1
     # the walk frees host pages in each way the model does, and also reserves without
@@ -417,14 +426,14 @@ def test_agreements_sit_at_the_models_agreements_and_around_host_frees(four_rank
 
 
 def test_a_spill_gather_that_differs_from_the_models_staged_copy_is_refused(l3_walk):
-    t, state = next((t, s) for t, s in l3_walk if s.effects and s.effects[0][0] == "spill_gather" and s.effects[0][2])
-    _, r, pages = state.effects[0]
-    wrong = tuple((p, h ^ 1) for p, h in pages)
-    fake = replace(state, effects=(("spill_gather", r, wrong),))
+    t, state = next((t, s) for t, s in l3_walk if s.effects and isinstance(s.effects[0], fx.SpillGather) and s.effects[0].pages)
+    gather = state.effects[0]
+    r = gather.rank
+    fake = replace(state, effects=(replace(gather, pages=tuple((p, h ^ 1) for p, h in gather.pages)),))
     with pytest.raises(PlanError, match=f"spill_gather of rank {r} lists hashes"):
         plan_rank(fake, (r + 1) % state.config.R)  # refused on every rank alike
     with pytest.raises(PlanError, match="names rank 9"):
-        plan_rank(replace(state, effects=(("spill_write", 9, (), True),)), 0)
+        plan_rank(replace(state, effects=(fx.SpillWrite(rank=9, hashes=(), ok=True),)), 0)
 
 
 def test_injection_syntax():

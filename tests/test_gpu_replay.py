@@ -23,7 +23,8 @@ from kvsm.gpu.launch import replay as gpu_replay
 from kvsm.gpu.plan import agreements
 from kvsm.log import Header, LogWriter, read_log
 from kvsm.sim import SimOptions, simulate
-from kvsm.state import initial_state
+from kvsm import effects as fx
+from kvsm.state import initial_state, lane_of
 from kvsm.transitions import apply
 from kvsm.walk import walk
 
@@ -87,7 +88,7 @@ def _model_effects(log: Path) -> tuple[Counter, list]:
     steps = []
     for _, i, t, _ in stream:
         s = apply(s, t)
-        counts.update(e[0] for e in s.effects)
+        counts.update(e.kind for e in s.effects)
         steps.append((i, t, s))
     return counts, steps
 
@@ -132,10 +133,10 @@ def _first_load_after_a_store(steps, R):
     stored = {}
     for i, _, s in steps:
         for e in s.effects:
-            if e[0] == "store":
-                stored[e[3]] = (i, e[1])
-            elif e[0] == "load" and e[1] in stored:
-                return (*stored[e[1]], e[1], i, e[2] % R, e[2])
+            if isinstance(e, fx.Store):
+                stored[e.host_page] = (i, e.rank)
+            elif isinstance(e, fx.Load) and e.host_page in stored:
+                return (*stored[e.host_page], e.host_page, i, lane_of(e.page, R), e.page)
     raise AssertionError("the log has no load-back of a stored page")
 
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from kvsm.cli import app
 from kvsm.config import load_config
 from kvsm.conform import Interner, conform, tlc_graph
-from kvsm.state import Tx
+from kvsm.state import lane_of
+from kvsm.tx import Tx
 from kvsm.tla import CONSTANT_FIELDS, config_of_model, model_paths
 from kvsm.transitions import REGISTRY
 
@@ -77,7 +78,7 @@ def test_l3_spills_a_node_to_every_rank_s_disk(l3_graph):
         for n in b.nodes:
             if n[0] in _durable(b) - _durable(a):
                 hashes = next(op[2] for op in a.spills if op[1] == n[0])
-                assert all((i % R, h) in {(r, x) for r, x, _ in b.l3} for i, h in enumerate(hashes))
+                assert all((lane_of(i, R), h) in {(r, x) for r, x, _ in b.l3} for i, h in enumerate(hashes))
 
 
 def test_l3_fails_a_spill_write_on_one_rank_and_marks_nothing_durable_from_it(l3_graph):
@@ -133,7 +134,7 @@ def _misaligned(c, hashes):
     R = len(c.disk_ok)
     on = {(r, h) for r, h, _ in c.l3}
     for i, h in enumerate(hashes):
-        if (i % R, h) not in on:
+        if (lane_of(i, R), h) not in on:
             return any((r, h) in on for r in range(R))
     return False
 

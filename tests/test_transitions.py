@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvsm import content
+from kvsm.invariants import violations
 from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected
 from kvsm.transitions import apply, enabled
 
@@ -121,7 +122,8 @@ def test_insert_never_evicts_a_locked_node_and_rejects_without_change():
     s = run(s, T("Arrive", rid=1, tokens=[7], out_pages=0), T("Match", rid=1))
     before = s.digest()
     rejects(s, T("Insert", rid=1), "device lanes short")
-    assert s.digest() == before
+    # recomputed from the whole state (not the memo): nothing was written in place
+    assert s.untracked().digest() == before and violations(s) == []
 
 
 def test_insert_rejects_a_request_not_matched():
@@ -240,7 +242,8 @@ def test_reserve_rejects_when_even_evicting_every_host_leaf_is_not_enough():
     nid = node_by_key(s, (1, 2, 3))
     before = s.digest()
     rejects(s, T("Reserve", node=nid), "no free run of 3 host pages")
-    assert s.digest() == before
+    # recomputed from the whole state (not the memo): the evictions tried were not kept
+    assert s.untracked().digest() == before and violations(s) == []
 
 
 def test_write_done_copies_only_the_ranks_own_pages():

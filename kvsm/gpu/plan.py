@@ -29,30 +29,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# The model's cross-rank agreements (a MIN or AND over per-rank progress): the ranks meet
-# after each, having finished every copy the agreement counts.
-MODEL_AGREEMENTS = frozenset({"Commit", "SpillAck", "ReloadAdmit"})
-L3_KINDS = frozenset({"spill_gather", "spill_write", "reload_read"})
+from ..effects import Fill, Load, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
+from ..state import lane_of
+from ..transitions import REGISTRY
+
+L3_TYPES = (SpillGather, SpillWrite, ReloadRead)
 
 
-def agreements(name: str, effects: tuple[tuple, ...]) -> tuple[bool, bool]:
+def agreements(name: str, effects: tuple) -> tuple[bool, bool]:
     """(agree before, agree after) the log line of transition `name` whose effects, as
     the model computes them from the log (never from a rank's own state, so that a rank
     that left the log still meets the others), are `effects`.
 
-    After every model agreement: `Commit` (slab pages other ranks stored become
-    readable), `ReloadAdmit` (slab pages other ranks read from their disks become
-    readable: the admitted node may be loaded back by any lane), `SpillAck` (pins are
-    released and durability decided only once every rank's gathers and disk writes
-    are done). Around every transition that frees host pages: ranks run ahead of each
-    other between agreements, so a freed host page could be poisoned by one rank while
-    a slower one still loads or gathers its old content (the barrier before orders every
-    earlier read before the poison), or a poison could land after another rank already
-    stored or reloaded new content into the reused page (the barrier after orders the
-    poison before every later write).
+    After every agreement of the model (`Spec.agreement`: `Commit`, whose slab pages
+    other ranks stored become readable; `ReloadAdmit`, whose slab pages other ranks read
+    from their disks become readable, since the admitted node may be loaded back by any
+    lane; `SpillAck`, which releases pins and decides durability only once every rank's
+    gathers and disk writes are done). Around every transition that frees host pages:
+    ranks run ahead of each other between agreements, so a freed host page could be
+    poisoned by one rank while a slower one still loads or gathers its old content (the
+    barrier before orders every earlier read before the poison), or a poison could land
+    after another rank already stored or reloaded new content into the reused page (the
+    barrier after orders the poison before every later write).
     """
-    frees_host = any(e[0] == "poison_host" for e in effects)
-    return frees_host, frees_host or name in MODEL_AGREEMENTS
+    frees_host = any(isinstance(e, PoisonHost) for e in effects)
+    spec = REGISTRY.get(name)
+    return frees_host, frees_host or (spec is not None and spec.agreement)
 
 
 class PlanError(ValueError):
@@ -95,53 +97,48 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     seen: set[int] = set()
     cur: Batch | None = None
     for eff in state.effects:
-        kind = eff[0]
-        if kind in L3_KINDS:
+        kind = eff.kind
+        if isinstance(eff, L3_TYPES):
             run_kind, seen, cur = None, set(), None  # one batch per L3 effect: one op each
             b = _l3_batch(state, eff)
-            if eff[1] == rank:
+            if eff.rank == rank:
                 out.append(b)
             continue
         if kind != run_kind:
             run_kind, seen, cur = kind, set(), None
-        if kind == "fill":
-            _, page, c = eff
-            if page % R != rank:
+        if isinstance(eff, Fill):
+            if lane_of(eff.page, R) != rank:
                 continue
-            key = page
+            key = eff.page
             cur = _batch(out, cur, kind)
-            cur.dev.append(page)
-            cur.content.append(c)
-        elif kind == "load":
-            _, host_page, page = eff
-            if page % R != rank:
+            cur.dev.append(eff.page)
+            cur.content.append(eff.content)
+        elif isinstance(eff, Load):
+            if lane_of(eff.page, R) != rank:
                 continue
-            key = page
+            key = eff.page
             cur = _batch(out, cur, kind)
-            cur.dev.append(page)
-            cur.host.append(host_page)
-            cur.content.append(state.dev_content.get(page))
-        elif kind == "store":
-            _, r, page, host_page = eff
-            if page % R != r:
-                raise PlanError(f"store by rank {r} names device page {page} of lane {page % R}")
-            if r != rank:
+            cur.dev.append(eff.page)
+            cur.host.append(eff.host_page)
+            cur.content.append(state.dev_content.get(eff.page))
+        elif isinstance(eff, Store):
+            if lane_of(eff.page, R) != eff.rank:
+                raise PlanError(f"store by rank {eff.rank} names device page {eff.page} of lane {lane_of(eff.page, R)}")
+            if eff.rank != rank:
                 continue
-            key = host_page
+            key = eff.host_page
             cur = _batch(out, cur, kind)
-            cur.dev.append(page)
-            cur.host.append(host_page)
-            cur.content.append(state.dev_content.get(page))
-        elif kind == "poison_dev":
-            _, page = eff
-            if page % R != rank:
+            cur.dev.append(eff.page)
+            cur.host.append(eff.host_page)
+            cur.content.append(state.dev_content.get(eff.page))
+        elif isinstance(eff, PoisonDev):
+            if lane_of(eff.page, R) != rank:
                 continue
-            key = page
+            key = eff.page
             cur = _batch(out, cur, kind)
-            cur.dev.append(page)
-        elif kind == "poison_host":
-            _, base, length = eff
-            mine = [base + i for i in range(rank, length, R)]
+            cur.dev.append(eff.page)
+        elif isinstance(eff, PoisonHost):
+            mine = [eff.base + i for i in range(rank, eff.length, R)]
             if not mine:
                 continue
             cur = _batch(out, cur, kind)
@@ -159,27 +156,27 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     return out
 
 
-def _l3_batch(state: Any, eff: tuple) -> Batch:
+def _l3_batch(state: Any, eff: SpillGather | SpillWrite | ReloadRead) -> Batch:
     """The batch of an L3 effect for the rank it names, checked against the model's
     ghost of the state after it (checked for every rank alike, so that a bad effect is
     refused everywhere)."""
-    kind, r = eff[0], eff[1]
+    kind, r = eff.kind, eff.rank
     R = state.config.R
     if not (isinstance(r, int) and 0 <= r < R):
         raise PlanError(f"{kind} names rank {r!r}, not one of 0..{R - 1}")
-    if kind == "spill_gather":
+    if isinstance(eff, SpillGather):
         staged = state.spill_staged[r][-1] if state.spill_staged[r] else None
-        hashes = [h for _, h in eff[2]]
+        hashes = [h for _, h in eff.pages]
         if staged is None or [h for h, _ in staged] != hashes:
             raise PlanError(f"spill_gather of rank {r} lists hashes {_hex(hashes)} but the model staged {_hex([h for h, _ in staged or ()])}")
         content = [c for _, c in staged]
         if None in content:
-            raise PlanError(f"spill_gather of rank {r} copies host page {eff[2][content.index(None)][0]}, which the model says holds nothing")
-        b = Batch(kind, host=[h for h, _ in eff[2]], content=content, hashes=hashes)
-    elif kind == "spill_write":
-        b = Batch(kind, hashes=list(eff[2]), ok=bool(eff[3]))
-    else:  # reload_read
-        b = Batch(kind, host=[p for _, p in eff[2]], hashes=[h for h, _ in eff[2]], ok=bool(eff[3]))
+            raise PlanError(f"spill_gather of rank {r} copies host page {eff.pages[content.index(None)][0]}, which the model says holds nothing")
+        b = Batch(kind, host=[h for h, _ in eff.pages], content=content, hashes=hashes)
+    elif isinstance(eff, SpillWrite):
+        b = Batch(kind, hashes=list(eff.hashes), ok=bool(eff.ok))
+    else:  # ReloadRead
+        b = Batch(kind, host=[p for _, p in eff.pages], hashes=[h for h, _ in eff.pages], ok=bool(eff.ok))
         if b.ok:
             L2 = state.config.L2
             b.content = [state.host_content.get(p) for p in b.host]
@@ -205,4 +202,4 @@ def _batch(out: list[Batch], cur: Batch | None, kind: str) -> Batch:
     return cur
 
 
-__all__ = ["Batch", "L3_KINDS", "MODEL_AGREEMENTS", "PlanError", "agreements", "plan_rank"]
+__all__ = ["Batch", "PlanError", "agreements", "plan_rank"]

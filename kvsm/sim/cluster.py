@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..state import COMPONENTS, ClusterState, Rejected, initial_state
+from ..digest_sums import COMPONENTS
+from ..state import ClusterState, Rejected, initial_state
 from ..config import Config
 from ..transitions import Transition, apply
 

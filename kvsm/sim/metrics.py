@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..effects import Load, PoisonDev, PoisonHost, ReloadRead, SpillWrite, Store
 from ..state import ClusterState
 from ..transitions import Transition
 
@@ -93,13 +94,13 @@ class Metrics:
         name = t.name
         self.by_name[name] += 1
         if name in _DEV_EVICTING:
-            self.evicted_l1 += sum(1 for e in after.effects if e[0] == "poison_dev")
+            self.evicted_l1 += sum(1 for e in after.effects if isinstance(e, PoisonDev))
         elif name in _HOST_EVICTING:
-            self.evicted_l2 += sum(e[2] for e in after.effects if e[0] == "poison_host")
+            self.evicted_l2 += sum(e.length for e in after.effects if isinstance(e, PoisonHost))
         if name == "WriteDone":
-            self.moved_l1_to_l2 += sum(1 for e in after.effects if e[0] == "store")
+            self.moved_l1_to_l2 += sum(1 for e in after.effects if isinstance(e, Store))
         elif name == "LoadBack":
-            self.moved_l2_to_l1 += sum(1 for e in after.effects if e[0] == "load")
+            self.moved_l2_to_l1 += sum(1 for e in after.effects if isinstance(e, Load))
             self.loadbacks += 1
         elif name == "Commit":
             self.backups_committed += len(before.writes) - len(after.writes)
@@ -119,7 +120,7 @@ class Metrics:
         if name == "SpillSubmit":
             self.spills_submitted += len(after.spills) - len(before.spills)
         elif name == "SpillDone":
-            self.moved_l2_to_l3 += sum(len(e[2]) for e in after.effects if e[0] == "spill_write" and e[3])
+            self.moved_l2_to_l3 += sum(len(e.hashes) for e in after.effects if isinstance(e, SpillWrite) and e.ok)
         elif name == "SpillAck":
             R = before.config.R
             for j in range(min(len(x) for x in before.spill_done)):
@@ -138,7 +139,7 @@ class Metrics:
                 self.requests_held += 1
                 self._held_since[rid] = self.tick
         elif name == "ReloadDone":
-            self.moved_l3_to_l2 += sum(len(e[2]) for e in after.effects if e[0] == "reload_read" and e[3])
+            self.moved_l3_to_l2 += sum(len(e.pages) for e in after.effects if isinstance(e, ReloadRead) and e.ok)
         elif name == "ReloadAdmit":
             op = before.reloads[0]
             if after.next_id > before.next_id:  # the reloaded node was inserted

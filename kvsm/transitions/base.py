@@ -1,15 +1,17 @@
-"""What every transition family shares: the `Transition` value, the registry, and the
-tree operations more than one family performs (walking a key, splitting a node,
-evicting a device or host victim)."""
+"""What every transition family shares: the `Transition` value, the registry, the rank
+check, and the tree operations more than one family performs (walking a key,
+splitting a node, evicting a device or host victim, evicting host leaves to fit an
+object)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import immutables
 
-from ..state import ROOT_ID, ClusterState, Node, Rejected, Tx, dev_victim_key
+from ..state import ROOT_ID, ClusterState, Node, Rejected, dev_victim_key, lane_of
+from ..tx import Tx
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,10 @@ def _freeze(v: Any) -> Any:
 @dataclass(frozen=True)
 class Spec:
     """A transition's definition: how to apply it, which instances might be enabled (a
-    cheap superset; the guard in `apply` decides), its argument types, and whether it
-    is a per-rank step."""
+    cheap superset; the guard in `apply` decides), its argument types, whether it is a
+    per-rank step, and whether it is an agreement: a MIN or AND over every rank's
+    progress, after which each rank may read what the others wrote (whoever executes
+    the log meets all ranks there)."""
 
     name: str
     family: str
@@ -63,6 +67,7 @@ class Spec:
     candidates: Callable[[ClusterState], Iterable[Transition]]
     args: dict[str, str]  # name -> "int" | "ints"
     per_rank: bool = False
+    agreement: bool = False
 
 
 REGISTRY: dict[str, Spec] = {}
@@ -71,6 +76,14 @@ REGISTRY: dict[str, Spec] = {}
 def register(spec: Spec) -> Spec:
     REGISTRY[spec.name] = spec
     return spec
+
+
+def rank_of(s: ClusterState, t: Transition) -> int:
+    """The rank of a per-rank transition, which must be one of the config's ranks."""
+    r = t.rank
+    if r is None or not 0 <= r < s.config.R:
+        raise Rejected(f"rank {r} is not one of 0..{s.config.R - 1}")
+    return r
 
 
 # ---- walking a key through the tree -------------------------------------------------------------
@@ -153,14 +166,14 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
         hashes=n.hashes[:at],
     )
     parent = tx.node(n.parent)
-    tx.put(replace(parent, children=parent.children.set(n.key[0], uid)))
+    tx.put(parent.with_(children=parent.children.set(n.key[0], uid)))
     tx.put(upper)
-    tx.put(replace(n, parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
-                   durable=n.durable and at % tx.cfg.R == 0))
+    tx.put(n.with_(parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
+                   durable=n.durable and lane_of(at, tx.cfg.R) == 0))
     if n.host is not None:
         obj = tx.objects[n.host]
-        tx.objects.set(uid, replace(obj, length=at, owner=uid))
-        tx.objects.set(n.host, replace(obj, base=obj.base + at, length=obj.length - at))
+        tx.objects.set(uid, obj.with_(length=at, owner=uid))
+        tx.objects.set(n.host, obj.with_(base=obj.base + at, length=obj.length - at))
         enqueue_spill(tx, uid)
     return uid
 
@@ -215,6 +228,17 @@ def device_victims(tx: Tx, exclude: frozenset[int] = frozenset()) -> Iterator[in
                 heapq.heappush(extra, pk)
 
 
-def host_victims_snapshot(s: ClusterState) -> list[int]:
-    return [k[2] for k in s.host_index]
+def evict_host_to_fit(tx: Tx, length: int) -> int | None:
+    """The base of a free host run of `length` pages, evicting host leaves to make one:
+    a snapshot of the host victim order taken before the first eviction, released one
+    at a time with a retry after each (a parent that becomes a host leaf meanwhile is
+    not added). None when the snapshot runs out; the evictions made stay in `tx`."""
+    base = tx.first_fit(length)
+    if base is None:
+        for victim in [k[2] for k in tx.s.host_index]:
+            evict_host_node(tx, victim)
+            base = tx.first_fit(length)
+            if base is not None:
+                break
+    return base
 

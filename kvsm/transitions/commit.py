@@ -2,8 +2,8 @@
 
 Backups are written by every rank: rank `r` copies the pages of the node that sit in
 its device lane into the shared slab, one write at a time in `writes` order, and
-counts them in its local `write_done[r]`. `Commit` is the only agreement: the MIN of
-`write_done` over ranks is the prefix of `writes` that every rank finished; those
+counts them in its local `write_done[r]`. `Commit` is this family's agreement: the MIN
+of `write_done` over ranks is the prefix of `writes` that every rank finished; those
 backups become visible (committed object, `host` set, lock released) on every rank at
 once. `Rollback` abandons a pending backup, wherever it is in `writes`.
 """
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Rejected, Tx
-from .base import Spec, Transition, enqueue_spill, register
+from ..state import ClusterState, Rejected, lane_of
+from ..tx import Tx
+from .base import Spec, Transition, enqueue_spill, rank_of, register
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
-    r = t.rank
+    r = rank_of(s, t)
     cfg = s.config
-    if r is None or not 0 <= r < cfg.R:
-        raise Rejected(f"rank {r} is not one of 0..{cfg.R - 1}")
     done = s.write_done[r]
     if done >= len(s.writes):
         raise Rejected(f"rank {r} has finished all {len(s.writes)} submitted writes")
@@ -29,7 +28,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
     for i, p in enumerate(n.dev):
-        if p % cfg.R == r:
+        if lane_of(p, cfg.R) == r:
             tx.store_host(r, p, obj.base + i)
     tx.write_done[r] += 1
     return tx.commit()
@@ -50,7 +49,7 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
         pend = tx.pending[nid]
         tx.pending.delete(nid)
         obj = tx.objects[pend.obj]
-        tx.objects.set(pend.obj, obj.__class__(obj.base, obj.length, True, obj.owner))
+        tx.objects.set(pend.obj, obj.with_(committed=True))
         n = tx.node(nid)
         tx.update(nid, host=pend.obj, lock=n.lock - (1 if pend.locked else 0))
         enqueue_spill(tx, nid)
@@ -87,5 +86,5 @@ def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))
-register(Spec("Commit", "commit", commit, commit_candidates, {}))
+register(Spec("Commit", "commit", commit, commit_candidates, {}, agreement=True))
 register(Spec("Rollback", "commit", rollback, rollback_candidates, {"node": "int"}))

@@ -7,13 +7,13 @@ plainly, and the guard checks that it is the one the order picks.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 from ..planner import TreeView, plan
-from ..state import MATCHED, ClusterState, Rejected, Tx
+from ..state import MATCHED, ClusterState, Rejected, lane_of
+from ..tx import Tx
 from .base import Spec, Transition, evict_device_node, evict_host_node, register
-from .request import _request
+from .request import request_in
 
 
 def _evict_first(s: ClusterState, t: Transition, tier: str) -> ClusterState:
@@ -80,7 +80,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     cfg = tx.cfg
     R = cfg.R
-    req = _request(tx, rid, (MATCHED,))
+    req = request_in(tx, rid, (MATCHED,))
     run, pages = host_run(s, rid)
     if pages == 0:
         raise Rejected(f"request {rid} has no host hit below its lock")
@@ -88,7 +88,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"host hit of {pages * cfg.P} tokens is below the load-back threshold {cfg.load_back_threshold}")
     need = [0] * R
     for i in range(pages):
-        need[i % R] += 1
+        need[lane_of(i, R)] += 1
     deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
     if any(deficits):
         view = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg)
@@ -97,7 +97,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
             raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
         for victim in p.victims:
             evict_device_node(tx, victim)
-    pages_all = tx.alloc_lanes([i % R for i in range(pages)])
+    pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0
     for nid in run:
         n = tx.node(nid)
@@ -109,7 +109,7 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
         tx.set_dev(nid, dev)
     tx.lock_path(run[-1], +1)
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, replace(req, node=run[-1]))
+    tx.requests.set(rid, req.with_(node=run[-1]))
     return tx.commit()
 
 

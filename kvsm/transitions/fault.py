@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Rejected, Tx
-from .base import Spec, Transition, register
-from .spill import _need_l3, _rank
+from ..state import ClusterState, Rejected
+from ..tx import Tx
+from .base import Spec, Transition, rank_of, register
+from .spill import need_l3
 
 
 def _set_disk(s: ClusterState, t: Transition, ok: bool) -> ClusterState:
-    _need_l3(s)
-    r = _rank(s, t)
+    need_l3(s)
+    r = rank_of(s, t)
     if s.disk_ok[r] == ok:
         raise Rejected(f"rank {r}'s disk is already {'working' if ok else 'failing'}")
     if not ok and s.config.max_disk_faults and s.disk_faults >= s.config.max_disk_faults:

@@ -19,15 +19,15 @@ reservation stays until the op is admitted or aborted.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 import immutables
 
 from .. import content
-from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejected, ReloadOp, Tx, reload_object_key
-from .base import Spec, Transition, evict_host_node, host_victims_snapshot, register, walk_key
-from .spill import _need_l3, _rank
+from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejected, ReloadOp, lane_of, reload_object_key
+from ..tx import Tx
+from .base import Spec, Transition, evict_host_to_fit, rank_of, register, walk_key
+from .spill import need_l3
 
 
 def held(s: ClusterState, rid: int) -> bool:
@@ -52,7 +52,7 @@ def claimable(s: ClusterState, hashes: tuple[int, ...]) -> int:
     best = len(hashes)
     for r in range(R):
         n = 0
-        while n < len(hashes) and (n % R != r or (r, hashes[n]) in s.l3):
+        while n < len(hashes) and (lane_of(n, R) != r or (r, hashes[n]) in s.l3):
             n += 1
         best = min(best, n)
     return best
@@ -70,7 +70,7 @@ def attach_ok(nodes: immutables.Map, anchor: int, tokens: tuple[int, ...], first
 
 
 def reload_mark(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
+    need_l3(s)
     rid = t.arg("rid")
     req = s.requests.get(rid)
     if req is None or req.phase != QUEUED:
@@ -82,7 +82,7 @@ def reload_mark(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"request {rid}'s key has no clean miss to reload")
     tx = Tx(s)
     tx.reload_candidates.set(rid, cand)
-    tx.requests.set(rid, replace(req, reload_tried=True))
+    tx.requests.set(rid, req.with_(reload_tried=True))
     return tx.commit()
 
 
@@ -92,20 +92,9 @@ def reload_mark_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("ReloadMark", rid=rid)
 
 
-def _reserve_object(tx: Tx, length: int) -> int | None:
-    base = tx.first_fit(length)
-    if base is None:
-        for victim in host_victims_snapshot(tx.s):
-            evict_host_node(tx, victim)
-            base = tx.first_fit(length)
-            if base is not None:
-                break
-    return base
-
-
 def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
     """Decide candidate `rid`: hold it on a reload, or drop the mark (it recomputes)."""
-    _need_l3(s)
+    need_l3(s)
     rid = t.arg("rid")
     cand = s.reload_candidates.get(rid)
     if cand is None:
@@ -121,12 +110,12 @@ def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
     for j, op in enumerate(s.reloads):
         if op.key == key:
             reloads = list(s.reloads)
-            reloads[j] = ReloadOp(op.key, op.obj, op.anchor, op.tokens, op.hashes, op.waiters + (rid,), op.ttl)
+            reloads[j] = op.with_(waiters=op.waiters + (rid,))
             tx.reloads = tuple(reloads)
             return tx.commit()
     if len(s.reloads) >= cfg.reload_inflight:
         return tx.commit()
-    base = _reserve_object(tx, c)
+    base = evict_host_to_fit(tx, c)
     if base is None:
         # cannot fit even after evicting every host leaf: only the mark is dropped (no
         # eviction happens for a reservation that is not made)
@@ -148,12 +137,12 @@ def reload_reserve_candidates(s: ClusterState) -> Iterable[Transition]:
 def reload_read_ok(s: ClusterState, r: int) -> bool:
     op = s.reloads[len(s.reload_done[r])]
     R = s.config.R
-    return s.disk_ok[r] and all((r, h) in s.l3 for i, h in enumerate(op.hashes) if i % R == r)
+    return s.disk_ok[r] and all((r, h) in s.l3 for i, h in enumerate(op.hashes) if lane_of(i, R) == r)
 
 
 def reload_done(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
-    r = _rank(s, t)
+    need_l3(s)
+    r = rank_of(s, t)
     ok = t.arg("ok")
     k = len(s.reload_done[r])
     if k >= len(s.reloads):
@@ -163,14 +152,8 @@ def reload_done(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"rank {r}'s reload read is {'ok' if expect else 'not ok'}")
     op = s.reloads[k]
     tx = Tx(s)
-    obj = tx.objects[op.obj]
-    R = s.config.R
-    pages = tuple((h, obj.base + i) for i, h in enumerate(op.hashes) if i % R == r)
-    if ok:
-        for h, page in pages:
-            tx.put_host(page, tx.l3[(r, h)])
+    tx.read_reload(r, tx.objects[op.obj].base, op.hashes, ok)
     tx.reload_done[r] = tx.reload_done[r] + (ok,)
-    tx.effects.append(("reload_read", r, pages, ok))
     return tx.commit()
 
 
@@ -182,7 +165,7 @@ def reload_done_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def reload_admit(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
+    need_l3(s)
     if not s.reloads or min(len(x) for x in s.reload_done) == 0:
         raise Rejected("no reload has been read by every rank")
     op = s.reloads[0]
@@ -224,14 +207,14 @@ def reload_admit_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def reload_expire(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
+    need_l3(s)
     if not any(op.waiters for op in s.reloads):
         raise Rejected("no reload holds a request")
     tx = Tx(s)
     out = []
     for op in s.reloads:
         ttl = max(0, op.ttl - 1)
-        out.append(ReloadOp(op.key, op.obj, op.anchor, op.tokens, op.hashes, () if ttl == 0 else op.waiters, ttl))
+        out.append(op.with_(waiters=() if ttl == 0 else op.waiters, ttl=ttl))
     tx.reloads = tuple(out)
     return tx.commit()
 
@@ -244,5 +227,5 @@ def reload_expire_candidates(s: ClusterState) -> Iterable[Transition]:
 register(Spec("ReloadMark", "reload", reload_mark, reload_mark_candidates, {"rid": "int"}))
 register(Spec("ReloadReserve", "reload", reload_reserve, reload_reserve_candidates, {"rid": "int"}))
 register(Spec("ReloadDone", "reload", reload_done, reload_done_candidates, {"ok": "bool"}, per_rank=True))
-register(Spec("ReloadAdmit", "reload", reload_admit, reload_admit_candidates, {}))
+register(Spec("ReloadAdmit", "reload", reload_admit, reload_admit_candidates, {}, agreement=True))
 register(Spec("ReloadExpire", "reload", reload_expire, reload_expire_candidates, {}))

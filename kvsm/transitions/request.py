@@ -1,4 +1,4 @@
-"""The request family: Arrive, Match, Insert, Finish, Abort (and LoadBack's walk).
+"""The request family: Arrive, Match, Insert, Finish, Abort.
 
 A request's lock covers the path from its node up to the root; `lock` of a node
 counts those requests and its own pending backup. Page `k` of a request (counting
@@ -7,17 +7,18 @@ pages from the root) lives in device lane `k mod R`.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 import immutables
 
 from .. import content
-from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, Tx
+from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, lane_of
+from ..tx import Tx
 from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, unsplittable, walk_key
 
 
-def _request(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
+def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
+    """Request `rid`, which must exist and be in one of `phases`."""
     req = tx.requests.get(rid)
     if req is None:
         raise Rejected(f"request {rid} does not exist")
@@ -65,7 +66,7 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
     the deepest matched node on L1."""
     rid = t.arg("rid")
     tx = Tx(s)
-    req = _request(tx, rid, (QUEUED,))
+    req = request_in(tx, rid, (QUEUED,))
     if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
         raise Rejected(f"request {rid} waits for an L3 reload decision")
     w = walk_key(tx.nodes, req.tokens)
@@ -80,7 +81,7 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
             break
         last_dev = nid
     tx.lock_path(last_dev, +1)
-    tx.requests.set(rid, replace(req, phase=MATCHED, node=last_dev))
+    tx.requests.set(rid, req.with_(phase=MATCHED, node=last_dev))
     return tx.commit()
 
 
@@ -99,7 +100,7 @@ def match_candidates(s: ClusterState) -> Iterable[Transition]:
 def _lane_need(positions: Iterable[int], R: int) -> list[int]:
     need = [0] * R
     for k in positions:
-        need[k % R] += 1
+        need[lane_of(k, R)] += 1
     return need
 
 
@@ -128,7 +129,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     cfg = tx.cfg
     R = cfg.R
     wt = cfg.policy == "write_through"
-    req = _request(tx, rid, (MATCHED,))
+    req = request_in(tx, rid, (MATCHED,))
     tokens = req.tokens
     w = walk_key(tx.nodes, tokens)
     path = list(w.full)
@@ -159,7 +160,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     on_l1_before = {nid for nid in path if tx.node(nid).dev}
     for nid, p0 in reown:
         n = tx.node(nid)
-        dev = tx.alloc_lanes([(p0 + j) % R for j in range(n.pages)])
+        dev = tx.alloc_lanes([lane_of(p0 + j, R) for j in range(n.pages)])
         tx.set_dev(nid, dev)
         for p, c in zip(dev, n.hashes):
             tx.fill_dev(p, c)
@@ -172,7 +173,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     if new_tokens:
         parent = tx.node(last)
         nid = tx.new_id()
-        dev = tx.alloc_lanes([(pos + j) % R for j in range(len(new_tokens))])
+        dev = tx.alloc_lanes([lane_of(pos + j, R) for j in range(len(new_tokens))])
         hashes = content.chain(parent.last_content, new_tokens)
         tx.clock += 1
         tx.add_child(
@@ -195,10 +196,10 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
         for p, c in zip(dev, hashes):
             tx.fill_dev(p, c)
         last = nid
-    own = tx.alloc_lanes([k % R for k in out_positions])
+    own = tx.alloc_lanes([lane_of(k, R) for k in out_positions])
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, replace(req, phase=DECODING, node=last, pages=own))
+    tx.requests.set(rid, req.with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
 
 
@@ -218,12 +219,12 @@ def _release(tx: Tx, req: Request) -> None:
     if req.id in tx.reload_candidates:
         tx.reload_candidates.delete(req.id)
     if any(req.id in op.waiters for op in tx.reloads):
-        tx.reloads = tuple(replace(op, waiters=tuple(w for w in op.waiters if w != req.id)) for op in tx.reloads)
+        tx.reloads = tuple(op.with_(waiters=tuple(w for w in op.waiters if w != req.id)) for op in tx.reloads)
 
 
 def finish(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
-    _release(tx, _request(tx, t.arg("rid"), (DECODING,)))
+    _release(tx, request_in(tx, t.arg("rid"), (DECODING,)))
     return tx.commit()
 
 
@@ -234,7 +235,7 @@ def finish_candidates(s: ClusterState) -> Iterable[Transition]:
 
 def abort(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
-    _release(tx, _request(tx, t.arg("rid"), (QUEUED, MATCHED, DECODING)))
+    _release(tx, request_in(tx, t.arg("rid"), (QUEUED, MATCHED, DECODING)))
     return tx.commit()
 
 

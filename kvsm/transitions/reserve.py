@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Obj, Pending, Rejected, Tx
-from .base import Spec, Transition, evict_host_node, host_victims_snapshot, register
+from ..state import ClusterState, Obj, Pending, Rejected
+from ..tx import Tx
+from .base import Spec, Transition, evict_host_to_fit, register
 
 
 def reserve(s: ClusterState, t: Transition) -> ClusterState:
@@ -30,15 +31,9 @@ def reserve(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     n = tx.node(nid)
     length = n.pages
-    base = tx.first_fit(length)
+    base = evict_host_to_fit(tx, length)
     if base is None:
-        for victim in host_victims_snapshot(s):
-            evict_host_node(tx, victim)
-            base = tx.first_fit(length)
-            if base is not None:
-                break
-        else:
-            raise Rejected(f"no free run of {length} host pages even after evicting every host leaf")
+        raise Rejected(f"no free run of {length} host pages even after evicting every host leaf")
     tx.alloc_host(base, length)
     tx.objects.set(nid, Obj(base, length, False, nid))
     tx.pending.set(nid, Pending(nid, True))

@@ -12,11 +12,11 @@ MIN plus an AND of the ok bits marks durable the ops every rank wrote ok.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
-from ..state import ClusterState, Rejected, SpillOp, Tx
-from .base import Spec, Transition, register
+from ..state import ClusterState, Rejected, SpillOp, lane_of
+from ..tx import Tx
+from .base import Spec, Transition, rank_of, register
 
 
 def _spillable(tx: Tx, nid: int) -> bool:
@@ -27,20 +27,14 @@ def _spillable(tx: Tx, nid: int) -> bool:
     return obj is not None and obj.committed
 
 
-def _need_l3(s: ClusterState) -> None:
+def need_l3(s: ClusterState) -> None:
+    """The L3 families are rejected as a whole on a config without L3."""
     if not s.config.L3:
         raise Rejected("the config has no L3 tier (L3 = 0)")
 
 
-def _rank(s: ClusterState, t: Transition) -> int:
-    r = t.rank
-    if r is None or not 0 <= r < s.config.R:
-        raise Rejected(f"rank {r} is not one of 0..{s.config.R - 1}")
-    return r
-
-
 def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
+    need_l3(s)
     if not s.spill_queue:
         raise Rejected("the spill queue is empty")
     if len(s.spills) >= s.config.spill_inflight:
@@ -52,7 +46,7 @@ def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
         nid, tx.spill_queue = tx.spill_queue[0], tx.spill_queue[1:]
         if _spillable(tx, nid):
             n = tx.node(nid)
-            tx.put(replace(n, pin=n.pin + 1))
+            tx.put(n.with_(pin=n.pin + 1))
             tx.spills = tx.spills + (SpillOp(nid, nid, n.hashes, True),)
             break
     return tx.commit()
@@ -64,19 +58,15 @@ def spill_submit_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def spill_gathered(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
-    r = _rank(s, t)
+    need_l3(s)
+    r = rank_of(s, t)
     k = s.spill_gathered[r]
     if k >= len(s.spills):
         raise Rejected(f"rank {r} has gathered all {len(s.spills)} spills in flight")
     op = s.spills[k]
     tx = Tx(s)
-    obj = tx.objects[op.obj]
-    R = s.config.R
-    staged = tuple((h, tx.host_content.get(obj.base + i)) for i, h in enumerate(op.hashes) if i % R == r)
-    tx.spill_staged[r] = tx.spill_staged[r] + (staged,)
+    tx.gather_spill(r, tx.objects[op.obj].base, op.hashes)
     tx.spill_gathered[r] += 1
-    tx.effects.append(("spill_gather", r, tuple((obj.base + i, h) for i, h in enumerate(op.hashes) if i % R == r)))
     return tx.commit()
 
 
@@ -95,8 +85,8 @@ def spill_write_ok(s: ClusterState, r: int) -> bool:
 
 
 def spill_done(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
-    r = _rank(s, t)
+    need_l3(s)
+    r = rank_of(s, t)
     ok = t.arg("ok")
     if len(s.spill_done[r]) >= s.spill_gathered[r]:
         raise Rejected(f"rank {r} has no gathered spill left to write")
@@ -105,13 +95,8 @@ def spill_done(s: ClusterState, t: Transition) -> ClusterState:
         why = "its disk has failed" if not s.disk_ok[r] else ("its disk is full" if not expect else "its disk works and has room")
         raise Rejected(f"rank {r}'s spill write is {'ok' if expect else 'not ok'}: {why}")
     tx = Tx(s)
-    staged = tx.spill_staged[r][0]
-    tx.spill_staged[r] = tx.spill_staged[r][1:]
-    if ok:
-        for h, c in staged:
-            tx.put_l3(r, h, c)
+    tx.write_spill(r, ok)
     tx.spill_done[r] = tx.spill_done[r] + (ok,)
-    tx.effects.append(("spill_write", r, tuple(h for h, _ in staged), ok))
     return tx.commit()
 
 
@@ -123,7 +108,7 @@ def spill_done_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
-    _need_l3(s)
+    need_l3(s)
     g = min(s.spill_gathered)
     d = min(len(x) for x in s.spill_done)
     if d == 0 and not any(op.pinned for op in s.spills[:g]):
@@ -135,8 +120,8 @@ def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
         op = spills[j]
         if op.pinned:
             n = tx.node(op.node)
-            tx.put(replace(n, pin=n.pin - 1))
-            spills[j] = replace(op, pinned=False)
+            tx.put(n.with_(pin=n.pin - 1))
+            spills[j] = op.with_(pinned=False)
     for j in range(d):
         op = spills[j]
         n = tx.nodes.get(op.node)
@@ -145,8 +130,8 @@ def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
         # after a split the node keeps only a suffix of what was spilled: its pages are
         # owned by the ranks that wrote them only if the offset is a multiple of R
         offset = len(op.hashes) - len(n.hashes)
-        if offset % R == 0 and op.hashes[offset:] == n.hashes:
-            tx.put(replace(n, durable=True))
+        if lane_of(offset, R) == 0 and op.hashes[offset:] == n.hashes:
+            tx.put(n.with_(durable=True))
     tx.spills = tuple(spills[d:])
     tx.spill_gathered = [x - d for x in s.spill_gathered]
     tx.spill_done = [x[d:] for x in s.spill_done]
@@ -161,4 +146,4 @@ def spill_ack_candidates(s: ClusterState) -> Iterable[Transition]:
 register(Spec("SpillSubmit", "spill", spill_submit, spill_submit_candidates, {}))
 register(Spec("SpillGathered", "spill", spill_gathered, spill_gathered_candidates, {}, per_rank=True))
 register(Spec("SpillDone", "spill", spill_done, spill_done_candidates, {"ok": "bool"}, per_rank=True))
-register(Spec("SpillAck", "spill", spill_ack, spill_ack_candidates, {}))
+register(Spec("SpillAck", "spill", spill_ack, spill_ack_candidates, {}, agreement=True))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import MATCHED, QUEUED, ClusterState, Rejected, Tx
+from ..state import MATCHED, QUEUED, ClusterState, Rejected
+from ..tx import Tx
 from .base import Spec, Transition, register, split_node, walk_key
 
 

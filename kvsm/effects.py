@@ -1,0 +1,105 @@
+"""Effects: what a transition asks the physical world to do (the model's "Ready").
+
+A transition changes the replicated state; the pages themselves (device memory, the
+shared host slab, each rank's disk) are moved by whoever executes the log: the GPU
+backend copies real bytes, the simulator counts them. Each effect is a frozen value
+emitted by a `Tx` method while the transition runs, in execution order, and carried on
+the resulting state (`ClusterState.effects`) without being part of its identity.
+
+Every effect names the rank that performs it, or names pages whose rank follows from
+ownership (device page `p` belongs to lane `p mod R`; the page at index `i` of an L2
+object belongs to rank `i mod R`); `kvsm.invariants.step_violations` checks that no
+effect makes a rank touch another rank's pages or disk.
+
+Where the ranks must agree (a MIN or AND over their progress) is not an effect but a
+property of the transition (`Spec.agreement`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """The forward pass writes the KV of prefix `content` into device page `page`."""
+
+    kind: ClassVar[str] = "fill"
+    page: int
+    content: int
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The page's owner copies host page `host_page` (every payload region) into device page `page`."""
+
+    kind: ClassVar[str] = "load"
+    host_page: int
+    page: int
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Rank `rank` copies device page `page` into host page `host_page` (every payload region)."""
+
+    kind: ClassVar[str] = "store"
+    rank: int
+    page: int
+    host_page: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonDev:
+    """Device page `page` is freed: its owner overwrites it so that a stale read shows."""
+
+    kind: ClassVar[str] = "poison_dev"
+    page: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonHost:
+    """Host pages `base .. base+length-1` are freed; page `base + i` is poisoned by rank `i mod R`."""
+
+    kind: ClassVar[str] = "poison_host"
+    base: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpillGather:
+    """Rank `rank` copies its pages of a spilled object out of the slab into its staging:
+    `pages` are `(host page, page hash)`."""
+
+    kind: ClassVar[str] = "spill_gather"
+    rank: int
+    base: int  # the object's first host page: page `base + i` is owned by rank `i mod R`
+    pages: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SpillWrite:
+    """Rank `rank` writes its oldest staged copy (pages `hashes`) to its disk; `ok` says
+    whether the write succeeds (a failed write stores nothing)."""
+
+    kind: ClassVar[str] = "spill_write"
+    rank: int
+    hashes: tuple[int, ...]
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadRead:
+    """Rank `rank` reads pages from its disk into the slab: `pages` are `(page hash, host
+    page)`; `ok` says whether the read succeeds (a failed read writes nothing)."""
+
+    kind: ClassVar[str] = "reload_read"
+    rank: int
+    base: int  # the object's first host page: page `base + i` is owned by rank `i mod R`
+    pages: tuple[tuple[int, int], ...]
+    ok: bool
+
+
+Effect = Union[Fill, Load, Store, PoisonDev, PoisonHost, SpillGather, SpillWrite, ReloadRead]
+KINDS = tuple(c.kind for c in (Fill, Load, Store, PoisonDev, PoisonHost, SpillGather, SpillWrite, ReloadRead))
+L3_KINDS = frozenset({SpillGather.kind, SpillWrite.kind, ReloadRead.kind})

@@ -1,0 +1,439 @@
+"""`Tx`: a transient, mutable view of one `ClusterState` for the duration of one transition.
+
+A transition opens a `Tx` on a state, reads and writes through it, and `commit()`s a new
+state; a guard that fails raises `Rejected` before `commit()`, so nothing is
+half-applied. The transaction records every write, so that the derived part of the
+state (victim orders, backup candidates, the digest sums) is maintained for exactly the
+entries written. It also owns the allocators (device pages per lane, host runs by first
+fit) and is the only way a transition emits an effect (`kvsm.effects`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import immutables
+
+from .digest import MOD, content_hash, entry_hash, free_page_hash, memo_hash
+from .digest_sums import CONTENT_COMPONENTS, I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum, value_hash
+from . import effects as fx
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, backup_candidate, dev_victim_key, host_victim_key, lane_of
+
+_MISSING = object()
+
+
+class _MapTx:
+    __slots__ = ("name", "orig", "mut", "dirty")
+
+    def __init__(self, name: str, m: immutables.Map) -> None:
+        self.name = name
+        self.orig = m
+        self.mut: Any = None
+        self.dirty: set = set()
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        return (self.mut if self.mut is not None else self.orig).get(k, default)
+
+    def __getitem__(self, k: Any) -> Any:
+        return (self.mut if self.mut is not None else self.orig)[k]
+
+    def __contains__(self, k: Any) -> bool:
+        return k in (self.mut if self.mut is not None else self.orig)
+
+    def __len__(self) -> int:
+        return len(self.mut if self.mut is not None else self.orig)
+
+    def keys(self) -> Iterable[Any]:
+        return (self.mut if self.mut is not None else self.orig).keys()
+
+    def set(self, k: Any, v: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        self.mut[k] = v
+        self.dirty.add(k)
+
+    def delete(self, k: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        del self.mut[k]
+        self.dirty.add(k)
+
+    def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
+        """The new map and (with `track`) the change of its digest sum."""
+        if self.mut is None:
+            return self.orig, 0
+        new = self.mut.finish()
+        delta = 0
+        if not track:
+            return new, 0
+        name = self.name
+        for k in self.dirty:
+            o = self.orig.get(k, _MISSING)
+            n = new.get(k, _MISSING)
+            if o is n:
+                continue
+            if o is _MISSING:
+                delta += value_hash(name, k, n)
+            elif n is _MISSING:
+                delta -= value_hash(name, k, o)
+            elif name in CONTENT_COMPONENTS:
+                delta += content_hash(name, k, n) - content_hash(name, k, o)
+            else:
+                delta -= memo_hash(name, k, o)
+                delta += memo_hash(name, k, n)
+                bulky = getattr(n, "BULKY", None)
+                if bulky is not None:
+                    bo, bn = getattr(o, bulky), getattr(n, bulky)
+                    if bo is not bn and bo != bn:
+                        delta -= memo_hash(name + "#", k, bo)
+                        delta += memo_hash(name + "#", k, bn)
+        return new, delta
+
+
+class Tx:
+    """A transient, mutable view of one state for the duration of one transition."""
+
+    def __init__(self, s: ClusterState) -> None:
+        self.s = s
+        self.cfg = s.config
+        self.nodes = _MapTx("nodes", s.nodes)
+        self.objects = _MapTx("objects", s.objects)
+        self.pending = _MapTx("pending", s.pending)
+        self.requests = _MapTx("requests", s.requests)
+        self.dev_content = _MapTx("dev_content", s.dev_content)
+        self.host_content = _MapTx("host_content", s.host_content)
+        self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
+        self.l3 = _MapTx("l3", s.l3)
+        self.l3_used = list(s.l3_used)
+        self.spill_queue = s.spill_queue
+        self.spills = s.spills
+        self.reloads = s.reloads
+        self.spill_staged = list(s.spill_staged)
+        self.spill_gathered = list(s.spill_gathered)
+        self.spill_done = list(s.spill_done)
+        self.reload_done = list(s.reload_done)
+        self.disk_ok = list(s.disk_ok)
+        self.disk_faults = s.disk_faults
+        self.next_id = s.next_id
+        self.clock = s.clock
+        self.next_rid = s.next_rid
+        self.writes = s.writes
+        self.write_done = list(s.write_done)
+        self.dev_free = list(s.dev_free)
+        self.l2_free = list(s.l2_free)
+        self._dev_free_delta = 0
+        self._l2_free_delta = 0
+        self.track = s.sums is not None  # maintain the digest sums
+        self.effects: list[fx.Effect] = []
+
+    # ---- nodes ---------------------------------------------------------------------------------
+    def node(self, nid: int) -> Node:
+        return self.nodes[nid]
+
+    def put(self, node: Node) -> Node:
+        self.nodes.set(node.id, node)
+        return node
+
+    def update(self, nid: int, **changes: Any) -> Node:
+        return self.put(self.nodes[nid].with_(**changes))
+
+    def touch(self, nid: int) -> None:
+        self.clock += 1
+        self.update(nid, touched=self.clock)
+
+    def set_dev(self, nid: int, dev: tuple[int, ...]) -> None:
+        """Give a node device pages or take them away, keeping its parent's `ondev` count."""
+        n = self.nodes[nid]
+        was, now = bool(n.dev), bool(dev)
+        self.put(n.with_(dev=dev))
+        if was != now and n.parent != NO_PARENT:
+            p = self.nodes[n.parent]
+            self.put(p.with_(ondev=p.ondev + (1 if now else -1)))
+
+    def add_child(self, node: Node) -> Node:
+        """Attach a new node under its parent (its first symbol must be free there)."""
+        p = self.nodes[node.parent]
+        self.put(p.with_(children=p.children.set(node.key[0], node.id), ondev=p.ondev + (1 if node.dev else 0)))
+        return self.put(node)
+
+    def remove_leaf(self, nid: int) -> None:
+        """Delete a node that has no children, detaching it from its parent."""
+        n = self.nodes[nid]
+        assert not len(n.children), "remove_leaf on a node with children"
+        p = self.nodes[n.parent]
+        self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        self.nodes.delete(nid)
+
+    def lock_path(self, nid: int, delta: int) -> None:
+        while nid != ROOT_ID:
+            n = self.nodes[nid]
+            self.put(n.with_(lock=n.lock + delta))
+            nid = n.parent
+
+    def new_id(self) -> int:
+        nid = self.next_id
+        self.next_id += 1
+        return nid
+
+    # ---- device pages ---------------------------------------------------------------------------
+    def free_in_lane(self, lane: int) -> int:
+        return len(self.dev_free[lane])
+
+    def alloc_dev(self, lane: int) -> int:
+        return self.alloc_lanes([lane])[0]
+
+    def alloc_lanes(self, lanes: list[int]) -> tuple[int, ...]:
+        """One device page per entry of `lanes`, each the lowest free page of its lane
+        (pages of one lane are handed out in ascending order)."""
+        need: dict[int, int] = {}
+        for lane in lanes:
+            need[lane] = need.get(lane, 0) + 1
+        got: dict[int, list[int]] = {}
+        for lane, k in need.items():
+            free = self.dev_free[lane]
+            if len(free) < k:
+                raise Rejected(f"device lane {lane} has {len(free)} free pages, {k} needed")
+            pages, self.dev_free[lane] = free.take_first(k)
+            if self.track:
+                for p in pages:
+                    self._dev_free_delta -= free_page_hash(p)
+            got[lane] = list(reversed(pages))
+        return tuple(got[lane].pop() for lane in lanes)
+
+    def free_dev(self, pages: Iterable[int]) -> None:
+        R = self.cfg.R
+        dev_content = self.dev_content
+        by_lane: dict[int, list[int]] = {}
+        track = self.track
+        effects = self.effects
+        for p in pages:
+            by_lane.setdefault(lane_of(p, R), []).append(p)
+            if track:
+                self._dev_free_delta += free_page_hash(p)
+            if p in dev_content:
+                dev_content.delete(p)
+            effects.append(fx.PoisonDev(p))
+        for lane, ps in by_lane.items():
+            self.dev_free[lane] = self.dev_free[lane].add_many(ps)
+
+    # ---- page contents (the ghost) and the physical effects that move them -------------------
+    def fill_dev(self, page: int, c: int) -> None:
+        """The forward pass computed the KV of prefix `c` into device page `page`."""
+        self.dev_content.set(page, c)
+        self.effects.append(fx.Fill(page, c))
+
+    def load_dev(self, page: int, host_page: int) -> None:
+        """Copy host page `host_page` (of every payload region) into device page `page`."""
+        c = self.host_content.get(host_page)
+        if c is None:
+            if page in self.dev_content:
+                self.dev_content.delete(page)
+        else:
+            self.dev_content.set(page, c)
+        self.effects.append(fx.Load(host_page, page))
+
+    def put_l3(self, rank: int, h: int, c: int | None) -> None:
+        """Rank `rank`'s disk now holds content `c` under page hash `h`."""
+        if (rank, h) not in self.l3:
+            self.l3_used[rank] += 1
+        self.l3.set((rank, h), c)
+
+    def put_host(self, host_page: int, c: int | None) -> None:
+        """Host page `host_page` of every region now holds content `c` (None = garbage)."""
+        for region in range(len(self.cfg.payloads)):
+            k = region * self.cfg.L2 + host_page
+            if c is None:
+                if k in self.host_content:
+                    self.host_content.delete(k)
+            else:
+                self.host_content.set(k, c)
+
+    def store_host(self, rank: int, page: int, host_page: int) -> None:
+        """Rank `rank` copies device page `page` into host page `host_page` of every region."""
+        self.put_host(host_page, self.dev_content.get(page))
+        self.effects.append(fx.Store(rank, page, host_page))
+
+    def owned_indices(self, rank: int, n: int) -> list[int]:
+        """Indices `i` in `0..n-1` of an object's pages that rank `rank` owns."""
+        return list(range(rank, n, self.cfg.R))
+
+    def gather_spill(self, rank: int, base: int, hashes: tuple[int, ...]) -> None:
+        """Rank `rank` copies the pages it owns of the object at `base` (page `i` has hash
+        `hashes[i]`) out of the slab into its staging, the newest staged copy."""
+        pages = tuple((base + i, hashes[i]) for i in self.owned_indices(rank, len(hashes)))
+        staged = tuple((h, self.host_content.get(p)) for p, h in pages)
+        self.spill_staged[rank] = self.spill_staged[rank] + (staged,)
+        self.effects.append(fx.SpillGather(rank, base, pages))
+
+    def write_spill(self, rank: int, ok: bool) -> None:
+        """Rank `rank` writes its oldest staged copy to its disk (nothing lands when not ok)."""
+        staged = self.spill_staged[rank][0]
+        self.spill_staged[rank] = self.spill_staged[rank][1:]
+        if ok:
+            for h, c in staged:
+                self.put_l3(rank, h, c)
+        self.effects.append(fx.SpillWrite(rank, tuple(h for h, _ in staged), ok))
+
+    def read_reload(self, rank: int, base: int, hashes: tuple[int, ...], ok: bool) -> None:
+        """Rank `rank` reads the pages it owns of a reload (page `i` has hash `hashes[i]`)
+        from its disk into the object at `base` (nothing is written when not ok)."""
+        pages = tuple((hashes[i], base + i) for i in self.owned_indices(rank, len(hashes)))
+        if ok:
+            for h, page in pages:
+                self.put_host(page, self.l3[(rank, h)])
+        self.effects.append(fx.ReloadRead(rank, base, pages, ok))
+
+    # ---- host pages -------------------------------------------------------------------------------
+    def _take_run(self, i: int, run: tuple[int, int]) -> None:
+        self.l2_free[i] = self.l2_free[i].remove(run)
+        if self.track:
+            self._l2_free_delta -= entry_hash("l2_free", (i, run), True)
+
+    def _put_run(self, i: int, run: tuple[int, int]) -> None:
+        self.l2_free[i] = self.l2_free[i].add(run)
+        if self.track:
+            self._l2_free_delta += entry_hash("l2_free", (i, run), True)
+
+    def first_fit(self, length: int) -> int | None:
+        """Base of the lowest free run of `length` pages in every payload region, or None."""
+        found = None
+        for runs in self.l2_free:
+            run = runs.first_fit(length)
+            if run is None:
+                return None
+            base = run[0]
+            if found is None:
+                found = base
+            elif found != base:  # regions are allocated in lockstep, so this cannot differ
+                raise AssertionError("payload regions diverged")
+        return found
+
+    def alloc_host(self, base: int, length: int) -> None:
+        for i, runs in enumerate(self.l2_free):
+            run = runs.floor_lt((base + 1, 0)) if runs else None
+            if run is None or run[0] > base or run[0] + run[1] < base + length:
+                raise AssertionError(f"host pages {base}..{base + length - 1} are not free")
+            self._take_run(i, run)
+            if run[0] < base:
+                self._put_run(i, (run[0], base - run[0]))
+            end = run[0] + run[1]
+            if base + length < end:
+                self._put_run(i, (base + length, end - base - length))
+
+    def free_host(self, base: int, length: int) -> None:
+        L2 = self.cfg.L2
+        for i, runs in enumerate(self.l2_free):
+            lo, n = base, length
+            before = runs.floor_lt((lo, 0))
+            if before is not None and before[0] + before[1] == lo:
+                self._take_run(i, before)
+                lo, n = before[0], before[1] + n
+            after = self.l2_free[i].ceil_ge((base + length, 0))
+            if after is not None and after[0] == base + length:
+                self._take_run(i, after)
+                n += after[1]
+            self._put_run(i, (lo, n))
+            for page in range(base, base + length):
+                k = i * L2 + page
+                if k in self.host_content:
+                    self.host_content.delete(k)
+        self.effects.append(fx.PoisonHost(base, length))
+
+    def free_object(self, key: int) -> None:
+        obj = self.objects[key]
+        self.free_host(obj.base, obj.length)
+        self.objects.delete(key)
+
+    # ---- commit ---------------------------------------------------------------------------------
+    def commit(self) -> ClusterState:
+        s, cfg, track = self.s, self.cfg, self.track
+        sums = list(s.sums) if track else None
+        maps = []
+        for i, name in enumerate(MAP_COMPONENTS):
+            mtx = getattr(self, name)
+            if mtx.mut is None:
+                maps.append(mtx.orig)
+                continue
+            m, delta = mtx.finish(track)
+            maps.append(m)
+            if delta:
+                sums[i] = (sums[i] + delta) % MOD
+        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3 = maps
+        spill_staged = tuple(self.spill_staged)
+        if track:
+            if self._dev_free_delta:
+                sums[I_DEV_FREE] = (sums[I_DEV_FREE] + self._dev_free_delta) % MOD
+            if self._l2_free_delta:
+                sums[I_L2_FREE] = (sums[I_L2_FREE] + self._l2_free_delta) % MOD
+            for i, name, seq in (
+                (I_WRITES, "writes", self.writes),
+                (I_WRITES + 1, "spill_queue", self.spill_queue),
+                (I_WRITES + 2, "spills", self.spills),
+                (I_WRITES + 3, "reloads", self.reloads),
+                (I_WRITES + 4, "spill_staged", spill_staged),
+            ):
+                old = getattr(s, name)
+                if seq is not old and seq != old:
+                    sums[i] = seq_sum(name, seq)
+
+        dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
+        dirty = self.nodes.dirty | self.pending.dirty if self.pending.dirty else self.nodes.dirty
+        for nid in dirty:
+            old = s.nodes.get(nid)
+            new = nodes.get(nid)
+            if old is new and (nid in s.pending) == (nid in pending):
+                continue
+            old_p, new_p = nid in s.pending, nid in pending
+            ok = dev_victim_key(old, old_p, cfg) if old is not None else None
+            nk = dev_victim_key(new, new_p, cfg) if new is not None else None
+            if ok != nk:
+                if ok is not None:
+                    dev_index = dev_index.remove(ok)
+                if nk is not None:
+                    dev_index = dev_index.add(nk)
+            ok = host_victim_key(old, cfg) if old is not None else None
+            nk = host_victim_key(new, cfg) if new is not None else None
+            if ok != nk:
+                if ok is not None:
+                    host_index = host_index.remove(ok)
+                if nk is not None:
+                    host_index = host_index.add(nk)
+            ob = old is not None and backup_candidate(old, old_p, cfg)
+            nb = new is not None and backup_candidate(new, new_p, cfg)
+            if ob != nb:
+                backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
+
+        return ClusterState(
+            config=cfg,
+            nodes=nodes,
+            next_id=self.next_id,
+            clock=self.clock,
+            next_rid=self.next_rid,
+            dev_free=tuple(self.dev_free),
+            l2_free=tuple(self.l2_free),
+            objects=objects,
+            pending=pending,
+            writes=self.writes,
+            requests=requests,
+            write_done=tuple(self.write_done),
+            dev_content=dev_content,
+            host_content=host_content,
+            spill_queue=self.spill_queue,
+            spills=self.spills,
+            reload_candidates=reload_candidates,
+            reloads=self.reloads,
+            spill_gathered=tuple(self.spill_gathered),
+            spill_done=tuple(self.spill_done),
+            reload_done=tuple(self.reload_done),
+            disk_ok=tuple(self.disk_ok),
+            disk_faults=self.disk_faults,
+            l3=l3,
+            l3_used=tuple(self.l3_used),
+            spill_staged=spill_staged,
+            dev_index=dev_index,
+            host_index=host_index,
+            backup_index=backup_index,
+            sums=tuple(sums) if track else None,
+            effects=tuple(self.effects),
+        )
+
