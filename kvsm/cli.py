@@ -225,8 +225,8 @@ def _gpu_row(log: Path) -> tuple[str, str, str]:
 
 def _tlc_row() -> tuple[str, str, str]:
     """`kvsm check --config ci` (TLC on the spec), or why it could not run."""
-    from .check import check as do_check  # noqa: PLC0415
-    from .tla import TLCError, TLCUnavailable  # noqa: PLC0415
+    from .tla.check import check as do_check  # noqa: PLC0415
+    from .tla.errors import TLCError, TLCUnavailable  # noqa: PLC0415
 
     t0 = time.perf_counter()
     try:

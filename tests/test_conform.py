@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.conform import Interner, conform, tlc_graph
-from kvsm.tla import config_of_model, model_paths
+from kvsm.tla.conform import Interner, conform, tlc_graph
+from kvsm.tla.models import config_of_model
+from kvsm.tla.runner import model_paths
 from kvsm.transitions import REGISTRY
 
 pytestmark = pytest.mark.tlc

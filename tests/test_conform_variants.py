@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kvsm.conform import conform
+from kvsm.tla.conform import conform
 from kvsm.explore import explore
-from kvsm.tla import config_of_model, spec_dir
+from kvsm.tla.models import config_of_model
+from kvsm.tla.runner import spec_dir
 
 pytestmark = pytest.mark.tlc
 

@@ -11,10 +11,11 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.config import load_config
-from kvsm.conform import Interner, conform, tlc_graph
+from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.state import lane_of
 from kvsm.tx import Tx
-from kvsm.tla import CONSTANT_FIELDS, config_of_model, model_paths
+from kvsm.tla.models import CONSTANT_FIELDS, config_of_model
+from kvsm.tla.runner import model_paths
 from kvsm.transitions import REGISTRY
 
 pytestmark = pytest.mark.tlc
@@ -55,7 +56,7 @@ def test_conform_finds_the_graphs_equal_on_l3(l3_graph):
 
 
 # ---- the scenarios ------------------------------------------------------------------------------
-# Canonical states (kvsm.specmap.Canon): a node is (id, parent, key, dev, host, durable,
+# Canonical states (kvsm.tla.specmap.Canon): a node is (id, parent, key, dev, host, durable,
 # lock, pin, hits, touched); a spill (obj, node, hashes, pinned); a reload (key, anchor,
 # tokens, hashes, waiters, ttl, base, length); l3 is a set of (rank, hash, content).
 
@@ -246,7 +247,7 @@ def _spilled_then_split(T):
 
 def test_the_spec_lowers_a_reload_s_claim_after_a_split_that_misaligned_owners(tmp_path):
     from kvsm.transitions import Transition
-    from kvsm.validate import validate
+    from kvsm.tla.validate import validate
 
     T = Transition.make
     steps = _spilled_then_split(T) + [
@@ -266,7 +267,7 @@ def test_the_spec_lowers_a_reload_s_claim_after_a_split_that_misaligned_owners(t
 
 def test_the_spec_aborts_a_reload_at_admit_when_its_anchor_changed(tmp_path):
     from kvsm.transitions import Transition
-    from kvsm.validate import validate
+    from kvsm.tla.validate import validate
 
     T = Transition.make
     steps = _spilled_then_split(T) + [
@@ -297,7 +298,7 @@ def test_the_spec_aborts_a_reload_at_admit_when_its_anchor_changed(tmp_path):
 def _small_l3_model(tmp_path, name, sections):
     """The l3 model's constants with one prompt, [1, 2], arriving twice: the second can
     be held by a reload of what the first spilled."""
-    from kvsm.tla import read_cfg
+    from kvsm.tla.models import read_cfg
 
     consts = read_cfg(model_paths("l3")[1]).constants
     lines = [f"    {k} {op} {v}" for k, (op, v) in consts.items()]
@@ -314,7 +315,7 @@ def test_without_fairness_a_held_request_can_wait_forever(tmp_path):
     """HeldReleased is not vacuous: without the fairness of the reload steps and of the
     reload clock, TLC finds a request that a reload holds forever; it becomes a log that
     the model replays."""
-    from kvsm.check import check
+    from kvsm.tla.check import check
     from kvsm.log import read_log, replay
 
     cfg = _small_l3_model(tmp_path, "MC_unfair_l3", "SPECIFICATION Unfair\nPROPERTY HeldReleased\n")
@@ -330,7 +331,7 @@ def test_without_fairness_a_held_request_can_wait_forever(tmp_path):
 
 
 def test_with_fairness_every_held_request_is_released_on_a_small_l3_model(tmp_path):
-    from kvsm.check import check
+    from kvsm.tla.check import check
 
     cfg = _small_l3_model(tmp_path, "MC_fair_l3", "SPECIFICATION Spec\nPROPERTIES HeldReleased BackupsResolve\n")
     res = check(str(cfg))

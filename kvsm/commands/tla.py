@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Model-check the spec with TLC: its invariants and the liveness property. A
         violation's trace becomes a kvsm log that `kvsm replay --check` replays."""
-        from ..check import check as do_check
-        from ..tla import TLCError, TLCUnavailable
+        from ..tla.check import check as do_check
+        from ..tla.errors import TLCError, TLCUnavailable
 
         try:
             res = do_check(config, workers=workers, log_path=log)
@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare TLC's complete state graph of a model with the Python model's: the
         same states and the same labelled edges."""
-        from ..conform import conform as do_conform
-        from ..tla import TLCError, TLCUnavailable
+        from ..tla.conform import conform as do_conform
+        from ..tla.errors import TLCError, TLCUnavailable
 
         try:
             res = do_conform(config, workers=workers)
@@ -106,8 +106,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decide with TLC whether a log is a behaviour of the spec."""
         from ..log import LogError
-        from ..tla import TLCError, TLCUnavailable
-        from ..validate import validate as do_validate
+        from ..tla.errors import TLCError, TLCUnavailable
+        from ..tla.validate import validate as do_validate
 
         try:
             res = do_validate(log, workers=workers)

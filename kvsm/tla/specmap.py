@@ -24,10 +24,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable, NamedTuple
 
-from . import content
-from .config import Config
-from .state import ClusterState
-from .tla import Fcn, Record, as_fcn
+from .. import content
+from ..config import Config
+from ..state import ClusterState
+from .values import Fcn, Record, as_fcn
 
 SPEC_VARIABLES = (
     "nodes",
@@ -331,7 +331,7 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
 
 
 def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
-    """The spec's variables for a model state, as TLA+ values (`kvsm.tla.to_tla`)."""
+    """The spec's variables for a model state, as TLA+ values (`kvsm.tla.values.to_tla`)."""
     cfg = s.config
     nodes = Fcn()
     for nid, n in s.nodes.items():

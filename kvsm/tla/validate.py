@@ -1,7 +1,7 @@
 """`kvsm validate`: TLC decides whether a log is a behaviour of the spec.
 
 The Python model replays the log and computes every state; kvsm writes them, mapped
-onto the spec's variables (`kvsm.specmap`), into a generated TLA+ module `KVTrace`
+onto the spec's variables (`kvsm.tla.specmap`), into a generated TLA+ module `KVTrace`
 together with the log's transitions, a cursor, and a next-state relation that takes
 the transition the log names at the cursor (the spec's own action, with the log's
 arguments) and requires the variables to equal the log's next state. TLC runs it
@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Config
-from .log import LogError, read_log
+from ..config import Config
+from ..log import LogError, read_log
+from ..state import Rejected, initial_state
+from ..transitions import Transition, apply
+from .models import ModelConfig, constant_bindings
+from .runner import TLCResult, run_tlc, spec_dir
 from .specmap import SPEC_VARIABLES, ContentNames, spec_values
-from .state import Rejected, initial_state
-from .tla import Expr, Fcn, ModelConfig, Record, TLCResult, constant_bindings, run_tlc, spec_dir, to_tla
-from .transitions import Transition, apply
+from .values import Expr, Fcn, Record, to_tla
 
 MODULE = "KVTrace"
 MAP_VARIABLES = {"nodes", "objects", "requests", "write_done", "dev_content", "host_content"}

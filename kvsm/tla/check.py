@@ -4,7 +4,7 @@ property), and a violation's trace becomes a kvsm log.
 TLC prints each state of a counterexample and the name of the action that reached
 it, not the action's arguments. The log needs both, so each step is matched against
 the Python model: among the model's enabled transitions of that name, the one whose
-successor maps onto the state TLC printed (`kvsm.specmap`). The log's digests are the
+successor maps onto the state TLC printed (`kvsm.tla.specmap`). The log's digests are the
 model's, so `kvsm replay --check` replays it; for an invariant of the model (1-7, 10)
 it stops at the same violation.
 """
@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Config
-from .log import Header, LogWriter, OutputError
+from ..config import Config
+from ..log import Header, LogWriter, OutputError
+from ..state import initial_state
+from ..transitions import successors
+from .models import config_of_model
+from .runner import TLCResult, Violation, model_paths, run_tlc
 from .specmap import canon_model, canon_spec
-from .state import initial_state
-from .tla import TLCResult, Violation, config_of_model, model_paths, run_tlc
-from .transitions import successors
 
 
 class TraceError(RuntimeError):

