@@ -1,4 +1,4 @@
-"""The model's constants (MODEL.md section 2) and the TOML files that name them.
+"""The model's constants (docs/model.md) and the TOML files that name them.
 
 A config is a frozen value. `load_config` accepts a built-in name (`small`,
 `default`, ... shipped in `kvsm/configs/`) or a path to a TOML file; a bad file is
