@@ -11,38 +11,33 @@ before it is written to disk) and every page read from disk (on the device, befo
 lands in the slab) against the content generator; a batch's check is one op and its
 result comes back once per transition.
 
-Agreements are all-reduces over gloo, at points the log decides (`plan.agreements`,
+The ranks agree (`collectives.agree`) at points the log decides (`plan.agreements`,
 on the model applied to the logged transitions): after the model's agreements
 (`Commit`, `SpillAck`, `ReloadAdmit`: after them slab pages written by other ranks may
 be read), before and after every transition that frees host pages, and at the end.
-Each carries the rank's state digest (as four
-32-bit limbs; MAX of the limbs and MAX of their negations give the elementwise MAX and
-MIN, equal to the log's digest exactly when every rank's digest is) and the rank's
-status. A rank that found a problem stops moving bytes but keeps meeting the others,
-so that the next agreement stops every rank together and names the transition, the
-rank and, for a bad page, the page.
+Each agreement carries the rank's state digest and status; the MIN and MAX digests
+equal the log's exactly when every rank's digest does. A rank that found a problem
+stops moving bytes but keeps meeting the others, so that the next agreement stops
+every rank together and names the transition, the rank and, for a bad page, the page.
 """
 
 from __future__ import annotations
 
 import bisect
-import ctypes
 import os
-import pickle
 import shutil
 import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from ..log import LogError, read_log
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import apply
+from . import collectives
 from .disk import DiskError, DiskStore
 from .generator import POISON_DEV, POISON_HOST, Generator, as_signed, describe
 from .hooks import Hooks
@@ -89,46 +84,6 @@ class Staged:
     content: list[int | None]
     buf: torch.Tensor | None  # the pool's buffer, given back when written
     rows: torch.Tensor
-
-
-def _limbs(hexdigest: str) -> list[int]:
-    v = int(hexdigest, 16)
-    return [(v >> (32 * k)) & 0xFFFFFFFF for k in range(4)]
-
-
-def _unlimbs(limbs: list[int]) -> str:
-    return f"{sum(int(x) << (32 * k) for k, x in enumerate(limbs)):032x}"
-
-
-# torch.distributed's *_object collectives need numpy, which a CPU-only install may
-# lack; these move pickled bytes (between this run's own processes) as uint8 tensors.
-def _to_tensor(obj: Any) -> torch.Tensor:
-    return torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-
-
-def _from_tensor(t: torch.Tensor, n: int) -> Any:
-    return pickle.loads(ctypes.string_at(t.data_ptr(), n))
-
-
-def broadcast_obj(obj: Any, rank: int, src: int) -> Any:
-    data = _to_tensor(obj) if rank == src else None
-    n = torch.tensor([data.numel() if data is not None else 0], dtype=torch.int64)
-    dist.broadcast(n, src)
-    buf = data if data is not None else torch.empty(int(n.item()), dtype=torch.uint8)
-    dist.broadcast(buf, src)
-    return _from_tensor(buf, int(n.item()))
-
-
-def all_gather_obj(obj: Any, world: int) -> list[Any]:
-    data = _to_tensor(obj)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64))
-    top = max(int(s.item()) for s in sizes)
-    padded = torch.zeros(top, dtype=torch.uint8)
-    padded[: data.numel()] = data
-    bufs = [torch.empty(top, dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(bufs, padded)
-    return [_from_tensor(b, int(s.item())) for b, s in zip(bufs, sizes)]
 
 
 def select_device(name: str, local_rank: int) -> torch.device:
@@ -187,7 +142,7 @@ class RankReplay:
                     os.unlink(path)
                 shared = [None, None, "", str(e)]
         try:
-            path, token, run_dir, err = broadcast_obj(shared, self.rank, src=0)
+            path, token, run_dir, err = collectives.broadcast(shared, src=0)
             if not err:
                 try:
                     self.slab = Slab(path, token, self.shape, self.device)
@@ -205,7 +160,7 @@ class RankReplay:
                         self.slab_rows = self.slab.host.view(-1, *self.slab.host.shape[2:])
                 except Exception as e:  # noqa: BLE001
                     err = f"rank {self.rank}: {e}"
-            errs = all_gather_obj(err, self.world)
+            errs = collectives.all_gather(err)
         finally:
             if self.rank == 0 and shared[0]:
                 os.unlink(shared[0])
@@ -225,22 +180,14 @@ class RankReplay:
 
     # ---- agreements ------------------------------------------------------------------------------
     def agree(self, index: int, log_digest: str, state: ClusterState) -> bool:
-        """All-reduce digests and statuses; True when the run goes on. `index` is the
-        transition after which the ranks agree (0 = the initial state)."""
-        W = self.world
-        mine = _limbs(state.digest())
-        vec = torch.zeros(8 + 2 * W, dtype=torch.int64)
-        vec[0:4] = torch.tensor(mine)
-        vec[4:8] = -torch.tensor(mine)
-        vec[8 + self.rank] = self.status
-        vec[8 + W + self.rank] = self.first_bad
-        dist.all_reduce(vec, op=dist.ReduceOp.MAX)
+        """Agree on digests and statuses with every rank; True when the run goes on.
+        `index` is the transition after which the ranks agree (0 = the initial state)."""
+        digest = state.digest()
+        a = collectives.agree(digest, self.status, self.first_bad, self.rank, self.world)
         self.report.agreements += 1
-        hi, lo = vec[0:4].tolist(), (-vec[4:8]).tolist()
-        want = _limbs(log_digest)
-        if hi == want and lo == want and not any(vec[8 : 8 + W].tolist()):
+        if a.unanimous(log_digest):
             return True
-        if mine != want:
+        if not collectives.same_digest(digest, log_digest):
             self.report.failures.append(
                 {
                     "kind": "digest",
@@ -248,10 +195,10 @@ class RankReplay:
                     "rank": self.rank,
                     "first_divergence": self.first_bad if self.status == DIGEST else None,
                     "log_digest": log_digest,
-                    "rank_digest": state.digest(),
-                    "min_digest": _unlimbs(lo),
-                    "max_digest": _unlimbs(hi),
-                    "message": f"transition {index}: rank {self.rank}'s state digest {state.digest()} differs from the log's {log_digest}"
+                    "rank_digest": digest,
+                    "min_digest": a.min_digest,
+                    "max_digest": a.max_digest,
+                    "message": f"transition {index}: rank {self.rank}'s state digest {digest} differs from the log's {log_digest}"
                     + (f" (first different after transition {self.first_bad})" if self.status == DIGEST else ""),
                 }
             )
@@ -568,24 +515,22 @@ class RankReplay:
 def run_rank(rank: int, world: int, opts: Options, local_rank: int | None = None) -> tuple[bool, list[Report] | None]:
     """Join the process group (from the standard env variables), replay, and return
     (whether the run passed, every rank's report on rank 0 / None elsewhere)."""
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=opts.timeout_s))
     r: RankReplay | None = None
-    try:
-        device = select_device(opts.device, rank if local_rank is None else local_rank)
-        # the ranks of a node share its cores: the CPU side of every copy (the CPU device's
-        # copies, staged scatters, poisons, the disk stores' gathers) runs on its share
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        r = RankReplay(rank, world, opts, device)
-        r.setup()
-        rep = r.run()
-        reports = all_gather_obj(rep, world)
-        ok_vec = torch.tensor([0 if rep.failures else 1], dtype=torch.int64)
-        dist.all_reduce(ok_vec, op=dist.ReduceOp.MIN)
-        return bool(ok_vec.item()), reports if rank == 0 else None
-    finally:
-        if r is not None:
-            r.close()
-        dist.destroy_process_group()
+    with collectives.process_group(rank, world, opts.timeout_s):
+        try:
+            device = select_device(opts.device, rank if local_rank is None else local_rank)
+            # the ranks of a node share its cores: the CPU side of every copy (the CPU device's
+            # copies, staged scatters, poisons, the disk stores' gathers) runs on its share
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            r = RankReplay(rank, world, opts, device)
+            r.setup()
+            rep = r.run()
+            reports = collectives.all_gather(rep)
+            ok = not any(x.failures for x in reports)
+            return ok, reports if rank == 0 else None
+        finally:
+            if r is not None:
+                r.close()
