@@ -11,8 +11,9 @@ free and at the end.
 Modules: `plan` (pure: a transition's effects -> this rank's batches, no torch),
 `hooks` (test-only fault injection), `generator` (page bytes from content identities),
 `memory` (device pool, shared host slab, spill staging), `disk` (a rank's disk store),
-`transfer` (batched copies), `collectives` (what the ranks say over gloo), `rank` (one
-rank's replay loop), `launch` (spawn or torchrun, the summary). Only `plan` and `hooks`
+`transfer` (batched copies), `execute` (a rank's batches executed and checked),
+`collectives` (what the ranks say over gloo), `rank` (one rank's replay loop), `launch`
+(spawn or torchrun, the summary). Only `plan` and `hooks`
 may be imported without torch.
 """
 
