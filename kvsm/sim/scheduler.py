@@ -73,8 +73,8 @@ class Simulation:
         self.on_progress = on_progress
         self.metrics = Metrics(prep.workload.block_tokens)
         self.writer = None  # a LogWriter, set by the caller before run()
-        # the run's fault stream: arrivals draw from it first, then the copy engines; the
-        # engines' delays and the disks' faults come from streams of their own
+        # the run's fault stream (the timed schedule's arrivals draw from it first, then its
+        # copy engines); the engines' delays and the disks' faults have streams of their own
         self.rng_faults = random.Random(f"kvsm-sim:faults:{seed}")
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
@@ -84,8 +84,8 @@ class Simulation:
         self.applied = 0  # transitions applied to the log's state
         self.ticks = 0  # scheduler iterations
         self.end_ms = 0
-        # the timed schedule's parts (the serial schedule finishes every write before its
-        # sync point and has no clock, so it has none)
+        # the timed schedule's event queue and parts (the serial schedule finishes every
+        # write before its sync point and has no clock, so it uses none of them)
         self.events = Events()
         self.arrivals: Arrivals | None = None
         self.copies: CopyEngine | None = None
