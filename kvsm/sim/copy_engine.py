@@ -15,6 +15,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass
 
+from ..state import lane_of
 from ..transitions import Transition
 from .cluster import Cluster
 from .events import WAKE, WRITE, Events
@@ -73,7 +74,7 @@ class CopyEngine:
             self.events.push(tick + tm.tick_at(tm.write_timeout_ms), WAKE, None)
             lanes = [0] * R
             for p in s.nodes[nid].dev:
-                lanes[p % R] += 1
+                lanes[lane_of(p, R)] += 1
             for r in range(R):
                 start = max(now_ms, self.busy_ms[r])
                 if f.stall and rf.random() < f.stall:

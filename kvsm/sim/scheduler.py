@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from ..invariants import violations
+from ..invariants import violations_after
 from ..state import ClusterState
 from ..transitions import Transition
 from ..transitions.reload import held
@@ -106,7 +106,7 @@ class Simulation:
         if self.writer is not None:
             self.writer.write(t, after)
         if self.check:
-            bad = violations(after)
+            bad = violations_after(t.rank, after)
             if bad:
                 raise SimInvariantError(f"after log transition #{self.applied} {t}: " + "; ".join(bad))
 
