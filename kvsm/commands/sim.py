@@ -58,6 +58,35 @@ def _summary_table(s: dict[str, Any]) -> Table:
     return table
 
 
+def _tell_story(opts: Any, output: Optional[Path]) -> None:
+    """After a run stopped: run the same seed again, keep its log up to where it stops
+    (the run itself leaves no log, by design), and print the story of its last steps."""
+    from ..log import Header, LogWriter
+    from ..render.story import tail_story
+    from ..sim import SimDivergence
+    from ..sim.options import prepare
+    from ..sim.scheduler import SimInvariantError, Simulation
+
+    path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
+    try:
+        prep = prepare(opts)
+        sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
+        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        with LogWriter(path, header) as w:
+            sim.writer = w
+            try:
+                sim.run()
+            except (SimDivergence, SimInvariantError):
+                pass  # the same stop, deterministically: the log keeps what led to it
+        story = tail_story(path)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the run's own error was reported
+        err.print(f"(no story of the failed run: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    from .show import emit_err
+
+    emit_err(story)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("sim")
     def sim(
@@ -128,6 +157,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         except (SimDivergence, SimInvariantError) as e:
             err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            _tell_story(opts, output)
             raise typer.Exit(1) from None
         written = []
         try:
