@@ -77,7 +77,7 @@ def verify(
     targets = paths or [Path("traces")]
     missing = [p for p in targets if not p.exists()]
     if missing:
-        err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder")
+        err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder", soft_wrap=True)
         raise typer.Exit(2)
     use_tlc = tlc if tlc is not None else shutil.which("java") is not None
     res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc)
@@ -86,14 +86,14 @@ def verify(
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         for f in res["rewrote"]:
-            console.print(f"rewrote {escape(f)}", highlight=False)
+            console.print(f"rewrote {escape(f)}", highlight=False, soft_wrap=True)
         for f in res["failed"]:
             err.print(f"[red]{escape(f.file)}:{f.line}:[/red] {escape(f.why)}", highlight=False, soft_wrap=True)
             if f.detail:
                 err.print(escape(f.detail), highlight=False, soft_wrap=True)
         failing = res["cases"] - res["passed"]
         verdict = "[green]every case passes[/green]" if not failing else f"[red]{failing} failing[/red]"
-        console.print(f"{res['cases']} cases, {res['passed']} passed{' (TLC validated each bug-free case)' if use_tlc else ''}: {verdict}", highlight=False)
+        console.print(f"{res['cases']} cases, {res['passed']} passed{' (TLC validated each bug-free case)' if use_tlc else ''}: {verdict}", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if res["passed"] == res["cases"] and not res["failed"] else 1)
 
 
@@ -115,18 +115,18 @@ def add(
     from ..log import LogError, read_log
 
     if not _NAME.fullmatch(name):
-        err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'")
+        err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'", soft_wrap=True)
         raise typer.Exit(2)
     dest = directory / f"{name}.txt"
     taken = [p for p in _case_files([directory]) if p.stem == name] if directory.is_dir() else []
     if dest.exists() or taken:
-        err.print(f"[red]error:[/red] a case named '{escape(name)}' exists: {escape(str(dest))}")
+        err.print(f"[red]error:[/red] a case named '{escape(name)}' exists: {escape(str(dest))}", soft_wrap=True)
         raise typer.Exit(2)
     if directory.is_dir():
         for p in _case_files([directory]):
             try:
                 if read_case(str(p)).name == name:
-                    err.print(f"[red]error:[/red] the case in {escape(str(p))} is named '{escape(name)}'")
+                    err.print(f"[red]error:[/red] the case in {escape(str(p))} is named '{escape(name)}'", soft_wrap=True)
                     raise typer.Exit(2)
             except CaseError:
                 continue

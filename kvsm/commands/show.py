@@ -53,14 +53,14 @@ def register(app: typer.Typer) -> None:
         from ..render.story import config_line, read_run, story
 
         if at is not None and every:
-            err.print("[red]error:[/red] --at and --all are alternatives")
+            err.print("[red]error:[/red] --at and --all are alternatives", soft_wrap=True)
             raise typer.Exit(2)
         chosen = None
         if sections:
             chosen = tuple(x.strip() for x in sections.split(",") if x.strip())
             bad = [x for x in chosen if x not in SECTIONS]
             if bad:
-                err.print(f"[red]error:[/red] --sections: unknown section '{escape(bad[0])}' (sections: {', '.join(SECTIONS)})")
+                err.print(f"[red]error:[/red] --sections: unknown section '{escape(bad[0])}' (sections: {', '.join(SECTIONS)})", soft_wrap=True)
                 raise typer.Exit(2)
         try:
             run = read_run(log)
@@ -100,11 +100,11 @@ def register(app: typer.Typer) -> None:
         else:
             k = n if at is None else at
             if k > n:
-                err.print(f"[red]error:[/red] step {k} is beyond the {n} steps of {escape(str(log))}")
+                err.print(f"[red]error:[/red] step {k} is beyond the {n} steps of {escape(str(log))}", soft_wrap=True)
                 raise typer.Exit(2)
             if as_diff:
                 if k == 0:
-                    err.print("[red]error:[/red] --diff needs a step N >= 1 (what step N changed)")
+                    err.print("[red]error:[/red] --diff needs a step N >= 1 (what step N changed)", soft_wrap=True)
                     raise typer.Exit(2)
                 from ..render.story import step_line
 

@@ -2,7 +2,8 @@
 happens, until no single removal keeps it (delta debugging: halves, quarters, ... then
 single steps, repeated until nothing more can go).
 
-A failure is an invariant violation (the same invariants, by number and name, violated
+Windows of up to 8 steps are tried at every position, larger ones at multiples of their
+size. A failure is an invariant violation (the same invariants, by number and name, violated
 after the last step and none before it) or a step the model refuses (the same
 transition, refused for the same reason with its numbers ignored).
 
@@ -209,7 +210,9 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
                 best, keep = got
                 progressed = True
             else:
-                i += chunk
+                # small windows slide one step at a time: a Reserve and its Rollback only
+                # go together, wherever they sit
+                i += 1 if chunk <= 8 else chunk
         if chunk > 1:
             chunk //= 2
         elif not progressed:

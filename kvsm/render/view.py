@@ -397,7 +397,7 @@ def _spills(s: ClusterState, names: Names) -> Section:
         ]
         for r in range(R):
             done = s.spill_done[r]
-            fields.append(Field(f"r{r}", _progress(s.spill_gathered[r] > i, done[i] if len(done) > i else None, "written"), "-"))
+            fields.append(Field(f"r{r}", _progress(s.spill_gathered[r] > i, done[i] if len(done) > i else None, "written")))
         label = _nid(op.node) + ("" if op.obj == op.node else f" obj {_nid(op.obj)}")
         items.append(Item(f"spill {op.obj}", label, tuple(fields), order=(i,)))
     return Section("spills", "spills", tuple(items))
@@ -424,7 +424,7 @@ def _reloads(s: ClusterState, names: Names) -> Section:
         ]
         for r in range(R):
             done = s.reload_done[r]
-            fields.append(Field(f"r{r}", _progress(False, done[i] if len(done) > i else None, "read"), "-"))
+            fields.append(Field(f"r{r}", _progress(False, done[i] if len(done) > i else None, "read")))
         items.append(Item(f"reload {op.obj}", names.show(op.key), tuple(fields), order=(i,)))
     return Section("reloads", "reloads", tuple(items))
 
