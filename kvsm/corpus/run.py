@@ -319,3 +319,56 @@ def log_to_case(
         path=p, name=name or Path(p).stem, shows=shows or f"the {len(transitions)} steps of {Path(p).name}",
         config=cfg, config_base=best_base(cfg), bug=bug, origin=origin, script=script,
     )
+
+
+def case_from_log(
+    log: str | Path,
+    name: str,
+    dest: str | Path,
+    bug: str | None = None,
+    shows: str | None = None,
+    seconds: float = 120.0,
+) -> tuple[str, list[str]]:
+    """`kvsm corpus add`: the text of the case a log becomes, and notes for a person. A
+    failing log is shrunk first (kvsm.corpus.shrink); its steps are each followed by a
+    `diff`, a refused last step becomes a `rejects`, and a final `show` ends it. A log
+    whose digests the model does not reproduce is refused (CaseError): a case keeps
+    steps, not digests, so that divergence would be lost."""
+    from ..log import read_log
+    from ..render.story import run_steps
+    from .shrink import shrink
+
+    p = str(log)
+    header, stream = read_log(p)
+    transitions = [t for _, _, t, _ in stream]
+    case = log_to_case(p, name=name, shows=shows)
+    case.path = str(dest)
+    if bug is not None:
+        case.bug = bug
+    cfg = case.config if case.bug is None else config_with_bug(case.config, case.bug)
+    replayed = run_steps(cfg, ((ln, t, d) for ln, _, t, d in read_log(p)[1]), p, header.initial_digest)
+    stop = replayed.stopped
+    if stop is not None and not stop["reason"].startswith("rejected:"):
+        raise CaseError(p, stop["line"], f"{stop['reason']}; a case holds steps, not digests, so replaying it would give the model's digests and lose this divergence")
+    notes: list[str] = []
+    shrunk = shrink(cfg, transitions, seconds=seconds)
+    if shrunk is not None:
+        f = shrunk.failure
+        steps = shrunk.steps
+        kept = steps[:-1] if f.kind == "rejected" else steps
+        case.script = [e for t in kept for e in (Entry("step", 0, step=t), Entry("diff", 0))]
+        if f.kind == "rejected":
+            case.script.append(Entry("rejects", 0, step=steps[-1]))
+        case.script.append(Entry("show", 0))
+        if shows is None:
+            case.shows = f"{len(kept)} steps (shrunk from {shrunk.original} of {Path(p).name}) after which {f.describe()}"
+        notes.append(f"shrunk {shrunk.original} steps to {len(steps)}" + ("" if shrunk.minimal else f" (the {seconds:.0f} s budget ran out: not minimal)"))
+        if f.kind == "violation":
+            if case.bug is not None:
+                case.violations = f.messages
+            else:
+                notes.append(
+                    "the model itself violates an invariant here: the case says it must not, so "
+                    "`kvsm corpus verify` fails on it until the model is fixed"
+                )
+    return rewritten(case, play(case, cfg).outputs), notes

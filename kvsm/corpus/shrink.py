@@ -37,8 +37,8 @@ class Failure:
 
     def describe(self) -> str:
         if self.kind == "violation":
-            return "violates " + "; ".join(self.messages)
-        return f"{self.key[0]} is rejected: {self.messages[0]}"
+            return "the model violates " + "; ".join(self.messages)
+        return f"the model refuses {self.key[0]}: {self.messages[0]}"
 
 
 def _invariants(msgs: list[str]) -> tuple:
