@@ -185,3 +185,29 @@ def test_a_stopped_sim_run_prints_the_story_of_its_last_steps(tmp_path, monkeypa
     assert f"the whole story: kvsm show {failed} --all" in text
     header = json.loads(failed.read_text().splitlines()[0])
     assert header["source"] == "sim" and header["seed"] == 0
+
+
+# ---- TLC's counterexamples ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.tlc
+def test_a_tlc_counterexample_is_told_as_a_story(tmp_path):
+    """A deliberately false invariant of the ci model (no backup is ever committed): its
+    counterexample is a log that `kvsm show` and `tail_story` tell step by step."""
+    from kvsm.render.story import tail_story
+
+    spec = Path(__file__).resolve().parent.parent / "spec"
+    body = (spec / "MC_ci.tla").read_text().replace("MODULE MC_ci ", "MODULE MC_commit ")
+    end = body.rindex("====")
+    body = body[: body.rindex("\n", 0, end)] + "\nNothingCommitted == \\A n \\in DOMAIN nodes : nodes[n].host = NoObject\n====\n"
+    (tmp_path / "MC_commit.tla").write_text(body)
+    consts = (spec / "MC_ci.cfg").read_text().split("SPECIFICATION")[0]
+    cfg = tmp_path / "MC_commit.cfg"
+    cfg.write_text(consts + "INIT Init\nNEXT Next\nINVARIANT NothingCommitted\n")
+    log = tmp_path / "cex.jsonl"
+    assert runner.invoke(app, ["check", "--config", str(cfg), "--log", str(log)]).exit_code == 1
+    text = tail_story(log, last=2)
+    assert "TLC counterexample of NothingCommitted (invariant) in model" in text
+    assert "step 7  Commit\n  tree\n    ~ #1  L2 h0..1 writing → h0..1  lock 2 → 1" in text
+    res = runner.invoke(app, ["show", str(log), "--html", str(tmp_path / "cex.html")])
+    assert res.exit_code == 0 and "(7 steps)" in res.output

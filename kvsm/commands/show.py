@@ -110,16 +110,12 @@ def register(app: typer.Typer) -> None:
 
                 text = f"step {k}  {step_line(run.steps[k - 1].transition)}\n" + render_diff(run.view(k - 1), run.view(k), chosen)
             else:
-                head = "initial state" if k == 0 else f"state after step {k}  {_step_text(run, k)}"
+                from ..render.story import step_line
+
+                head = "initial state" if k == 0 else f"state after step {k}  {step_line(run.steps[k - 1].transition)}"
                 text = head + "\n" + render(run.view(k), chosen)
             text += "".join(f"\nviolation {v}" for v in run.violations(k))
             emit(text)
         if run.stopped is not None:
             s = run.stopped
             err.print(f"[yellow]replay stopped at line {s['line']} (step {s['step']}): {escape(s['reason'])}[/yellow]", highlight=False, soft_wrap=True)
-
-
-def _step_text(run, k: int) -> str:
-    from ..render.story import step_line
-
-    return step_line(run.steps[k - 1].transition)

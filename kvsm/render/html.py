@@ -53,17 +53,13 @@ def data(run: Run, title: str) -> dict[str, Any]:
         "title": title,
         "config": config_line(run.config),
         "about": run.about,
-        "sections": [[sec.name, sec.title or sec.name] for sec in run.view(0)] + _late_sections(run),
+        # the content section exists only in a state with a wrong page; it is listed last
+        "sections": [[sec.name, sec.title or sec.name] for sec in run.view(0)] + [["content", "content (pages that do not hold what their node says)"]],
         "steps": steps,
         "items0": [_item(sec, it) for sec, it in _items(run.view(0)).values()],
         "patches": patches,
         "stopped": None if run.stopped is None else f"replay stopped at line {run.stopped['line']} (step {run.stopped['step']} {run.stopped['transition']}): {run.stopped['reason']}",
     }
-
-
-def _late_sections(run: Run) -> list[list[str]]:
-    # a section that only some states have (the content mismatches)
-    return [["content", "content (pages that do not hold what their node says)"]]
 
 
 def page(d: dict[str, Any]) -> str:
