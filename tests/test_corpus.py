@@ -315,3 +315,23 @@ def test_tlc_names_the_step_of_a_case_the_spec_does_not_allow(tmp_path, monkeypa
     p = _write(tmp_path, "x", _case("Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nFinish rid=0\n"))
     fails, _ = verify_case(read_case(str(p)), tlc=True)
     assert [(f.line, f.why) for f in fails] == [(8, "TLC: the spec does not allow step 4, Finish(rid=0) (after 3 matched steps)")]
+
+
+def test_shrinking_re_resolves_the_nodes_and_requests_later_steps_refer_to(monkeypatch):
+    """A failure at a Split: removing the first request renumbers the requests and the
+    nodes after it, so the Split must find its node again by the prefix it cuts."""
+    right = REGISTRY["Split"]
+    monkeypatch.setitem(REGISTRY, "Split", replace(right, apply=lambda s, t: replace(right.apply(s, t), write_done=(1,) * s.config.R)))
+    T = Transition.make
+    steps = [
+        T("Arrive", rid=0, tokens=[7], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0),
+        T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1),
+        T("Arrive", rid=2, tokens=[1, 9], out_pages=0), T("Split", node=2, at=1),
+    ]
+    cfg = replace(load_config("small"), L1=4, L2=8)
+    got = shrink(cfg, steps)
+    assert got is not None and got.minimal and got.failure.key == ("4 Pending",)
+    assert [step_text(t) for t in got.steps] == [
+        "Arrive rid=0 tokens=[1,2,3] out_pages=0", "Match rid=0", "Insert rid=0", "Finish rid=0",  # one live request at a time
+        "Arrive rid=1 tokens=[1,9] out_pages=0", "Split node=1 at=1",
+    ]

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from ..invariants import violations as check_invariants
-from ..state import ClusterState, Rejected, initial_state
-from ..transitions import Transition, apply
+from ..state import ClusterState, initial_state
+from ..transitions import Rejected, Transition, apply
 from ..render import build, render, render_diff
 from ..render.view import Names, View
 from .format import ORIGIN_DEFAULT, Case, CaseError, Entry, best_base, format_case, step_text

@@ -23,9 +23,8 @@ from typing import Any
 
 from ..config import Config
 from ..invariants import violations as check_invariants
-from ..state import ClusterState, Rejected, initial_state
-from ..transitions import Transition, apply
-from ..transitions.base import walk_key
+from ..state import ClusterState, initial_state
+from ..transitions import REGISTRY, Rejected, Transition, apply
 from ..render.view import node_paths
 
 
@@ -112,23 +111,39 @@ def _resolve(s: ClusterState, t: Transition, ref: _Ref, rids: dict[int, int]) ->
             return None
         args["node"] = found
     elif t.name == "Split":
-        if ref.cut is None:
+        cut = _cut(s, ref.cut) if ref.cut is not None else None
+        if cut is None:
             return None
-        w = walk_key(s.nodes, ref.cut)
-        if w.cut is None or w.covered + w.cut[1] != len(ref.cut):
+        args["node"], args["at"] = cut
+    elif t.name in ("EvictDevice", "EvictHost"):
+        # the only instance the model offers is the victim its order picks
+        victim = next(iter(REGISTRY[t.name].candidates(s)), None)
+        if victim is None:
             return None
-        args["node"], args["at"] = w.cut
-    elif t.name == "EvictDevice":
-        first = next(iter(s.dev_index), None)
-        if first is None:
-            return None
-        args["node"] = first[2]
-    elif t.name == "EvictHost":
-        first = next(iter(s.host_index), None)
-        if first is None:
-            return None
-        args["node"] = first[2]
+        return victim
     return Transition.make(t.name, rank=t.rank, **args)
+
+
+def _cut(s: ClusterState, prefix: tuple[int, ...]) -> tuple[int, int] | None:
+    """The node inside which `prefix` ends, and how many of its pages the prefix covers;
+    None when the prefix is not in the tree or ends at a node's end."""
+    cur = s.nodes.get(0)
+    i = 0
+    while cur is not None and i < len(prefix):
+        cid = cur.children.get(prefix[i])
+        child = s.nodes.get(cid) if cid is not None else None
+        if child is None:
+            return None
+        n = 0
+        while n < len(child.key) and i + n < len(prefix) and child.key[n] == prefix[i + n]:
+            n += 1
+        if i + n == len(prefix) and n < len(child.key):
+            return child.id, n
+        if n < len(child.key):
+            return None
+        i += n
+        cur = child
+    return None
 
 
 def _apply(s: ClusterState, t: Transition) -> tuple[ClusterState, Transition]:

@@ -124,6 +124,7 @@ ul.tree ul > li::before { content: ""; position: absolute; left: -11px; top: 11p
 .fchanged { background: #ffe28a; border-radius: 3px; padding: 0 2px; }
 .row { padding: 1px 4px; margin: 1px 0; border: 1px solid transparent; border-radius: 3px; }
 .removed { color: #8a1c1c; text-decoration: line-through; }
+.removed .n { color: #5b6475; text-decoration: none; display: inline-block; }
 .empty { color: #8b93a3; }
 pre#diff { margin: 0; white-space: pre-wrap; }
 </style>
@@ -155,6 +156,7 @@ pre#diff { margin: 0; white-space: pre-wrap; }
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const N = D.steps.length - 1;
+const TITLES = new Map(D.sections);
 const EVERY = 64;
 const checkpoints = [new Map(D.items0.map(it => [it.k, it]))];
 function stateAt(n) {
@@ -277,7 +279,7 @@ function draw(n) {
   const gone = n > 0 ? D.patches[n - 1].del.map(k => prev.get(k)).filter(Boolean) : [];
   for (const it of gone) {
     const row = el("div", "row removed");
-    row.append(el("span", "lbl", (it.l || it.k)), fieldsOf(it, null, false));
+    row.append(el("span", "n", (TITLES.get(it.s) || it.s) + ": "), el("span", "lbl", (it.l || it.k)), fieldsOf(it, null, false));
     rm.append(row);
   }
   document.getElementById("removedcard").style.display = gone.length ? "block" : "none";

@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 from ..config import Config
 from ..invariants import violations as check_invariants
-from ..state import ClusterState, Rejected, initial_state
-from ..transitions import Transition, apply
+from ..state import ClusterState, initial_state
+from ..transitions import Rejected, Transition, apply
 from .text import render, render_diff
 from .view import Names, View, build
 
