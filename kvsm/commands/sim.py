@@ -72,12 +72,16 @@ def _tell_story(opts: Any, output: Optional[Path]) -> None:
         prep = prepare(opts)
         sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
         header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        stopped = False
         with LogWriter(path, header) as w:
             sim.writer = w
             try:
                 sim.run()
             except (SimDivergence, SimInvariantError):
-                pass  # the same stop, deterministically: the log keeps what led to it
+                stopped = True  # the same stop, deterministically: the log keeps what led to it
+        if not stopped:
+            err.print(f"(no story: the same seed ran to the end the second time; its log is {escape(str(path))})", highlight=False, soft_wrap=True)
+            return
         story = tail_story(path)
     except Exception as e:  # noqa: BLE001 - the story is an aid; the run's own error was reported
         err.print(f"(no story of the failed run: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
