@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
 
 from .commands import register_all
-from .commands.common import config_or_exit, console, emit_json, err, progress
+from .commands.common import bug_option, config_or_exit, console, emit_json, err, progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="kvsm: a formally specified multi-rank tiered KV cache.")
 
@@ -21,14 +22,16 @@ def walk(
     seed: int = typer.Option(0, "--seed", "-s", help="seed of the walk"),
     output: Path = typer.Option(..., "-o", "--output", help="log file to write (atomically)"),
     check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
+    bug: Optional[str] = bug_option(),
 ) -> None:
-    """A seeded random walk over the enabled transitions, written as a log."""
+    """A seeded random walk over the enabled transitions, written as a log (with --bug,
+    of the model with that defect; the log's header names it)."""
     from .invariants import violations_after
     from .log import Header, LogWriter, OutputError
     from .state import initial_state
     from .walk import walk as do_walk
 
-    cfg = config_or_exit(config)
+    cfg = config_or_exit(config, bug)
     s0 = initial_state(cfg)
     header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
     t0 = time.perf_counter()
@@ -57,22 +60,35 @@ def replay(
     log: Path = typer.Argument(..., help="transition log (JSONL)"),
     check: bool = typer.Option(False, "--check", help="also check every invariant after every transition"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    bug: Optional[str] = bug_option(),
 ) -> None:
-    """Replay a log, verifying every digest (and with --check every invariant)."""
+    """Replay a log, verifying every digest (and with --check every invariant). The model
+    has the defect --bug names, none by default, whatever defect the log was written with."""
+    from .commands.common import bug_or_exit
     from .log import replay as do_replay
 
+    bug_or_exit(bug)
     t0 = time.perf_counter()
     with progress() as prog:
         task = prog.add_task(f"replay {log.name}", total=None)
-        res = do_replay(log, check=check, on_step=lambda n: prog.update(task, completed=n) if n % 256 == 0 else None)
+        res = do_replay(log, check=check, on_step=lambda n: prog.update(task, completed=n) if n % 256 == 0 else None, bug=bug)
     dt = time.perf_counter() - t0
     if as_json:
         emit_json(res.to_json())
     else:
-        if res.first_mismatch:
-            err.print(f"[red]line {res.first_mismatch['line']}:[/red] {res.first_mismatch['reason']}")
+        m = res.first_mismatch
+        if m:
+            where = f"line {m['line']}" + (f" (step {m['step']})" if "step" in m else "")
+            err.print(f"[red]{where}:[/red] {m['reason']}", highlight=False)
         for v in res.violations:
-            err.print(f"[red]invariant violated[/red] at line {v['line']}: {v['violation']}")
+            at = f" (step {v['step']}, {v['transition']})" if "step" in v else ""
+            err.print(f"[red]invariant violated[/red] at line {v['line']}{at}: {v['violation']}", highlight=False)
+        if res.log_bug != res.bug and not res.ok:
+            err.print(
+                f"note: the log was written by the model with bug {res.log_bug}; it was replayed with "
+                + (f"bug {res.bug}" if res.bug != "none" else "the correct model") + f" (--bug {res.log_bug} replays it as written)",
+                highlight=False,
+            )
         if res.ok:
             console.print(f"replayed {res.transitions} transitions in {dt:.2f}s; final digest {res.final_digest}" + (", every invariant held" if check else ""))
     raise typer.Exit(0 if res.ok else 1)

@@ -18,6 +18,8 @@ POLICIES = ("write_through", "write_back")
 # Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
 # "lru" ignores the hit count (key `(False, touched, id)`).
 EVICTIONS = ("slru", "lru")
+# The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
+# place in the model where the reference's bug would be.
 BUGS = (
     "none",
     "skip_collective",
@@ -31,6 +33,13 @@ BUGS = (
     "l3_no_min",
     "wallclock_tiebreak",
 )
+
+# Defects under which a rank decides a replicated step (its victims, its host room, its L3
+# claim) from its own view; the cluster's state follows rank 0's decision and records
+# where another rank decides otherwise (`ClusterState.diverged`, invariant 13).
+RANK_VIEW_BUGS = frozenset({"local_host_alloc", "wallclock_tiebreak", "l3_no_min"})
+# Defects whose deviation the model has (the others need transitions it does not have yet).
+IMPLEMENTED_BUGS = frozenset(BUGS) - {"skip_collective", "load_uaf"}
 
 
 class ConfigError(ValueError):
@@ -158,7 +167,7 @@ def _build(data: dict[str, Any], where: str) -> Config:
             raise ConfigError(f"{where}: field 'walk_weights' must map transition names to weights >= 0")
         out["walk_weights"] = tuple(sorted((str(k), float(v)) for k, v in w.items()))
     cfg = Config(**out)
-    if cfg.bug != "none":
+    if cfg.bug not in IMPLEMENTED_BUGS:
         raise ConfigError(f"{where}: injected defect '{cfg.bug}' is not implemented by this model yet")
     return cfg
 
@@ -234,4 +243,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS"]

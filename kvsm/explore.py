@@ -57,7 +57,12 @@ def explore(
     max_states: int = 0,
     on_level: Callable[[int, int], None] | None = None,
     keep_states: bool = True,
+    cut: bool = False,
 ) -> Graph:
+    """Every state reachable from the initial one. With `cut`, a state that violates an
+    invariant (1-10, 12, 13) is reached but not expanded: the graph of a model with an
+    injected defect up to where it breaks, which is what TLC explores with the
+    invariants as an action constraint (`kvsm conform --bug`)."""
     g = Graph(names=names_for(cfg))
     s0 = initial_state(cfg)
     d0 = s0.digest()
@@ -72,9 +77,13 @@ def explore(
         nxt: deque[ClusterState] = deque()
         for s in frontier:
             d = s.digest()
-            if check:
-                for v in check_invariants(s):
-                    g.violations.append({"violation": v, "trace": [str(t) for t in g.trace_to(d)]})
+            if check or cut:
+                broken = check_invariants(s)
+                if check:
+                    for v in broken:
+                        g.violations.append({"violation": v, "trace": [str(t) for t in g.trace_to(d)]})
+                if cut and broken:
+                    continue
             for t, s2 in successors(s):
                 d2 = s2.digest()
                 g.edges.add((d, t.name, d2))

@@ -1,6 +1,6 @@
 """The invariants (docs/model.md), checked from scratch.
 
-`violations(state)` checks invariants 1-10 of a state and returns a list of readable
+`violations(state)` checks invariants 1-10 and 13 of a state and returns a list of readable
 strings, empty when every one holds. It recomputes everything it checks from the tree
 itself and never trusts a running structure (those are what invariant 10 checks), so
 it is O(size of state).
@@ -14,6 +14,7 @@ rank `rank` does only that rank's work. It is O(effects).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from . import content
 from . import effects as fx
@@ -42,6 +43,7 @@ NAMES = {
     9: "Reload",
     10: "Counts",
     11: "Ownership",
+    13: "Agreement",
 }
 
 
@@ -52,6 +54,9 @@ def violations(s: ClusterState) -> list[str]:
         out.append(f"{i} {NAMES[i]}: {msg}")
 
     cfg = s.config
+    # what the contract says of a predicate that an injected defect changes in the model
+    # (the derived indexes follow the model's own, which invariant 10 checks)
+    contract = replace(cfg, bug="none") if cfg.bug != "none" else cfg
     nodes = s.nodes
     R, L2 = cfg.R, cfg.L2
 
@@ -143,7 +148,7 @@ def violations(s: ClusterState) -> list[str]:
             bad(4, f"pending node {nid} is not on L1")
         if n.host is not None:
             bad(4, f"pending node {nid} is already backed")
-        if dev_victim_key(n, True, cfg) is not None:
+        if dev_victim_key(n, True, contract) is not None:
             bad(4, f"pending node {nid} is evictable")
         obj = s.objects.get(pend.obj)
         if obj is None or obj.committed or obj.length != n.pages:
@@ -314,6 +319,12 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r}'s disk holds {used} pages but counts {s.l3_used[r]}")
         if used > cfg.L3:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
+
+    # 13. Agreement ----------------------------------------------------------------------------------------------
+    # Every rank takes the same decision at every replicated step (the model is collective-free).
+    if s.diverged is not None:
+        name, ranks = s.diverged
+        bad(13, f"{name}: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} decide{'' if len(ranks) > 1 else 's'} it otherwise than rank 0")
     return out
 
 

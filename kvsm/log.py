@@ -274,33 +274,58 @@ class ReplayResult:
     violations: list[dict[str, Any]]
     first_mismatch: dict[str, Any] | None
     final_state: ClusterState | None = None
+    bug: str = "none"  # the injected defect the log was replayed with
+    log_bug: str = "none"  # the one the log's header says it was written with
 
     @property
     def ok(self) -> bool:
         return self.first_mismatch is None and not self.violations
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "transitions": self.transitions,
             "final_digest": self.final_digest,
             "violations": self.violations,
             "first_mismatch": self.first_mismatch,
         }
+        if self.bug != "none" or self.log_bug != "none":
+            d["bug"] = self.bug
+            d["log_bug"] = self.log_bug
+        return d
+
+
+def model_config(header: Header, bug: str | None, where: str) -> Config:
+    """The config a checker replays a log with: the header's, with the injected defect it
+    is asked for (`--bug`; none by default) whatever defect the header names. A log
+    written by a model with a defect says so in its header; it is not replayed with
+    that defect unless asked, so that the correct model rejects it where it deviates."""
+    want = bug or "none"
+    if header.config.bug == want:
+        return header.config
+    try:
+        return Config.from_json({**header.config.to_json(), "bug": want}, where=where)
+    except ConfigError as e:
+        raise LogError(where, 0, str(e)) from None
 
 
 def replay(
     path: str | Path,
     check: bool = False,
     on_step: Callable[[int], None] | None = None,
+    bug: str | None = None,
 ) -> ReplayResult:
-    """Replay a log from its header's config, verifying every digest (and with `check`
-    every invariant after every transition). Stops at the first mismatch or violation."""
+    """Replay a log from its header's config with the injected defect `bug` (none by
+    default, see `model_config`), verifying every digest (and with `check` every
+    invariant after every transition). Stops at the first mismatch or violation; a
+    mismatch names the step, its transition and why."""
     p = str(path)
     count = 0
     state: ClusterState | None = None
+    bugs = {"bug": bug or "none", "log_bug": "none"}
     try:
         header, stream = read_log(p)
-        state = initial_state(header.config)
+        bugs["log_bug"] = header.config.bug
+        state = initial_state(model_config(header, bug, p))
         if state.digest() != header.initial_digest:
             raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
         if check:
@@ -311,19 +336,30 @@ def replay(
             try:
                 nxt = apply(state, t)
             except Rejected as e:
-                raise LogError(p, lineno, f"{t} rejected: {e}") from None
+                raise _StepError(p, lineno, f"{t} rejected: {e}", i, t) from None
             got = nxt.digest()
             if got != digest:
-                raise LogError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}")
+                raise _StepError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}", i, t)
             state = nxt
             count += 1
             if check:
                 v = violations_after(t.rank, state)
                 if v:
-                    return ReplayResult(count, got, [{"line": lineno, "transition": str(t), "violation": x} for x in v], None, state)
+                    return ReplayResult(count, got, [{"line": lineno, "step": i, "transition": str(t), "violation": x} for x in v], None, state, **bugs)
             if on_step is not None:
                 on_step(count)
     except LogError as e:
         last = state.digest() if state is not None else ""
-        return ReplayResult(count, last, [], {"line": e.line, "reason": e.reason}, state)
-    return ReplayResult(count, state.digest(), [], None, state)
+        where: dict[str, Any] = {"line": e.line}
+        if isinstance(e, _StepError):
+            where |= {"step": e.step, "transition": str(e.transition)}
+        return ReplayResult(count, last, [], where | {"reason": e.reason}, state, **bugs)
+    return ReplayResult(count, state.digest(), [], None, state, **bugs)
+
+
+class _StepError(LogError):
+    """A logged step the model does not take as logged (rejected, or another digest)."""
+
+    def __init__(self, path: str, line: int, reason: str, step: int, t: Transition) -> None:
+        super().__init__(path, line, reason)
+        self.step, self.transition = step, t

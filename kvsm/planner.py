@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .config import Config
-from .state import ROOT_ID, Node, lane_of, victim_order
+from .state import ROOT_ID, Node, held_on_l1, lane_of, rank_order_key, victim_order
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,9 @@ class TreeView:
     """The planner's view of a tree: device-eviction eligibility exactly as the model
     defines it (see `kvsm.state.dev_victim_key`), over any node lookup."""
 
-    def __init__(self, get: Callable[[int], Node], is_pending: Callable[[int], bool], cfg: Config) -> None:
+    def __init__(self, get: Callable[[int], Node], is_pending: Callable[[int], bool], cfg: Config, view: int | None = None) -> None:
         self.get = get
+        self.view = view  # the rank whose victim order breaks ties (None: the replicated one)
         self.is_pending = is_pending
         self.R = cfg.R
         self.write_through = cfg.policy == "write_through"
@@ -55,7 +56,7 @@ class TreeView:
         return c
 
     def prio(self, nid: int) -> tuple:
-        return victim_order(self.get(nid), self.cfg)
+        return rank_order_key(victim_order(self.get(nid), self.cfg), self.cfg, self.view)
 
     def parent(self, nid: int) -> int:
         return self.get(nid).parent
@@ -68,7 +69,7 @@ class TreeView:
         if nid == ROOT_ID:
             return False
         n = self.get(nid)
-        return bool(n.dev) and n.lock == 0 and not self.is_pending(nid) and (n.host is not None or self.write_through)
+        return bool(n.dev) and not held_on_l1(n, self.is_pending(nid), self.cfg) and (n.host is not None or self.write_through)
 
     def after_plan(self, nid: int, planned: set[int] | frozenset[int]) -> bool:
         """Evictable once the planned victims are gone: every child on L1 is planned, and

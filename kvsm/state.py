@@ -7,7 +7,9 @@ only that rank knows): `write_done`, `spill_gathered`, `spill_done`, `reload_don
 `disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
 an input to a decision): `dev_content`, `host_content`, the content held in `l3` and
 `spill_staged`: the identity of the prefix whose KV each page holds (absent =
-poisoned/free).
+poisoned/free), and `diverged`: where the ranks first decided a replicated step
+differently (only an injected defect that lets a rank decide from its own view can set
+it; `kvsm.transitions.apply`).
 
 Derived part, kept so that a transition costs time proportional to what it changes
 (invariant 10 recomputes each from scratch): `dev_index` and `host_index` (the device
@@ -23,7 +25,7 @@ frozen dataclass copied with `with_(**changes)`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterable
 
 import immutables
 
@@ -261,6 +263,9 @@ class ClusterState:
     backup_index: PSortedSet
     # per COMPONENTS; None when not tracked (see `untracked`): then `digest` sums the state
     sums: tuple[int, ...] | None
+    # ghost: the first replicated step that some rank decided otherwise than rank 0 (the
+    # rank the cluster's state follows): (transition name, those ranks); None = they agree
+    diverged: tuple[str, tuple[int, ...]] | None = None
     # What the transition that produced this state asks the physical world to do
     # (`kvsm.effects`); not part of the state's identity, equality or digest.
     effects: tuple[Effect, ...] = field(default=(), compare=False)
@@ -287,6 +292,8 @@ class ClusterState:
                 s["reload_done"] = self.reload_done
                 s["disk_ok"] = self.disk_ok
                 s["disk_faults"] = self.disk_faults
+            if self.diverged is not None:
+                s["diverged"] = self.diverged
         return s
 
     def digest(self) -> str:
@@ -331,6 +338,36 @@ def victim_order(node: Node, cfg: Config) -> tuple:
     return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
 
 
+def rank_order_key(key: tuple, cfg: Config, view: int | None) -> tuple:
+    """Where a victim with replicated order key `key` stands in the order rank `view`
+    decides by (None: the replicated order itself)."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        # The rank stamps an access with its own wall clock, which ticks once every two
+        # logical accesses at a phase of its own (rank r's reading of access t is
+        # (t + r) div 2): two accesses that share a tick tie there and fall to the node
+        # id, while on a rank whose tick falls between them they are ordered by time.
+        return (key[0], (key[1] + view) // 2, key[2])
+    return key
+
+
+def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> list[tuple]:
+    """Victim order keys (of an index, in replicated order) in the order rank `view`
+    takes them."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        return sorted(keys, key=lambda k: rank_order_key(k, cfg, view))
+    return list(keys)
+
+
+def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:
+    """Whether something holds the node on L1: a lock (requests, its own pending backup)
+    or a backup in flight."""
+    if is_pending and cfg.bug == "evict_pending":
+        # the victim test does not see the backup in flight: neither that the node is
+        # pending nor the lock its backup holds on it, so the node is taken mid-backup
+        return node.lock > 1
+    return bool(node.lock) or is_pending
+
+
 def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     """Victim-order key of a node that `EvictDevice` may take now, else None.
 
@@ -339,7 +376,7 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     children at all (it is deleted; deleting one with host-only children would orphan
     them). Under write_back an unbacked leaf must be written back first (`Reserve`).
     """
-    if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
+    if node.id == ROOT_ID or not node.dev or node.ondev or held_on_l1(node, is_pending, cfg):
         return None
     if node.host is None and (cfg.policy != "write_through" or len(node.children)):
         return None

@@ -434,6 +434,7 @@ class Tx:
             host_index=host_index,
             backup_index=backup_index,
             sums=tuple(sums) if track else None,
+            diverged=s.diverged,
             effects=tuple(self.effects),
         )
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..config import Config, ConfigError, load_config
+from ..config import BUGS, Config, ConfigError, load_config
 
 console = Console()
 err = Console(stderr=True)
@@ -43,10 +43,37 @@ def print_error(message: str, label: str = "error") -> None:
     err.print(f"[red]{label}:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def config_or_exit(name: str) -> Config:
-    """The config `name` (built-in or a TOML path); a bad one is an error line and exit 2."""
+BUG_HELP = f"inject a defect (docs/defects.md): {', '.join(b for b in BUGS if b != 'none')}"
+
+
+def bug_option() -> Any:
+    """The `--bug NAME` option every command that runs the model takes."""
+    return typer.Option(None, "--bug", help=BUG_HELP, metavar="NAME")
+
+
+def with_bug(cfg: Config, bug: str | None) -> Config:
+    """`cfg` with the injected defect `bug` (None: as it is); an unknown or unimplemented
+    name is a ConfigError."""
+    if bug is None or bug == cfg.bug:
+        return cfg
+    return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"--bug {bug}")
+
+
+def bug_or_exit(bug: str | None) -> str | None:
+    """`bug` when it names a defect the model has (or is None); else an error line and exit 2."""
     try:
-        return load_config(name)
+        with_bug(Config(), bug)
+    except ConfigError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(2) from None
+    return bug
+
+
+def config_or_exit(name: str, bug: str | None = None) -> Config:
+    """The config `name` (built-in or a TOML path), with the injected defect `bug` if one
+    is named; a bad one is an error line and exit 2."""
+    try:
+        return with_bug(load_config(name), bug)
     except ConfigError as e:
         err.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None

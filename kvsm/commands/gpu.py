@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import emit_json, err
+from .common import bug_option, emit_json, err
 
 
 def _print_summary(s: dict[str, Any], as_json: bool) -> None:
@@ -51,6 +51,7 @@ def register(app: typer.Typer) -> None:
         keep: bool = typer.Option(False, "--keep", help="leave the disk stores in place at the end; the summary names their directory"),
         timeout: float = typer.Option(300.0, "--timeout", help="seconds a rank waits for the others at an agreement"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        bug: Optional[str] = bug_option(),
     ) -> None:
         """Replay LOG on R rank processes (or, under torchrun, as this rank): apply the model,
         move real KV bytes between device pools, the shared host slab and per-rank disk
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
         from ..gpu.hooks import InjectError, from_env  # noqa: PLC0415
         from ..gpu.options import Options, ReplayError, check_inputs  # noqa: PLC0415
 
-        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir, disk_dir=disk_dir, keep=keep)
+        opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir, disk_dir=disk_dir, keep=keep, bug=bug)
         try:  # bad input is refused before torch is imported (seconds) or any process starts
             check_inputs(opts, ranks)
             from_env()

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from .common import console, emit_json, err, print_error, progress
+from .common import bug_option, console, emit_json, err, print_error, progress
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -60,9 +60,9 @@ def _tell_story(opts: Any, output: Optional[Path]) -> None:
     (the run itself leaves no log, by design), and print the story of its last steps."""
     from ..log import Header, LogWriter
     from ..render.story import tail_story
-    from ..sim import SimDivergence
+    from ..sim import STOPS
     from ..sim.options import prepare
-    from ..sim.scheduler import SimInvariantError, Simulation
+    from ..sim.scheduler import Simulation
 
     path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
     try:
@@ -74,7 +74,7 @@ def _tell_story(opts: Any, output: Optional[Path]) -> None:
             sim.writer = w
             try:
                 sim.run()
-            except (SimDivergence, SimInvariantError):
+            except STOPS:
                 stopped = True  # the same stop, deterministically: the log keeps what led to it
         if not stopped:
             err.print(f"(no story: the same seed ran to the end the second time; its log is {escape(str(path))})", highlight=False, soft_wrap=True)
@@ -109,11 +109,11 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png and occupancy.png"),
         report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition (slow)"),
+        bug: Optional[str] = bug_option(),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed."""
         from ..config import ConfigError
-        from ..sim import FaultSpecError, SimDivergence, SimError, SimOptions, WorkloadError, simulate
-        from ..sim.scheduler import SimInvariantError
+        from ..sim import STOPS, FaultSpecError, SimError, SimOptions, WorkloadError, simulate, stop_record
 
         opts = SimOptions(
             workload=workload,
@@ -130,6 +130,7 @@ def register(app: typer.Typer) -> None:
             faults=faults,
             schedule=schedule,
             check=check,
+            bug=bug,
         )
         from ..log import OutputError, check_output_file  # noqa: PLC0415
 
@@ -154,7 +155,10 @@ def register(app: typer.Typer) -> None:
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
             print_error(str(e))
             raise typer.Exit(2) from None
-        except (SimDivergence, SimInvariantError) as e:
+        except STOPS as e:
+            if as_json:
+                emit_json({"stopped": stop_record(e, seed)})
+                raise typer.Exit(1) from None
             print_error(str(e), "run stopped")
             _tell_story(opts, output)
             raise typer.Exit(1) from None

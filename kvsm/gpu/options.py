@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..log import LogError, read_log
+from ..log import LogError, model_config, read_log
 from .hooks import Hooks
 
 IO_MODES = ("auto", "direct", "staged")
@@ -31,6 +31,9 @@ class Options:
     disk_dir: str = ""
     keep: bool = False  # leave the disk stores in place at the end (their path is in the summary)
     hooks: Hooks = field(default_factory=Hooks)
+    # the injected defect the ranks' model has (docs/defects.md); None: the correct model,
+    # whatever defect the log was written with
+    bug: str | None = None
 
 
 def check_inputs(opts: Options, ranks: int | None) -> int:
@@ -40,6 +43,10 @@ def check_inputs(opts: Options, ranks: int | None) -> int:
     except LogError as e:
         raise ReplayError(str(e)) from None
     stream.close()
+    try:
+        model_config(header, opts.bug, opts.log)
+    except LogError as e:
+        raise ReplayError(str(e)) from None
     R = header.config.R
     if ranks is not None and ranks != R:
         raise ReplayError(f"{opts.log}: the log's config has R={R} but --ranks is {ranks}")

@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 
-from ..log import LogError, read_log
+from ..config import RANK_VIEW_BUGS
+from ..log import LogError, model_config, read_log
 from ..state import ClusterState, Rejected, initial_state
-from ..transitions import apply
+from ..transitions import REGISTRY, apply
 from . import collectives
 from .disk import DiskError
 from .execute import Executor
@@ -85,7 +86,7 @@ class RankReplay:
     def __init__(self, rank: int, world: int, opts: Options, device: torch.device) -> None:
         self.rank, self.world, self.opts, self.device = rank, world, opts, device
         self.header, self.stream = read_log(opts.log)
-        self.cfg = self.header.config
+        self.cfg = model_config(self.header, opts.bug, opts.log)
         if self.cfg.R != world:
             raise ReplayError(f"{opts.log}: the log's config has R={self.cfg.R} but {world} ranks were started")
         self.shape = Shape(len(self.cfg.payloads), self.cfg.L2, opts.layers, opts.page_bytes)
@@ -239,7 +240,17 @@ class RankReplay:
         """Apply transition `i` on this rank (the logged one, already applied as
         `ref_next`, unless a hook substitutes another) and execute its effects."""
         applied = hooks.tampered(i, self.rank, state, t, digest) if hooks else t
-        if applied is t:
+        if applied is t and self.cfg.bug in RANK_VIEW_BUGS and REGISTRY[t.name].decides:
+            # under a defect that lets a rank decide from its own view, this rank takes its
+            # own decision, which the digest agreement compares with the others'
+            try:
+                own = apply(state, t, view=self.rank)
+            except Rejected as e:
+                self._fail(i, {"kind": "rejected", "transition": i, "message": f"transition {i} {t}: rank {self.rank} decides otherwise: {e}"})
+                self.broken = True
+                return state
+            new = ref_next if own.replicated_digest() == ref_next.replicated_digest() else own
+        elif applied is t:
             new = ref_next
         else:
             self.report.injected.append({"tamper": i, "rank": self.rank, "logged": str(t), "applied": str(applied)})

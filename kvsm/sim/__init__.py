@@ -4,7 +4,7 @@ and faults drawn from one seed (docs/sim.md)."""
 from .cluster import SimDivergence
 from .faults import Faults, FaultSpecError
 from .options import SimError, SimOptions, Timing
-from .runner import SimResult, run_main_job, simulate
+from .runner import STOPS, SimResult, run_main_job, simulate, stop_record
 from .trace import TraceRequest, Workload, WorkloadError, read_trace
 from .workload import load_workload
 
@@ -15,6 +15,7 @@ __all__ = [
     "SimError",
     "SimOptions",
     "SimResult",
+    "STOPS",
     "Timing",
     "TraceRequest",
     "Workload",
@@ -23,4 +24,5 @@ __all__ = [
     "read_trace",
     "run_main_job",
     "simulate",
+    "stop_record",
 ]

@@ -66,7 +66,9 @@ class View:
 
     def apply(self, t: Transition) -> ClusterState:
         before = self.state
-        after = apply(before, t)
+        # a rank's replica takes that rank's own decisions (they differ from the other
+        # ranks' only under an injected defect); the log's state is the cluster's
+        after = apply(before, t, view=self.rank)
         self.state = after
         if t.rank is None:
             self.trail.append(t)
@@ -129,6 +131,15 @@ class Cluster:
             f"{v.name} diverged at tick {self.tick}, log transition #{first + i}: {why}; "
             f"the log has {ours}, {v.name} has {theirs}",
             step,
+        )
+
+    def device_diverged(self, rank: int, what: str) -> None:
+        """A rank's device (its copy engine or its disk) finished work its model does not
+        expect next: the model's count of that rank's progress has left what the rank
+        did (a correct model never does). Stops the run like a replica divergence."""
+        raise SimDivergence(
+            f"rank {rank} diverged at tick {self.tick}, after log transition #{self.transitions}: {what}",
+            self._where(rank) | {"expected": what, "got": "another count"},
         )
 
     def rank_step(self, rank: int, t: Transition) -> None:

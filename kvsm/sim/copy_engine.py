@@ -95,8 +95,15 @@ class CopyEngine:
             return
         q = self.jobs[r]
         s = self.cluster.state
-        if q[0] is not job or s.writes[s.write_done[r]] != job.node:
-            raise RuntimeError(f"simulator bug: rank {r}'s copy engine and the model's writes disagree")
+        if q[0] is not job:
+            raise RuntimeError(f"simulator bug: rank {r}'s copy engine finished its writes out of order")
+        k = s.write_done[r]
+        if k >= len(s.writes) or s.writes[k] != job.node:
+            next_write = f"node {s.writes[k]}" if k < len(s.writes) else "nothing (all are counted done)"
+            self.cluster.device_diverged(
+                r, f"its copy engine finished the write of node {job.node}, but its model's count of finished writes "
+                f"({k}) has the next write of rank {r} at {next_write}"
+            )
         q.popleft()
         self.cluster.rank_step(r, Transition.make("WriteDone", rank=r))
 

@@ -108,7 +108,7 @@ class DiskEngine:
             k, fifo, name = len(s.reload_done[r]), s.reloads, "reloads"
         ident = (fifo[k].node if name == "spills" else fifo[k].key) if k < len(fifo) else None  # type: ignore[union-attr]
         if ident != job.op:
-            raise RuntimeError(f"simulator bug: rank {r}'s disk engine ({job.what} of {job.op}) and the model's {name} disagree")
+            c.device_diverged(r, f"its disk finished the {job.what} of {job.op}, but its model's next one in {name} is {ident}")
         if job.what == "gather":
             c.rank_step(r, T("SpillGathered", rank=r))
         elif job.what == "write":

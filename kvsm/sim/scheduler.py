@@ -44,6 +44,20 @@ T = Transition.make
 class SimInvariantError(RuntimeError):
     """`--check` found a violated invariant; the message names the transition."""
 
+    def __init__(self, message: str, transition: int = 0, violations: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.transition, self.violations = transition, violations
+
+
+class SimStuck(RuntimeError):
+    """The run ended with work the model never let go of: a request still held or live,
+    a backup still pending, L3 work still in flight (every request of the workload has
+    had its time; a correct model lets each go)."""
+
+    def __init__(self, message: str, transition: int = 0) -> None:
+        super().__init__(message)
+        self.transition = transition
+
 
 @dataclass
 class _Live:
@@ -108,7 +122,7 @@ class Simulation:
         if self.check:
             bad = violations_after(t.rank, after)
             if bad:
-                raise SimInvariantError(f"after log transition #{self.applied} {t}: " + "; ".join(bad))
+                raise SimInvariantError(f"after log transition #{self.applied} {t}: " + "; ".join(bad), self.applied, tuple(bad))
 
     def run(self) -> None:
         c = self.cluster
@@ -246,9 +260,13 @@ class Simulation:
         self._sync()
         s = self.cluster.state
         if self.live or s.writes or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
-            raise RuntimeError(
-                f"simulator bug: the run ended with live requests {sorted(self.live)[:5]}, pending writes, "
-                f"or L3 work left ({len(s.spills)} spills, {len(s.reloads)} reloads, {len(s.spill_queue)} queued)"
+            held = sorted(w for op in s.reloads for w in op.waiters)
+            raise SimStuck(
+                f"the run ended with work never let go of: live requests {sorted(self.live)[:5]}"
+                + (f" (held by reloads: {held[:5]})" if held else "")
+                + f", {len(s.writes)} pending writes, {len(s.spills)} spills, {len(s.reloads)} reloads, "
+                f"{len(s.spill_queue)} queued spills",
+                self.applied,
             )
 
     def _arrive(self, rid: int, tick: int) -> None:

@@ -54,12 +54,16 @@ def names_for(cfg: "Config") -> tuple[str, ...]:
     return tuple(n for n in NAMES if REGISTRY[n].family not in L3_FAMILIES)
 
 
-def apply(state: ClusterState, t: Transition) -> ClusterState:
+def apply(state: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+    """The state after `t`. `view` names the rank whose own decision a deciding
+    transition takes (a rank's replica); None is the cluster's step (`Spec.decides`)."""
     spec = REGISTRY.get(t.name)
     if spec is None:
         raise Rejected(f"unknown transition '{t.name}'")
     if spec.per_rank != (t.rank is not None):
         raise Rejected(f"{t.name} {'needs' if spec.per_rank else 'takes no'} rank")
+    if spec.decides:
+        return spec.apply(state, t, view)
     return spec.apply(state, t)
 
 

@@ -5,12 +5,14 @@ object)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import replace as dc_replace
 from typing import Any, Callable, Iterable, Iterator
 
 import immutables
 
-from ..state import ROOT_ID, ClusterState, Node, Rejected, dev_victim_key, lane_of
+from ..config import RANK_VIEW_BUGS, Config
+from ..state import ROOT_ID, ClusterState, Node, Rejected, dev_victim_key, in_rank_order, lane_of, rank_order_key
 from ..tx import Tx
 
 
@@ -63,19 +65,59 @@ class Spec:
 
     name: str
     family: str
-    apply: Callable[[ClusterState, Transition], ClusterState]
+    apply: Callable[..., ClusterState]
     candidates: Callable[[ClusterState], Iterable[Transition]]
     args: dict[str, str]  # name -> "int" | "ints"
     per_rank: bool = False
     agreement: bool = False
+    # Its outcome is a decision every rank takes from its own replica (victims, host
+    # room, an L3 claim): `apply(state, t, view)` is rank `view`'s decision.
+    decides: bool = False
 
 
 REGISTRY: dict[str, Spec] = {}
 
 
 def register(spec: Spec) -> Spec:
+    if spec.decides:
+        spec = replace(spec, apply=_every_rank_decides(spec.apply))
     REGISTRY[spec.name] = spec
     return spec
+
+
+def cluster_view(cfg: Config) -> int | None:
+    """The rank whose decisions the cluster's state follows: rank 0 under a defect that
+    lets ranks decide from their own views, else None (every rank decides alike)."""
+    return 0 if cfg.bug in RANK_VIEW_BUGS else None
+
+
+def _every_rank_decides(decide: Callable[..., ClusterState]) -> Callable[..., ClusterState]:
+    """`apply(state, t, view=None)` of a deciding transition. With a `view`, that rank's
+    decision. Without one, the cluster's step: every rank decides from its own replica
+    (under a defect in `RANK_VIEW_BUGS` a rank's view can differ), the state follows
+    rank 0, and when some rank decides otherwise (another successor, or none) the state
+    records it in `diverged`, the first time (invariant 13)."""
+
+    def apply(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+        if view is not None or s.config.bug not in RANK_VIEW_BUGS:
+            return decide(s, t, view)
+        first = decide(s, t, 0)  # a rejection by rank 0 is the cluster's
+        if s.diverged is not None:
+            return first
+        want = first.replicated_digest()
+        others = []
+        for r in range(1, s.config.R):
+            try:
+                if decide(s, t, r).replicated_digest() != want:
+                    others.append(r)
+            except Rejected:
+                others.append(r)
+        if not others:
+            return first
+        return dc_replace(first, diverged=(t.name, tuple(others)), _digest=None)
+
+    apply.__name__ = getattr(decide, "__name__", "apply")
+    return apply
 
 
 def rank_of(s: ClusterState, t: Transition) -> int:
@@ -130,9 +172,17 @@ def enqueue_spill(tx: Tx, nid: int) -> None:
         tx.spill_queue = tx.spill_queue + (nid,)
 
 
+def split_blocked_by_backup(cfg: Config, nid: int, pending: Any) -> bool:
+    """Whether a pending backup keeps node `nid` from being split."""
+    if cfg.bug == "split_pending":
+        # the split does not look for a backup in flight: the node is split under it
+        return False
+    return nid in pending
+
+
 def unsplittable(tx: Tx, nid: int) -> bool:
     """A node whose backup is pending or whose object an in-flight spill pins."""
-    return nid in tx.pending or tx.nodes[nid].pin > 0
+    return split_blocked_by_backup(tx.cfg, nid, tx.pending) or tx.nodes[nid].pin > 0
 
 
 def split_node(tx: Tx, nid: int, at: int) -> int:
@@ -143,7 +193,7 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     pages' owners are not the ranks that wrote them to disk). A backed node's new upper
     object is queued for spilling. Returns the upper node's id."""
     n = tx.node(nid)
-    if nid in tx.pending:
+    if split_blocked_by_backup(tx.cfg, nid, tx.pending):
         raise Rejected(f"node {nid} has a pending backup and cannot be split")
     if n.pin:
         raise Rejected(f"node {nid} is pinned by a spill and cannot be split")
@@ -198,19 +248,27 @@ def evict_host_node(tx: Tx, nid: int) -> None:
     tx.remove_leaf(nid)
 
 
-def device_victims(tx: Tx, exclude: frozenset[int] = frozenset()) -> Iterator[int]:
-    """Device victims in victim order, re-checked against the transaction as it goes:
-    a parent that becomes an evictable leaf while the caller evicts joins the order.
-    The caller must evict each id it receives before asking for the next."""
+def first_victim(index: Any, cfg: Config, view: int | None) -> int:
+    """The first node of a (non-empty) victim index in the order rank `view` decides by."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        return min(index, key=lambda k: rank_order_key(k, cfg, view))[2]
+    return index.first()[2]
+
+
+def device_victims(tx: Tx, exclude: frozenset[int] = frozenset(), view: int | None = None) -> Iterator[int]:
+    """Device victims in victim order (rank `view`'s), re-checked against the
+    transaction as it goes: a parent that becomes an evictable leaf while the caller
+    evicts joins the order. The caller must evict each id it receives before asking
+    for the next."""
     import heapq
 
-    base = iter(tx.s.dev_index)
-    head = next(base, None)
-    extra: list[tuple] = []
     cfg = tx.cfg
+    base = iter(in_rank_order(tx.s.dev_index, cfg, view))
+    head = next(base, None)
+    extra: list[tuple] = []  # (rank order key, replicated key)
     while True:
-        if extra and (head is None or extra[0] < head):
-            key = heapq.heappop(extra)
+        if extra and (head is None or extra[0][0] < rank_order_key(head, cfg, view)):
+            key = heapq.heappop(extra)[1]
         elif head is not None:
             key, head = head, next(base, None)
         else:
@@ -225,20 +283,24 @@ def device_victims(tx: Tx, exclude: frozenset[int] = frozenset()) -> Iterator[in
             p = tx.nodes.get(parent_id)
             pk = dev_victim_key(p, parent_id in tx.pending, cfg) if p is not None else None
             if pk is not None:
-                heapq.heappush(extra, pk)
+                heapq.heappush(extra, (rank_order_key(pk, cfg, view), pk))
 
 
-def evict_host_to_fit(tx: Tx, length: int) -> int | None:
+def evict_host_to_fit(tx: Tx, length: int, view: int | None = None) -> int | None:
     """The base of a free host run of `length` pages, evicting host leaves to make one:
-    a snapshot of the host victim order taken before the first eviction, released one
-    at a time with a retry after each (a parent that becomes a host leaf meanwhile is
-    not added). None when the snapshot runs out; the evictions made stay in `tx`."""
-    base = tx.first_fit(length)
-    if base is None:
-        for victim in [k[2] for k in tx.s.host_index]:
+    a snapshot of the host victim order (rank `view`'s) taken before the first
+    eviction, released one at a time with a retry after each (a parent that becomes a
+    host leaf meanwhile is not added). None when the snapshot runs out; the evictions
+    made stay in `tx`."""
+    need = length
+    if tx.cfg.bug == "local_host_alloc" and view is not None:
+        # the rank sizes the room it needs from its own view: the pages of the object it
+        # owns itself (index i mod R), not the whole object every rank shares
+        need = len(tx.owned_indices(view, length))
+    if need and tx.first_fit(need) is None:
+        for victim in [k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)]:
             evict_host_node(tx, victim)
-            base = tx.first_fit(length)
-            if base is not None:
+            if tx.first_fit(need) is not None:
                 break
-    return base
+    return tx.first_fit(length)
 

@@ -31,6 +31,10 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
         if lane_of(p, cfg.R) == r:
             tx.store_host(r, p, obj.base + i)
     tx.write_done[r] += 1
+    if cfg.bug == "duplicate_ack" and tx.write_done[r] < len(s.writes):
+        # the rank's ack of this write completes twice: the second completion is counted
+        # against the next write in the queue, whose pages the rank has not copied
+        tx.write_done[r] += 1
     return tx.commit()
 
 
@@ -69,6 +73,13 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"node {nid} has no pending backup")
     tx = Tx(s)
     pend = tx.pending[nid]
+    if s.config.bug == "double_free":
+        # the rollback frees the object's pages but does not release its registration:
+        # the backup stays pending with its write and its object, which the next rollback
+        # (or anything else that frees it) frees a second time
+        obj = tx.objects[pend.obj]
+        tx.free_host(obj.base, obj.length)
+        return tx.commit()
     j = s.writes.index(nid)
     tx.writes = s.writes[:j] + s.writes[j + 1 :]
     tx.write_done = [d - 1 if d > j else d for d in s.write_done]

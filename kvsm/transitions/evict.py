@@ -10,19 +10,19 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..planner import TreeView, plan
-from ..state import MATCHED, ClusterState, Rejected, lane_of
+from ..state import MATCHED, ClusterState, Rejected, in_rank_order, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, evict_device_node, evict_host_node, register
+from .base import Spec, Transition, cluster_view, evict_device_node, evict_host_node, first_victim, register
 from .request import request_in
 
 
-def _evict_first(s: ClusterState, t: Transition, tier: str) -> ClusterState:
-    """Evict the first victim of a tier's order; the argument must name it."""
+def _evict_first(s: ClusterState, t: Transition, tier: str, view: int | None) -> ClusterState:
+    """Evict the first victim of a tier's order (rank `view`'s); the argument must name it."""
     index, evict, where = (s.dev_index, evict_device_node, "L1") if tier == "device" else (s.host_index, evict_host_node, "L2")
     nid = t.arg("node")
     if not index:
         raise Rejected(f"no node can be evicted from {where}")
-    first = index.first()[2]
+    first = first_victim(index, s.config, view)
     if nid != first:
         raise Rejected(f"the {tier} victim order picks node {first}, not {nid}")
     tx = Tx(s)
@@ -30,22 +30,22 @@ def _evict_first(s: ClusterState, t: Transition, tier: str) -> ClusterState:
     return tx.commit()
 
 
-def evict_device(s: ClusterState, t: Transition) -> ClusterState:
-    return _evict_first(s, t, "device")
+def evict_device(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+    return _evict_first(s, t, "device", view)
 
 
-def evict_host(s: ClusterState, t: Transition) -> ClusterState:
-    return _evict_first(s, t, "host")
+def evict_host(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+    return _evict_first(s, t, "host", view)
 
 
 def evict_device_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.dev_index:
-        yield Transition.make("EvictDevice", node=s.dev_index.first()[2])
+        yield Transition.make("EvictDevice", node=first_victim(s.dev_index, s.config, cluster_view(s.config)))
 
 
 def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.host_index:
-        yield Transition.make("EvictHost", node=s.host_index.first()[2])
+        yield Transition.make("EvictHost", node=first_victim(s.host_index, s.config, cluster_view(s.config)))
 
 
 def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
@@ -72,7 +72,7 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     return run, pages
 
 
-def load_back(s: ClusterState, t: Transition) -> ClusterState:
+def load_back(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Load the L2-only nodes below a matched request's lock back to L1 (all or nothing):
     the `i`-th page of the run goes to lane `i mod R`; lanes short of pages are freed by
     the owner-lane planner. The request's lock moves to the deepest loaded node."""
@@ -91,8 +91,8 @@ def load_back(s: ClusterState, t: Transition) -> ClusterState:
         need[lane_of(i, R)] += 1
     deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
     if any(deficits):
-        view = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg)
-        p = plan(view, deficits, [k[2] for k in s.dev_index])
+        tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
+        p = plan(tree, deficits, [k[2] for k in in_rank_order(s.dev_index, cfg, view)])
         if any(p.remaining):
             raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
         for victim in p.victims:
@@ -118,6 +118,6 @@ def load_back_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("LoadBack", rid=rid)
 
 
-register(Spec("EvictDevice", "evict", evict_device, evict_device_candidates, {"node": "int"}))
-register(Spec("EvictHost", "evict", evict_host, evict_host_candidates, {"node": "int"}))
-register(Spec("LoadBack", "evict", load_back, load_back_candidates, {"rid": "int"}))
+register(Spec("EvictDevice", "evict", evict_device, evict_device_candidates, {"node": "int"}, decides=True))
+register(Spec("EvictHost", "evict", evict_host, evict_host_candidates, {"node": "int"}, decides=True))
+register(Spec("LoadBack", "evict", load_back, load_back_candidates, {"rid": "int"}, decides=True))

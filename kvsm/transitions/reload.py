@@ -46,11 +46,16 @@ def reload_target(s: ClusterState, rid: int) -> Candidate | None:
     return Candidate(anchor, tokens, content.chain(s.nodes[anchor].last_content, tokens))
 
 
-def claimable(s: ClusterState, hashes: tuple[int, ...]) -> int:
-    """MIN over ranks of the leading pages whose owned hashes each rank holds."""
+def claimable(s: ClusterState, hashes: tuple[int, ...], view: int | None = None) -> int:
+    """MIN over ranks of the leading pages whose owned hashes each rank holds (rank
+    `view` decides it)."""
     R = s.config.R
     best = len(hashes)
-    for r in range(R):
+    ranks: Iterable[int] = range(R)
+    if s.config.bug == "l3_no_min" and view is not None:
+        # no MIN over the ranks: the rank claims what its own disk holds
+        ranks = (view,)
+    for r in ranks:
         n = 0
         while n < len(hashes) and (lane_of(n, R) != r or (r, hashes[n]) in s.l3):
             n += 1
@@ -92,7 +97,7 @@ def reload_mark_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("ReloadMark", rid=rid)
 
 
-def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
+def reload_reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Decide candidate `rid`: hold it on a reload, or drop the mark (it recomputes)."""
     need_l3(s)
     rid = t.arg("rid")
@@ -102,7 +107,7 @@ def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
     cfg = s.config
     tx = Tx(s)
     tx.reload_candidates.delete(rid)
-    c = claimable(s, cand.hashes)
+    c = claimable(s, cand.hashes, view)
     floor = max(1, cfg.load_back_threshold // cfg.P)
     if c < floor or not attach_ok(s.nodes, cand.anchor, cand.tokens, cand.hashes[0]):
         return tx.commit()
@@ -115,7 +120,7 @@ def reload_reserve(s: ClusterState, t: Transition) -> ClusterState:
             return tx.commit()
     if len(s.reloads) >= cfg.reload_inflight:
         return tx.commit()
-    base = evict_host_to_fit(tx, c)
+    base = evict_host_to_fit(tx, c, view)
     if base is None:
         # cannot fit even after evicting every host leaf: only the mark is dropped (no
         # eviction happens for a reservation that is not made)
@@ -173,29 +178,38 @@ def reload_admit(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     tx.reloads = s.reloads[1:]
     tx.reload_done = [x[1:] for x in s.reload_done]
-    if op.waiters and ok and attach_ok(s.nodes, op.anchor, op.tokens, op.hashes[0]):
+    attach = attach_ok(s.nodes, op.anchor, op.tokens, op.hashes[0])
+    if s.config.bug == "reload_stale_anchor":
+        # admission trusts the check made at reserve: the node attaches under the anchor
+        # as it was then, still in the tree with a clean miss below it or not
+        attach = True
+    if op.waiters and ok and attach:
         obj = tx.objects[op.obj]
         tx.objects.delete(op.obj)
         nid = tx.new_id()
         tx.objects.set(nid, Obj(obj.base, obj.length, True, nid))
         tx.clock += 1
-        tx.add_child(
-            Node(
-                id=nid,
-                parent=op.anchor,
-                key=op.tokens,
-                dev=(),
-                host=nid,
-                durable=True,
-                lock=0,
-                pin=0,
-                hits=0,
-                touched=tx.clock,
-                children=immutables.Map(),
-                ondev=0,
-                hashes=op.hashes,
-            )
+        node = Node(
+            id=nid,
+            parent=op.anchor,
+            key=op.tokens,
+            dev=(),
+            host=nid,
+            durable=True,
+            lock=0,
+            pin=0,
+            hits=0,
+            touched=tx.clock,
+            children=immutables.Map(),
+            ondev=0,
+            hashes=op.hashes,
         )
+        if op.anchor in tx.nodes:
+            tx.add_child(node)
+        else:
+            # only under reload_stale_anchor: the anchor has left the tree, and the node
+            # hangs below it, out of the tree (the reference attaches it to the detached node)
+            tx.put(node)
     else:
         tx.free_object(op.obj)
     return tx.commit()
@@ -225,7 +239,7 @@ def reload_expire_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 register(Spec("ReloadMark", "reload", reload_mark, reload_mark_candidates, {"rid": "int"}))
-register(Spec("ReloadReserve", "reload", reload_reserve, reload_reserve_candidates, {"rid": "int"}))
+register(Spec("ReloadReserve", "reload", reload_reserve, reload_reserve_candidates, {"rid": "int"}, decides=True))
 register(Spec("ReloadDone", "reload", reload_done, reload_done_candidates, {"ok": "bool"}, per_rank=True))
 register(Spec("ReloadAdmit", "reload", reload_admit, reload_admit_candidates, {}, agreement=True))
 register(Spec("ReloadExpire", "reload", reload_expire, reload_expire_candidates, {}))

@@ -104,12 +104,13 @@ def _lane_need(positions: Iterable[int], R: int) -> list[int]:
     return need
 
 
-def make_room(tx: Tx, need: list[int], exclude: frozenset[int]) -> None:
-    """Evict device victims in victim order until every lane has `need[lane]` free pages."""
+def make_room(tx: Tx, need: list[int], exclude: frozenset[int], view: int | None = None) -> None:
+    """Evict device victims in victim order (rank `view`'s) until every lane has
+    `need[lane]` free pages."""
     R = tx.cfg.R
     if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
         return
-    for nid in device_victims(tx, exclude):
+    for nid in device_victims(tx, exclude, view):
         evict_device_node(tx, nid)
         if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
             return
@@ -117,7 +118,7 @@ def make_room(tx: Tx, need: list[int], exclude: frozenset[int]) -> None:
     raise Rejected(f"device lanes short of pages after evicting every victim: {short}")
 
 
-def insert(s: ClusterState, t: Transition) -> ClusterState:
+def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """After the forward pass: cache the request's pages. Walk its key from the root;
     whole nodes on L1 are hits, whole nodes only on L2 are re-owned with fresh device
     pages, a node the key diverges inside is split (if its backup is pending, caching
@@ -155,7 +156,7 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     positions += range(pos, pos + len(new_tokens))
     out_positions = range(len(tokens), len(tokens) + req.out_pages)
     positions += out_positions
-    make_room(tx, _lane_need(positions, R), frozenset(path))
+    make_room(tx, _lane_need(positions, R), frozenset(path), view)
 
     on_l1_before = {nid for nid in path if tx.node(nid).dev}
     for nid, p0 in reown:
@@ -246,6 +247,6 @@ def abort_candidates(s: ClusterState) -> Iterable[Transition]:
 
 register(Spec("Arrive", "request", arrive, arrive_candidates, {"rid": "int", "tokens": "ints", "out_pages": "int"}))
 register(Spec("Match", "request", match, match_candidates, {"rid": "int"}))
-register(Spec("Insert", "request", insert, insert_candidates, {"rid": "int"}))
+register(Spec("Insert", "request", insert, insert_candidates, {"rid": "int"}, decides=True))
 register(Spec("Finish", "request", finish, finish_candidates, {"rid": "int"}))
 register(Spec("Abort", "request", abort, abort_candidates, {"rid": "int"}))

@@ -22,7 +22,7 @@ from ..tx import Tx
 from .base import Spec, Transition, evict_host_to_fit, register
 
 
-def reserve(s: ClusterState, t: Transition) -> ClusterState:
+def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     nid = t.arg("node")
     if nid not in s.backup_index:
         if nid not in s.nodes:
@@ -31,7 +31,7 @@ def reserve(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     n = tx.node(nid)
     length = n.pages
-    base = evict_host_to_fit(tx, length)
+    base = evict_host_to_fit(tx, length, view)
     if base is None:
         raise Rejected(f"no free run of {length} host pages even after evicting every host leaf")
     tx.alloc_host(base, length)
@@ -47,4 +47,4 @@ def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("Reserve", node=nid)
 
 
-register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int"}))
+register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int"}, decides=True))

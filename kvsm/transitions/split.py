@@ -13,7 +13,7 @@ from typing import Iterable
 
 from ..state import MATCHED, QUEUED, ClusterState, Rejected
 from ..tx import Tx
-from .base import Spec, Transition, register, split_node, walk_key
+from .base import Spec, Transition, register, split_blocked_by_backup, split_node, walk_key
 
 
 def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
@@ -21,7 +21,7 @@ def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
     for req in s.requests.values():
         if req.phase in (QUEUED, MATCHED):
             cut = walk_key(s.nodes, req.tokens).cut
-            if cut is not None and cut[0] not in s.pending and not s.nodes[cut[0]].pin:
+            if cut is not None and not split_blocked_by_backup(s.config, cut[0], s.pending) and not s.nodes[cut[0]].pin:
                 out.add(cut)
     return out
 
