@@ -38,7 +38,8 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    Bug                 \* an injected defect (docs/defects.md), or "none"
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -46,6 +47,9 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
+                  "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
+                  "l3_no_min", "wallclock_tiebreak"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]

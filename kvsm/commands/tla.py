@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .common import bug_option, bug_or_exit
+
 console = Console()
 err = Console(stderr=True)
 
@@ -33,14 +35,17 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
         log: Optional[Path] = typer.Option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        bug: Optional[str] = bug_option(),
     ) -> None:
-        """Model-check the spec with TLC: its invariants and the liveness property. A
-        violation's trace becomes a kvsm log that `kvsm replay --check` replays."""
+        """Model-check the spec with TLC: its invariants and the liveness property (with
+        --bug, of the spec with that defect). A violation's trace becomes a kvsm log that
+        `kvsm replay --check` replays (with the same --bug)."""
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
 
+        bug_or_exit(bug)
         try:
-            res = do_check(config, workers=workers, log_path=log)
+            res = do_check(config, workers=workers, log_path=log, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _fail(str(e)) from None
         out = res.to_json()
@@ -59,7 +64,8 @@ def register(app: typer.Typer) -> None:
             else:
                 err.print(f"[red]{v['kind']} violated: {v['property']}[/red] after {v['steps']} steps")
                 if v["log"]:
-                    err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check {v['log']})")
+                    again = f" --bug {res.bug}" if res.bug != "none" else ""
+                    err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check{again} {v['log']})")
                 else:
                     err.print(f"the trace could not become a log: {v.get('log_error')}")
         raise typer.Exit(0 if res.ok else 1)
@@ -69,14 +75,17 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        bug: Optional[str] = bug_option(),
     ) -> None:
         """Compare TLC's complete state graph of a model with the Python model's: the
-        same states and the same labelled edges."""
+        same states and the same labelled edges. With --bug, both have that defect and
+        each graph stops at the states where it breaks an invariant."""
         from ..tla.conform import conform as do_conform
         from ..tla.errors import TLCError, TLCUnavailable
 
+        bug_or_exit(bug)
         try:
-            res = do_conform(config, workers=workers)
+            res = do_conform(config, workers=workers, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _fail(str(e)) from None
         if as_json:
@@ -103,14 +112,18 @@ def register(app: typer.Typer) -> None:
         log: Path = typer.Argument(..., help="transition log (JSONL)"),
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        bug: Optional[str] = bug_option(),
     ) -> None:
-        """Decide with TLC whether a log is a behaviour of the spec."""
+        """Decide with TLC whether a log is a behaviour of the spec (with --bug, of the
+        spec with that defect; the correct spec by default, whatever defect the log was
+        written with)."""
         from ..log import LogError
         from ..tla.errors import TLCError, TLCUnavailable
         from ..tla.validate import validate as do_validate
 
+        bug_or_exit(bug)
         try:
-            res = do_validate(log, workers=workers)
+            res = do_validate(log, workers=workers, bug=bug)
         except LogError as e:
             raise _fail(str(e)) from None
         except (TLCError, TLCUnavailable) as e:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, ConfigError
 from ..log import Header, LogWriter, OutputError
 from ..state import initial_state
 from ..transitions import successors
-from .models import config_of_model
+from .errors import TLCError
+from .models import ModelConfig, config_of_model, read_cfg, with_bug
 from .runner import TLCResult, Violation, model_paths, run_tlc
 from .specmap import canon_model, canon_spec
 
@@ -34,6 +35,7 @@ class CheckResult:
     tlc: TLCResult
     log: Path | None
     log_error: str | None = None  # why the trace could not become a log
+    bug: str = "none"  # the injected defect the spec and the model were checked with
 
     @property
     def ok(self) -> bool:
@@ -42,6 +44,7 @@ class CheckResult:
     def to_json(self) -> dict[str, Any]:
         v = self.tlc.violation
         return {
+            "bug": self.bug,
             "distinct_states": self.tlc.distinct_states,
             "states_generated": self.tlc.states_generated,
             "depth": self.tlc.depth,
@@ -87,19 +90,33 @@ def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> P
     return path
 
 
-def check(model: str, workers: int = 1, log_path: Path | None = None) -> CheckResult:
+def check(model: str, workers: int = 1, log_path: Path | None = None, bug: str | None = None) -> CheckResult:
     """Run TLC on a model (`ci`, `deep` or a .cfg path) with the invariants and
-    properties its cfg names; on a violation, write its trace as a log to `log_path`
-    (default `out/tlc-<model>-<property>.jsonl`)."""
+    properties its cfg names, with the spec's `Bug` constant bound to `bug` when one is
+    named; on a violation, write its trace as a log to `log_path` (default
+    `out/tlc-<model>[-<bug>]-<property>.jsonl`), made by the Python model with the same
+    defect (its header names it)."""
     module, cfg_path = model_paths(model)
     cfg = config_of_model(module, cfg_path)
-    res = run_tlc(module, cfg_path, workers=workers)
+    mc: Path | ModelConfig = cfg_path
+    if bug is not None and bug != cfg.bug:
+        cfg = config_with_bug(cfg, bug, str(cfg_path))
+        mc = with_bug(read_cfg(cfg_path), bug)
+    res = run_tlc(module, mc, workers=workers)
     if res.violation is None:
-        return CheckResult(model, res, None)
+        return CheckResult(model, res, None, bug=cfg.bug)
     name = "".join(ch if ch.isalnum() else "-" for ch in res.violation.property)
-    log = log_path or Path("out") / f"tlc-{cfg_path.stem}-{name}.jsonl"
+    tag = "" if cfg.bug == "none" else f"-{cfg.bug}"
+    log = log_path or Path("out") / f"tlc-{cfg_path.stem}{tag}-{name}.jsonl"
     try:
         trace_to_log(res.violation, cfg, log, model)
     except (TraceError, OutputError) as e:  # the violation is still reported, without its log
-        return CheckResult(model, res, None, str(e))
-    return CheckResult(model, res, log)
+        return CheckResult(model, res, None, str(e), bug=cfg.bug)
+    return CheckResult(model, res, log, bug=cfg.bug)
+
+
+def config_with_bug(cfg: Config, bug: str, where: str) -> Config:
+    try:
+        return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"{where} with bug {bug}")
+    except ConfigError as e:
+        raise TLCError(str(e)) from None

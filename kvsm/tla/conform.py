@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, ConfigError
 from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, config_of_model, read_cfg
+from .models import ModelConfig, config_of_model, read_cfg, with_bug
 from .runner import model_paths, run_tlc
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
@@ -52,21 +52,32 @@ class StateGraph:
     seconds: float = 0.0
 
 
-def graph_config(cfg_path: Path) -> ModelConfig:
+def graph_config(cfg_path: Path, bug: str | None = None) -> ModelConfig:
     """The model's constants with INIT Init and NEXT Next and nothing to check: the
-    complete graph is wanted, and state constraints would cut it short."""
+    complete graph is wanted, and state constraints would cut it short. With an
+    injected defect `bug`, `Bug` is bound to it and the graph is cut where the defect
+    breaks the model: the action constraint `Healthy` (every invariant the Python model
+    checks holds in the state a step leaves) keeps a broken state in the graph but
+    takes no step out of it, which is what `explore(cut=True)` does."""
     mc = read_cfg(cfg_path)
     for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
         if mc.names(kw):
             raise TLCError(f"{cfg_path}: has {kw}; conform compares complete state graphs, which {kw} would change")
-    return ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
+    out = ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
+    if bug is not None:
+        out = with_bug(out, bug)
+        out.sections["ACTION_CONSTRAINTS"] = ["Healthy"]
+    return out
 
 
 def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, workers: int = 1) -> StateGraph:
+    """TLC's graph of a model, with the injected defect `config.bug` (cut where it
+    breaks the model, see `graph_config`)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
         dot = Path(tmp) / "graph.dot"
-        res = run_tlc(module, graph_config(cfg_path), workers=workers, dump_dot=dot, keep_output=False)
+        gc = graph_config(cfg_path, None if config.bug == "none" else config.bug)
+        res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False)
         if res.violation is not None:
             raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {cfg_path.name}")
         by_fp: dict[str, int] = {}
@@ -101,7 +112,7 @@ def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, wo
 
 def model_graph(config: Config, intern: Interner) -> StateGraph:
     t0 = time.perf_counter()
-    ex = explore(config, check=False)
+    ex = explore(config, check=False, cut=config.bug != "none")
     ids = {d: intern(canon_model(s)) for d, s in ex.states.items()}
     first = next(iter(ex.states))  # explore inserts the initial state first
     g = StateGraph(ids[first])
@@ -214,11 +225,18 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
     )
 
 
-def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None) -> ConformResult:
-    """Compare TLC's graph of a model (`ci` or a .cfg path) with the Python model's.
-    `tlc` reuses a TLC graph already read (with its interner), e.g. across tests."""
+def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None, bug: str | None = None) -> ConformResult:
+    """Compare TLC's graph of a model (`ci` or a .cfg path) with the Python model's,
+    both with the injected defect `bug` when one is named (each graph then cut where
+    the defect breaks the model). `tlc` reuses a TLC graph already read (with its
+    interner), e.g. across tests."""
     module, cfg_path = model_paths(model_name)
     config = config_of_model(module, cfg_path)
+    if bug is not None and bug != config.bug:
+        try:
+            config = Config.from_json({**config.to_json(), "bug": bug}, where=f"{cfg_path} with bug {bug}")
+        except ConfigError as e:
+            raise TLCError(str(e)) from None
     if tlc is None:
         intern = Interner()
         tg = tlc_graph(module, cfg_path, config, intern, workers)

@@ -110,7 +110,13 @@ CONSTANT_FIELDS = (
     ("reload_inflight", "ReloadInflight"),
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
+    ("bug", "Bug"),
 )
+
+
+def with_bug(mc: ModelConfig, bug: str) -> ModelConfig:
+    """A model config with its `Bug` constant bound to `bug` (and everything else as it is)."""
+    return ModelConfig(constants={**mc.constants, "Bug": ("=", to_tla(bug))}, sections=dict(mc.sections))
 
 
 def model_constants(module: Path, cfg: Path) -> dict[str, Any]:

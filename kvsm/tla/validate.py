@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..log import LogError, read_log
+from ..log import LogError, model_config, read_log
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
 from .models import ModelConfig, constant_bindings
@@ -284,12 +284,16 @@ def trace_config(cfg: Config) -> ModelConfig:
     return ModelConfig(constants=consts, sections={"INIT": ["TraceInit"], "NEXT": ["TraceNext"], "VIEW": ["TraceView"]})
 
 
-def validate(path: str | Path, workers: int = 1) -> ValidateResult:
-    """Decide with TLC whether the log at `path` is a behaviour of the spec. A log
-    that cannot be read (malformed line, unknown transition) raises `LogError`."""
+def validate(path: str | Path, workers: int = 1, bug: str | None = None) -> ValidateResult:
+    """Decide with TLC whether the log at `path` is a behaviour of the spec, with the
+    injected defect `bug` (the correct spec by default, whatever defect the log was
+    written with). The Python model replays the log as it was written (with the
+    defect its header names) to compute its states; the spec decides. A log that
+    cannot be read (malformed line, unknown transition) raises `LogError`."""
     p = str(path)
     header, stream = read_log(p)
     cfg = header.config
+    spec_cfg = model_config(header, bug, p)
     state = initial_state(cfg)
     if state.digest() != header.initial_digest:
         raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
@@ -314,7 +318,7 @@ def validate(path: str | Path, workers: int = 1) -> ValidateResult:
     spec_dir()  # fail early, with the reason, when the spec cannot be found
     text = trace_module(steps, states, cfg)
     t0 = time.perf_counter()
-    res = run_tlc(Path(f"{MODULE}.tla"), trace_config(cfg), workers=workers, deadlock=True, extra_modules={MODULE: text}, view=True)
+    res = run_tlc(Path(f"{MODULE}.tla"), trace_config(spec_cfg), workers=workers, deadlock=True, extra_modules={MODULE: text}, view=True)
     res.seconds = time.perf_counter() - t0
     v = res.violation
     first_rejected = None
