@@ -127,15 +127,15 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     real_checker = checking.Checker
 
     class Counting(real_checker):
-        def __init__(self, state, every=checking.EVERY, at_agreement=True):
-            super().__init__(state, every, at_agreement)
+        def __init__(self, state, **kw):
+            super().__init__(state, **kw)
             fulls.append(self)
 
     checking.Checker = Counting
     try:
         replay(log, check=True)
         full_checks = fulls[-1].stats.full
-        checking.Checker = lambda state: Counting(state, at_agreement=False)
+        checking.Checker = lambda state, **kw: Counting(state, at_agreement=False, **kw)
         sparse = best(check=True)
         sparse_full = fulls[-1].stats.full
     finally:

@@ -34,7 +34,7 @@ from collections import Counter
 from itertools import cycle
 from operator import itemgetter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import content
 from . import effects as fx
@@ -88,13 +88,21 @@ class Checker:
     `t` produced from the previous one; `finish()` checks the last state from scratch.
     Each returns a `Finding` or None. `at` labels the transition in findings. The
     from-scratch check also runs after every agreement point (unless `at_agreement` is
-    false, for measuring what those checks cost) and after `every` transitions."""
+    false, for measuring what those checks cost) and after `every` transitions; it is
+    `full` (default `full_violations`)."""
 
-    def __init__(self, state: ClusterState, every: int = EVERY, at_agreement: bool = True) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        every: int = EVERY,
+        at_agreement: bool = True,
+        full: Callable[[ClusterState], list[str]] | None = None,
+    ) -> None:
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         self.every = every
         self.at_agreement = at_agreement
+        self.full = full if full is not None else full_violations
         self.state = state
         self.stats = Stats()
         self._shadow: _Shadow | None = None
@@ -134,7 +142,7 @@ class Checker:
         self.stats.full += 1
         for k in INVARIANTS[:10]:
             self.stats.per_invariant[k]["full"] += 1
-        return full_violations(s)
+        return self.full(s)
 
     def _checkpoint(self) -> Finding | None:
         at, t, s = self._since[-1]

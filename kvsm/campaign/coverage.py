@@ -26,13 +26,14 @@ from typing import Any, Callable
 from ..state import ClusterState, Rejected, lane_of
 from ..transitions import NAMES, REGISTRY, Transition, names_for
 
-PROBE_EVERY = 64
+PROBE_EVERY = 16
 PROBE_CANDIDATES = 3
 
 
 def reason_key(message: str) -> str:
     """A rejection reason without the numbers that name its node, page or request."""
     s = re.sub(r"\[[^\]]*\]", "[...]", message)
+    s = re.sub(r"\{[^}]*\}", "{...}", s)
     s = re.sub(r"\b[0-9a-f]{9,}\b", "H", s)
     return re.sub(r"-?\d+", "N", s)
 
