@@ -51,7 +51,10 @@ class Session:
     lost_workers: list[str] = field(default_factory=list)
 
     def workers(self) -> set[str]:
-        return set(self.client.scheduler_info(n_workers=-1)["workers"])
+        # asked of the scheduler directly: `Client.scheduler_info` returns a cache that the
+        # client's own periodic refresh may replace, at any moment, by one without workers
+        c = self.client
+        return set(c.sync(c.scheduler.identity, n_workers=-1)["workers"])
 
     def close(self) -> None:
         try:
@@ -71,9 +74,9 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
         client = Client(scheduler, timeout=timeout)
         local = None
         deadline = time.monotonic() + timeout
-        while not client.scheduler_info()["workers"] and time.monotonic() < deadline:
+        while not client.sync(client.scheduler.identity, n_workers=-1)["workers"] and time.monotonic() < deadline:
             time.sleep(0.2)
-        if not client.scheduler_info()["workers"]:
+        if not client.sync(client.scheduler.identity, n_workers=-1)["workers"]:
             client.close()
             raise ConnectionError(f"--scheduler {scheduler}: no worker joined within {timeout:g} s")
         address = scheduler

@@ -33,7 +33,7 @@ from ..sim import SimDivergence, simulate
 from ..state import ClusterState, initial_state
 from ..transitions import Transition
 from .coverage import Coverage
-from .spec import RunSpec, command
+from .spec import RunSpec, command, resolve
 
 DETECTORS = ("invariant", "divergence", "held", "replay", "crash")
 
@@ -218,9 +218,9 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
     """Run one spec on this worker; the result record (see docs/campaign.md)."""
     from .shrink import shrink
 
-    spec = RunSpec.from_json(spec_json)
-    budget = Budget(**budget_json)
     t0 = time.perf_counter()
+    spec = resolve(RunSpec.from_json(spec_json))
+    budget = Budget(**budget_json)
     out = execute(spec, budget)
     rec: dict[str, Any] = {
         "seed": spec.seed,

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..config import ConfigError, load_config
-from ..sim import FaultSpecError, Faults, SimError, SimOptions
+from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
 from ..sim.options import TIERS, prepare
 
 CONFIGS = ("small", "default", "l3")
@@ -32,10 +32,13 @@ FAULT_MIXES = (
     "slow:0.05,stall:0.02,abort:0.05,burst:0.02,disk:0.005",
 )
 WORKLOADS = ("system-prompts", "multi-turn", "long-doc", "thrash", "synthetic")
-# capacities a run draws (None: the config's own); small ones make every tier evict
-L1_PAGES = (None, 2, 4, 8, 16, 64)
-L2_PAGES = (None, 8, 16, 64, 256)
-L3_PAGES = (None, 8, 32, 128)
+# Capacities a run draws, as how many of its average prompts a tier holds (None: the
+# config's own pages): small ones make every tier evict, large ones let reloads and
+# load-backs happen. The worker turns them into pages from the run's workload
+# (`resolve`), so that they mean the same for two-page and hundred-page prompts.
+L1_PROMPTS = (None, 0.5, 1, 2, 4, 16)  # device pages of all lanes together
+L2_PROMPTS = (None, 1, 4, 16)
+L3_PROMPTS = (None, 2, 8, 32)
 RANKS = (None, 1, 2, 4)
 EVICTIONS = (None, "lru", "slru")
 
@@ -128,17 +131,26 @@ class RunSpec:
     l3_pages: int | None = None
     eviction: str | None = None
     bug: str = "none"
+    # tier sizes in average prompts (L1, L2, L3), turned into the pages above by `resolve`
+    prompts: tuple[float | None, float | None, float | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["prompts"] = list(self.prompts) if self.prompts is not None else None
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "RunSpec":
+        d = dict(d)
+        if d.get("prompts") is not None:
+            d["prompts"] = tuple(d["prompts"])
         return cls(**d)
 
     def options(self, check: bool = False, workload: str | None = None) -> SimOptions:
         """The simulator's options (`workload` replaces the workload by a trace file, whose
-        requests are then all simulated)."""
+        requests are then all simulated); tier sizes in prompts are resolved first."""
+        if self.prompts is not None:
+            return resolve(self).options(check, workload)
         return SimOptions(
             workload=workload or self.workload,
             config=self.config,
@@ -165,11 +177,28 @@ def derive(space: Space, seed: int) -> RunSpec:
     workload = rng.choice(space.workloads)
     requests = rng.randint(*space.requests)
     ranks = rng.choice(RANKS)
-    l1 = rng.choice(L1_PAGES)
-    l2 = rng.choice(L2_PAGES) if tiers != "l1" else None
-    l3 = rng.choice(L3_PAGES) if tiers == "l1,l2,l3" else None
+    l1 = rng.choice(L1_PROMPTS)
+    l2 = rng.choice(L2_PROMPTS) if tiers != "l1" else None
+    l3 = rng.choice(L3_PROMPTS) if tiers == "l1,l2,l3" else None
     eviction = rng.choice(EVICTIONS)
-    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, l1, l2, l3, eviction, space.bug)
+    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug, prompts=(l1, l2, l3))
+
+
+def resolve(spec: RunSpec) -> RunSpec:
+    """`spec` with its tier sizes in pages: `prompts` times the average prompt of its
+    workload (per lane for L1), at least one page."""
+    if spec.prompts is None:
+        return spec
+    k1, k2, k3 = spec.prompts
+    cfg = load_config(spec.config)
+    R = spec.ranks or cfg.R
+    reqs = load_workload(spec.workload, spec.requests, spec.seed, device_pages=R * cfg.L1).requests
+    mean = sum(len(r.hash_ids) for r in reqs) / max(1, len(reqs))
+
+    def pages(k: float | None, per: int = 1) -> int | None:
+        return None if k is None else max(1, -(-int(k * mean) // per))
+
+    return replace(spec, l1_pages=pages(k1, R), l2_pages=pages(k2), l3_pages=pages(k3), prompts=None)
 
 
 def _fit_faults(spec: str, tiers: str) -> str:

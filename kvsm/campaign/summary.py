@@ -3,7 +3,8 @@
 `--json` prints `{"runs", "transitions", "failures": [{"signature", "runs", "case"}],
 "coverage": {...}, "workers", "seconds"}`: `runs` and `transitions` count every run
 recorded in `DIR/results.jsonl` (a resumed campaign's earlier runs included), a failure
-group lists the seeds of its runs and the shrunk case with the fewest transitions,
+group lists the seeds of its runs and the shrunk case with the fewest transitions (the
+lowest seed's among equals),
 `workers` and `seconds` are this invocation's. `coverage` is `kvsm.campaign.coverage`'s
 totals plus `runs` (how many ended `ok`, `failed`, `budget`, `killed`, `error`; how many
 were retried on another worker; the workers lost meanwhile) and `spec` (runs per config,
@@ -52,9 +53,9 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
         if sig is not None:
             g = groups.setdefault(sig, {"signature": sig, "runs": [], "case": None, "_size": None})
             g["runs"].append(rec["seed"])
-            size = rec.get("case_size", {}).get("transitions")
-            if rec.get("case") and (g["_size"] is None or (size is not None and size < g["_size"])):
-                g["case"], g["_size"] = rec["case"], size
+            key = (rec.get("case_size", {}).get("transitions", 1 << 62), rec["seed"])
+            if rec.get("case") and (g["_size"] is None or key < g["_size"]):
+                g["case"], g["_size"] = rec["case"], key
     cov["runs"] = {s: status.get(s, 0) for s in STATUSES} | {"retried": retried, "workers_lost": list(lost or [])}
     cov["spec"] = {k: dict(sorted(v.items())) for k, v in spec.items()}
     failures = []
