@@ -18,9 +18,11 @@ device page, and which object holds a host page. The checker keeps its own
 (`_Shadow`), built from the whole state at the start and whenever the writes of a
 transition are not known, and updated from every transition's writes.
 
-The from-scratch check (`violations`) still runs: after every transition that is an
-agreement point (`Spec.agreement`: Commit, SpillAck, ReloadAdmit), after every
-`every` transitions, and at the end. When it finds a violation that the
+The from-scratch check (`full_violations`, which decides what `violations` would say)
+still runs: after every transition that is an agreement point (`Spec.agreement`:
+Commit, SpillAck, ReloadAdmit), after every `every` transitions, after a transition
+whose writes are not known (a state not produced by this thread's transactions), and
+at the end. When it finds a violation that the
 per-transition checks did not, the checker checks the states since the last clean
 from-scratch check again, from scratch, and reports the first that fails, so a report
 always names the transition that broke the state. Invariant 11 (Ownership, over the
@@ -108,14 +110,10 @@ class Checker:
         self._shadow: _Shadow | None = None
         # states since the last clean from-scratch check: (label, transition, state)
         self._since: list[tuple[Any, Transition | None, ClusterState]] = []
-        self._clean = state
 
     def start(self, at: Any = 0) -> Finding | None:
         v = self._full(self.state)
-        if v:
-            return Finding(at, None, v, "full")
-        self._clean = self.state
-        return None
+        return Finding(at, None, v, "full") if v else None
 
     def step(self, t: Transition, after: ClusterState, at: Any = None) -> Finding | None:
         before, self.state = self.state, after
@@ -123,12 +121,14 @@ class Checker:
         st.step += 1
         bad = step_violations(t.rank, after)
         st.per_invariant["11 Ownership"]["step"] += 1
+        known = True
         if not bad:
             bad = self._local(before, after)
+            known = bad is not None
         if bad:
             return Finding(at, t, bad, "step")
         self._since.append((at, t, after))
-        if (self.at_agreement and REGISTRY[t.name].agreement) or len(self._since) >= self.every:
+        if not known or (self.at_agreement and REGISTRY[t.name].agreement) or len(self._since) >= self.every:
             return self._checkpoint()
         return None
 
@@ -149,7 +149,6 @@ class Checker:
         v = self._full(s)
         if not v:
             self._since.clear()
-            self._clean = s
             return None
         # the per-transition checks missed it: find the first state that fails
         for k, (at_k, t_k, s_k) in enumerate(self._since[:-1]):
@@ -159,15 +158,16 @@ class Checker:
         return Finding(at, t, v, "full" if len(self._since) == 1 else "located")
 
     # ---- per transition ------------------------------------------------------------------
-    def _local(self, before: ClusterState, after: ClusterState) -> list[str]:
+    def _local(self, before: ClusterState, after: ClusterState) -> list[str] | None:
+        """The per-transition checks; None when what the transition wrote is not known
+        (the state was not produced by this thread's last transactions): then the caller
+        checks from scratch, and the shadow indexes are rebuilt at the next transition."""
         if after is before:
             return []
         written = _writes_between(before, after)
         if written is None or after.config is not before.config:
-            # not produced by this thread's transactions (or a gap in them): the whole
-            # state is checked, and the shadow indexes rebuilt
             self._shadow = None
-            return self._full(after)
+            return None
         if self._shadow is None:
             self._shadow = _Shadow(before)
         return local_violations(before, after, written, self._shadow, self.stats)

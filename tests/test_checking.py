@@ -269,3 +269,22 @@ def test_sim_check_stops_a_run_at_the_planted_fault(monkeypatch):
     opts = SimOptions(workload="multi-turn", config="small", requests=20, tiers="l1,l2", seed=1, l1_pages=16, l2_pages=32, check=True)
     with pytest.raises(SimInvariantError, match=r"after log transition #\d+ Insert\(rid=2\): 3 Locks"):
         simulate(opts)
+
+
+def test_a_state_whose_writes_are_not_known_is_checked_from_scratch(logs):
+    """A state the checker cannot trace to this thread's last transactions (here: changed
+    after the fact, with no record of it) gets the from-scratch check at once."""
+    log = logs[1]
+    s0 = _initial(log)
+    ck = Checker(s0, every=10**9, at_agreement=False)
+    assert ck.start() is None
+    for lineno, t, _, after in _states(log, s0):
+        if lineno == 30:
+            nid, n = _some_node(after)
+            after = replace(after, nodes=after.nodes.set(nid, n.with_(touched=after.clock + 5)))
+            found = ck.step(t, after, lineno)
+            assert found is not None and found.at == lineno and found.how == "full"
+            assert any(v.startswith("10 Counts") for v in found.violations)
+            return
+        assert ck.step(t, after, lineno) is None
+    raise AssertionError("the log is too short")
