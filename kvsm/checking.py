@@ -155,7 +155,7 @@ class Checker:
             vk = self._full(s_k)
             if vk:
                 return Finding(at_k, t_k, vk, "located")
-        return Finding(at, t, v, "full" if len(self._since) == 1 else "located")
+        return Finding(at, t, v, "full")  # every earlier state holds: this transition broke it
 
     # ---- per transition ------------------------------------------------------------------
     def _local(self, before: ClusterState, after: ClusterState) -> list[str] | None:
