@@ -29,7 +29,7 @@ from ..sim.options import prepare
 from ..sim.workload import TraceRequest
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import Transition, apply
-from .run import Budget, Failure, Outcome, _Held, _track_held, execute, signature
+from .run import Budget, Outcome, _Held, _track_held, execute, signature
 from .spec import RunSpec, command
 
 T = TypeVar("T")
