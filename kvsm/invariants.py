@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from .config import Config
+
 from . import content
 from . import effects as fx
 from .digest_sums import recompute_sums
@@ -54,9 +56,7 @@ def violations(s: ClusterState) -> list[str]:
         out.append(f"{i} {NAMES[i]}: {msg}")
 
     cfg = s.config
-    # what the contract says of a predicate that an injected defect changes in the model
-    # (the derived indexes follow the model's own, which invariant 10 checks)
-    contract = replace(cfg, bug="none") if cfg.bug != "none" else cfg
+    bare = contract(cfg)
     nodes = s.nodes
     R, L2 = cfg.R, cfg.L2
 
@@ -148,7 +148,7 @@ def violations(s: ClusterState) -> list[str]:
             bad(4, f"pending node {nid} is not on L1")
         if n.host is not None:
             bad(4, f"pending node {nid} is already backed")
-        if dev_victim_key(n, True, contract) is not None:
+        if dev_victim_key(n, True, bare) is not None:
             bad(4, f"pending node {nid} is evictable")
         obj = s.objects.get(pend.obj)
         if obj is None or obj.committed or obj.length != n.pages:
@@ -321,11 +321,27 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
 
     # 13. Agreement ----------------------------------------------------------------------------------------------
-    # Every rank takes the same decision at every replicated step (the model is collective-free).
-    if s.diverged is not None:
-        name, ranks = s.diverged
-        bad(13, f"{name}: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} decide{'' if len(ranks) > 1 else 's'} it otherwise than rank 0")
+    disagreement = agreement_violation(s)
+    if disagreement:
+        bad(13, disagreement)
     return out
+
+
+def agreement_violation(s: ClusterState) -> str | None:
+    """Invariant 13 without its label: every rank takes the same decision at every
+    replicated step (the model is collective-free); None when it holds."""
+    if s.diverged is None:
+        return None
+    name, ranks = s.diverged
+    many = len(ranks) > 1
+    return f"{name}: rank{'s' if many else ''} {', '.join(map(str, ranks))} decide{'' if many else 's'} it otherwise than rank 0"
+
+
+def contract(cfg: Config) -> Config:
+    """The config without its injected defect: what the contract says of a predicate that
+    a defect changes in the model (the derived indexes follow the model's own, which
+    invariant 10 checks)."""
+    return replace(cfg, bug="none") if cfg.bug != "none" else cfg
 
 
 

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from .checking import full_violations
 from .config import Config, ConfigError
-from .invariants import violations as check_invariants
-from .invariants import violations_after
 from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, apply
 
 FORMAT = 1
+
+# The from-scratch check of `replay(check=True)` (`kvsm.checking` also checks each
+# transition's writes after it); looked up at each use, so that a test can replace it.
+check_invariants = full_violations
 SOURCES = ("walk", "sim", "tlc", "hand", "gpu")
 
 
@@ -267,6 +270,12 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
     return header, lines()
 
 
+def _found(f: Any) -> list[dict[str, Any]]:
+    """A checker's finding as replay reports it; its label is (line, step index)."""
+    line, step = f.at
+    return [{"line": line, "step": step, "transition": str(f.transition), "violation": x} for x in f.violations]
+
+
 @dataclass
 class ReplayResult:
     transitions: int
@@ -316,8 +325,11 @@ def replay(
 ) -> ReplayResult:
     """Replay a log from its header's config with the injected defect `bug` (none by
     default, see `model_config`), verifying every digest (and with `check` every
-    invariant after every transition). Stops at the first mismatch or violation; a
-    mismatch names the step, its transition and why."""
+    invariant after every transition, `kvsm.checking`). Stops at the first mismatch or
+    violation; a mismatch names the step, its transition and why, a violation the line
+    of the first state that breaks it."""
+    from .checking import Checker
+
     p = str(path)
     count = 0
     state: ClusterState | None = None
@@ -328,10 +340,12 @@ def replay(
         state = initial_state(model_config(header, bug, p))
         if state.digest() != header.initial_digest:
             raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
+        checker = None
         if check:
-            v = check_invariants(state)
-            if v:
-                return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in v], None, state)
+            checker = Checker(state, full=lambda s: check_invariants(s))
+            found = checker.start(1)
+            if found is not None:
+                return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in found.violations], None, state)
         for lineno, i, t, digest in stream:
             try:
                 nxt = apply(state, t)
@@ -342,12 +356,16 @@ def replay(
                 raise _StepError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}", i, t)
             state = nxt
             count += 1
-            if check:
-                v = violations_after(t.rank, state)
-                if v:
-                    return ReplayResult(count, got, [{"line": lineno, "step": i, "transition": str(t), "violation": x} for x in v], None, state, **bugs)
+            if checker is not None:
+                found = checker.step(t, state, (lineno, i))
+                if found is not None:
+                    return ReplayResult(count, got, _found(found), None, state, **bugs)
             if on_step is not None:
                 on_step(count)
+        if checker is not None:
+            found = checker.finish()
+            if found is not None:
+                return ReplayResult(count, state.digest(), _found(found), None, state, **bugs)
     except LogError as e:
         last = state.digest() if state is not None else ""
         where: dict[str, Any] = {"line": e.line}

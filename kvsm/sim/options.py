@@ -77,8 +77,8 @@ class SimOptions:
     faults: str = "none"
     schedule: str = "auto"
     timing: Timing = field(default_factory=Timing)
-    check: bool = False  # check every invariant after every transition (slow)
-    bug: str | None = None  # an injected defect of the model (docs/defects.md)
+    check: bool = False  # check every invariant after every transition (kvsm.checking)
+    bug: str | None = None  # an injected defect of the model (docs/defects.md); None: the config's own
 
 
 @dataclass(frozen=True)
