@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..config import Config
+from ..config import RANK_VIEW_BUGS, Config
 from ..state import ClusterState, Rejected
 from .base import REGISTRY, Spec, Transition
 from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
@@ -62,9 +62,9 @@ def apply(state: ClusterState, t: Transition, view: int | None = None) -> Cluste
         raise Rejected(f"unknown transition '{t.name}'")
     if spec.per_rank != (t.rank is not None):
         raise Rejected(f"{t.name} {'needs' if spec.per_rank else 'takes no'} rank")
-    if spec.decides:
+    if view is not None and spec.decides and state.config.bug in RANK_VIEW_BUGS:
         return spec.apply(state, t, view)
-    return spec.apply(state, t)
+    return spec.apply(state, t)  # every rank decides alike
 
 
 def successors(state: ClusterState, names: tuple[str, ...] | None = None) -> Iterator[tuple[Transition, ClusterState]]:
