@@ -214,8 +214,9 @@ Become(s) ==
 
    A guard that is a disjunction (or an \E) is, for TLC, one branch of the
    step per true disjunct, each generating the same successor again. Guards
-   whose disjuncts can hold together are therefore written as one value: a set
-   that is not empty, an IF, a membership. *)
+   whose disjuncts can hold together are therefore written so that TLC
+   evaluates them as one value: a set that is not empty, a membership, an IF or
+   an implication. *)
 
 (* Requests. A request's lock covers its node and every ancestor (lock + 1 on
    each); page k of a request (counting from the root) lives in lane k mod R. *)
@@ -476,12 +477,13 @@ Rollback(n) ==
 (* Eviction: the victim is the first of its tier's order; the argument names it
    so that a log reads plainly, and the guard checks that the order picks it. *)
 
-\* Some node is evictable and the victim order picks n (vs is passed, not
-\* recomputed: TLC evaluates an operator's argument once).
-IsFirstVictim(n, vs) == vs # {} /\ n = FirstVictim(nodes, vs)
+IsDeviceVictim(n) ==
+    /\ DevEvictable(State, n)
+    /\ n = FirstVictim(nodes, DevVictims(State))
 
-IsDeviceVictim(n) == IsFirstVictim(n, DevVictims(State))
-IsHostVictim(n) == IsFirstVictim(n, HostVictims(State))
+IsHostVictim(n) ==
+    /\ HostEvictable(State, n)
+    /\ n = FirstVictim(nodes, HostVictims(State))
 
 EvictDevice(n) ==
     /\ n \in DOMAIN nodes
@@ -770,7 +772,7 @@ ReloadAdmit ==
                    disk_faults, l3, spill_staged>>
 
 \* Some reload holds a request: the reload clock has something to release.
-SomeReloadHolds == \E j \in DOMAIN reloads : reloads[j].waiters # <<>>
+SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
 
 \* One tick of the reload clock: the waiters of a reload whose ttl runs out are
 \* released to recompute; its reservation stays until it is admitted or aborted.

@@ -199,8 +199,7 @@ DevEvictable(s, n) ==
        /\ nd.lock = 0
        /\ n \notin s.pending
        /\ ~ChildOnL1(s.nodes, n)
-       /\ \/ nd.host # NoObject
-          \/ WriteThrough /\ Children(s.nodes, n) = {}
+       /\ nd.host = NoObject => WriteThrough /\ Children(s.nodes, n) = {}
 
 \* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
 \* by a spill.
@@ -241,9 +240,9 @@ FreeDev(s, pages) ==
               !.dev_content = [p \in Range(pages) |-> NoContent] @@ @]
 
 \* First fit: the lowest base of a free run of `len` host pages.
-RunFree(free, b, len) == b .. b + len - 1 \subseteq free
-HasRun(free, len) == \E b \in 0 .. L2 - len : RunFree(free, b, len)
-FirstFit(free, len) == Min({b \in 0 .. L2 - len : RunFree(free, b, len)})
+RunBases(free, len) == {b \in 0 .. L2 - len : b .. b + len - 1 \subseteq free}
+HasRun(free, len) == RunBases(free, len) # {}
+FirstFit(free, len) == Min(RunBases(free, len))
 
 ObjectPages(o) == o.base .. o.base + o.length - 1
 
@@ -295,7 +294,7 @@ HostRoomFits(s, len) ==
     ELSE HasRun(s.l2_free \cup UNION {ObjectPages(s.objects[s.nodes[v].host]) : v \in HostVictims(s)}, len)
 
 -----------------------------------------------------------------------------
-(* The owner-lane planner (MODEL.md section 8), in its reference form: every
+(* The owner-lane planner (docs/model.md), in its reference form: every
    round rescans the candidates and takes the smallest
    (-contribution, -unlock contribution, victim order). *)
 
