@@ -14,7 +14,7 @@
 (*                                                                         *)
 (* This module holds the state, the actions and the properties; the tree,  *)
 (* page and planner operators the actions are built from are in KVTree,    *)
-(* instantiated below with this module's constants.                        *)
+(* which it extends.                                                       *)
 (*                                                                         *)
 (* Units: a key is a sequence of page symbols (one symbol stands for the P *)
 (* tokens of one page). The ghost content of a page is the prefix of page  *)
@@ -24,21 +24,24 @@
 (* hash (L3's address) is that content identity, so here it is the prefix  *)
 (* too.                                                                    *)
 (***************************************************************************)
-EXTENDS Integers, Sequences, FiniteSets, TLC
+EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
+(* The constants. Five of them are declared in KVTree, because its operators
+   depend on them (a module cannot refer to what the module extending it
+   declares); a model binds them like the others:
+     R              ranks (context-parallel size)
+     L2             pages in the shared host pool
+     Policy         "write_through" or "write_back"
+     L3             pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
+     SpillQueueCap  committed objects queued for a spill at most (more are dropped) *)
 CONSTANTS
-    R,                  \* ranks (context-parallel size)
     P,                  \* tokens per page
     L1,                 \* device pages per rank lane
-    L2,                 \* pages in the shared host pool
-    Policy,             \* "write_through" or "write_back"
     WriteThreshold,     \* hits that make a node eligible for a backup (write_through)
     LoadBackThreshold,  \* tokens a host hit must cover to be loaded back
     MaxRequests,        \* arrivals in all (0 = unbounded)
     MaxLive,            \* requests alive at once (0 = unbounded)
     Prompts,            \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from
-    L3,                 \* pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
-    SpillQueueCap,      \* committed objects queued for a spill at most (more are dropped)
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
@@ -83,9 +86,6 @@ l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, relo
 
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
           writes, requests, write_done, dev_content, host_content, spill_queue, l3vars>>
-
-\* Root, the page lanes, the victim orders, the planner: see KVTree.
-INSTANCE KVTree
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1

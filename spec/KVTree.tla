@@ -7,10 +7,12 @@
 (* None of them reads a variable. Those that change the cache take and     *)
 (* return a state record `s` whose fields are KVCache's variables (the     *)
 (* record KVCache calls State); those that only look take the node map     *)
-(* `ns` (KVCache's `nodes`). KVCache instantiates this module with its own *)
-(* constants. An action computes its effect with these operators because   *)
-(* TLC caches the definitions of a LET inside an operator, where it        *)
-(* re-evaluates a LET written in an action at every use.                   *)
+(* `ns` (KVCache's `nodes`). KVCache extends this module; the constants    *)
+(* below are the ones these operators depend on, and KVCache's ASSUME      *)
+(* states what they must be. An action computes its effect with these      *)
+(* operators because TLC caches the definitions of a LET inside an         *)
+(* operator, where it re-evaluates a LET written in an action at every     *)
+(* use.                                                                    *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
