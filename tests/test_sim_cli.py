@@ -94,7 +94,7 @@ def test_a_run_without_a_log_ends_at_the_digest_of_the_run_with_one(tmp_path):
     plain = runner.invoke(app, args)
     logged = runner.invoke(app, [*args, "-o", str(tmp_path / "r.jsonl")])
     assert plain.exit_code == 0 and logged.exit_code == 0, plain.output + logged.output
-    a, b = json.loads(plain.output), json.loads(logged.output)
+    a, b = json.loads(plain.stdout), json.loads(logged.stdout)
     assert a["transitions"] == b["transitions"] > 0
     assert a["final_digest"] == b["final_digest"]
 

@@ -14,12 +14,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..log import OutputError
 from .runner import SimResult
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write `data` to `path` through a hidden temporary file beside it; an error names
+    `path` (never the temporary file, which is removed) and is an `OutputError`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise OutputError(path, e.strerror or str(e)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -28,6 +34,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise OutputError(path, e.strerror or str(e)) from None
     except BaseException:
         os.unlink(tmp)
         raise
