@@ -54,17 +54,28 @@ def _summary_table(s: dict[str, Any]) -> Table:
     return table
 
 
-# Cost of a timed run on the project's 2-core machine: each replicated step is applied to
-# the log's state and to every rank's replica (the bundled trace, 3993 requests on 4
-# ranks: 14.6 s with L1+L2, 30.7 s with L3; README, "Measured figures").
-_SECONDS_PER_REQUEST_AND_REPLICA = 0.75e-3
+# Cost of a run on the project's 2-core machine, per request: each replicated step is
+# applied to the log's state and to every rank's replica, and a step's work grows with
+# the number of lanes too (100 requests of the bundled trace: 1.2 s on 4 ranks, 34 s on
+# 64, 112 s on 128; the whole trace on 4 ranks: 14.6 s with L1+L2, 30.7 s with L3).
+_MS_PER_REPLICA = 1.0
+_MS_PER_REPLICA_SQUARED = 0.05
 _SLOW_RUN_SECONDS = 60.0
 
 
 def estimate_seconds(requests: int, ranks: int, l3: bool, check: bool) -> float:
     """A rough wall time of a simulation on this project's development machine."""
-    s = requests * (ranks + 1) * _SECONDS_PER_REQUEST_AND_REPLICA
+    n = ranks + 1
+    s = requests * (_MS_PER_REPLICA * n + _MS_PER_REPLICA_SQUARED * n * n) / 1000
     return s * (2 if l3 else 1) * (3 if check else 1)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} seconds"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
 
 
 def _warn_if_slow(prep: Any, check: bool) -> None:
@@ -73,8 +84,8 @@ def _warn_if_slow(prep: Any, check: bool) -> None:
     if est >= _SLOW_RUN_SECONDS:
         warn(
             f"{n} requests on {R} ranks{' with L3' if prep.l3 else ''}{' and --check' if check else ''} will take about "
-            f"{est / 60:.0f} minutes (every replicated step is applied to each of the {R} ranks' replicas); "
-            "progress lines follow on stderr"
+            f"{_duration(est)} here (every replicated step is applied to each of the {R} ranks' replicas, and a step's "
+            f"work grows with the ranks); progress follows on stderr"
         )
 
 
@@ -135,8 +146,7 @@ def register(app: typer.Typer) -> None:
                 task = bar.add_task("sim: requests", total=None)
 
                 def on_progress(done: int, total: int) -> None:
-                    if done % 64 == 0 or done == total:
-                        bar.update(task, completed=done, total=total)
+                    bar.update(task, completed=done, total=total)
 
                 result = simulate(opts, output, on_progress, on_start=lambda prep: _warn_if_slow(prep, check))
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:

@@ -54,6 +54,8 @@ def simulate(
     else:
         sim.run()
     seconds = time.perf_counter() - t0
+    # the plots' time axis ends where the simulation does, not at the last admission
+    sim.metrics.sample(sim.end_ms if prep.schedule == "timed" else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
