@@ -311,7 +311,7 @@ def _tlc_row() -> tuple[str, str, str]:
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    app(prog_name="kvsm")  # also under `python -m kvsm.cli`, so messages say `kvsm walk`
 
 
 register_all(app)
