@@ -124,6 +124,24 @@ def test_generated_requests_and_a_whole_workload_l1_are_bounded(tmp_path):
     assert listing(tmp_path) == ["t.jsonl"]
 
 
+def test_gpu_replay_options_are_bounded_and_the_memory_they_need_is_checked_first(tmp_path):
+    log = walk_log(tmp_path / "w.jsonl")
+    cases = [
+        (["--page-bytes", str(1 << 30)], "--page-bytes must be a positive multiple of 8 of at most 67108864, got 1073741824"),
+        (["--layers", "100000"], "--layers must be between 1 and 1024, got 100000"),
+        (["--timeout", "inf"], "--timeout must be a positive number of seconds up to 86400 (a day), got inf"),
+        # the small config's 2 one-page lanes (and its 2-page slab in RAM): pages of 64 GiB
+        (["--page-bytes", str(1 << 26), "--layers", "1024", "--device", "cpu"], "GiB of memory (2 device pools of 1 pages"),
+    ]
+    for args, message in cases:
+        r = runner.invoke(app, ["gpu", "replay", str(log), *args])
+        assert r.exit_code == 2, (args, r.output)
+        [line] = error_lines(r.stderr)
+        assert line.startswith(f"error: {log}: " if "GiB" in message else "error: --") and message in line, (args, line)
+    assert "available: use smaller --page-bytes or --layers" in line
+    assert listing(tmp_path) == ["w.jsonl"]
+
+
 def test_out_of_memory_is_one_line_and_exit_3(tmp_path, monkeypatch):
     import kvsm.walk
 

@@ -38,6 +38,7 @@ class Options:
 # Bounds on the options (README, "Bounds"); the memory they add up to is checked too.
 MAX_PAGE_BYTES = 1 << 26
 MAX_LAYERS = 1024
+MAX_TIMEOUT_S = 86400
 
 
 def check_inputs(opts: Options, ranks: int | None) -> int:
@@ -58,8 +59,8 @@ def check_inputs(opts: Options, ranks: int | None) -> int:
         raise ReplayError(f"--page-bytes must be a positive multiple of 8 of at most {MAX_PAGE_BYTES}, got {opts.page_bytes}")
     if not 1 <= opts.layers <= MAX_LAYERS:
         raise ReplayError(f"--layers must be between 1 and {MAX_LAYERS}, got {opts.layers}")
-    if not opts.timeout_s > 0:
-        raise ReplayError(f"--timeout must be a positive number of seconds, got {opts.timeout_s}")
+    if not 0 < opts.timeout_s <= MAX_TIMEOUT_S:
+        raise ReplayError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S} (a day), got {opts.timeout_s}")
     if opts.io not in IO_MODES:
         raise ReplayError(f"--io must be one of {', '.join(IO_MODES)}, got {opts.io!r}")
     if opts.device not in DEVICES:
