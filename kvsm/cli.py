@@ -12,12 +12,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from .bounds import available_memory
 from .commands import register_all
 from .commands.common import (
     EXIT_FAILED,
     EXIT_INPUT,
     KvsmGroup,
-    available_memory,
     config_or_exit,
     console,
     emit_json,

@@ -49,10 +49,10 @@ def test_table_plots_and_report(tmp_path):
     r = runner.invoke(app, ["sim", *SMALL, "--plot", str(plots), "--report", str(report)])
     assert r.exit_code == 0, r.output
     assert "block hit rate" in r.stdout
-    for name in ("hit_rate.png", "occupancy.png"):
+    for name in ("hit_rate.png", "occupancy.png", "lanes.png"):
         assert (plots / name).read_bytes().startswith(b"\x89PNG")
     page = report.read_text()
-    assert page.count("data:image/png;base64,") == 2 and "hit_rate_blocks" in page and "<script" not in page
+    assert page.count("data:image/png;base64,") == 3 and "hit_rate_blocks" in page and "<script" not in page
 
 
 def test_bad_input_is_an_error_that_writes_nothing(tmp_path):

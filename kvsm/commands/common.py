@@ -27,7 +27,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperGroup
 
-from ..bounds import available_memory  # noqa: F401 - for the commands
 from ..config import Config, ConfigError, load_config
 
 try:  # typer 0.2x carries its own click
@@ -44,7 +43,7 @@ _NoArgsIsHelp: type = getattr(_cx, "NoArgsIsHelpError", type("_Never", (Exceptio
 EXIT_OK = 0  # done, and what was checked holds
 EXIT_FAILED = 1  # the command ran and its verdict is no: a mismatch, a violation, a failed check
 EXIT_INPUT = 2  # an input or option cannot be used (usage, file, format, bound); nothing was run or kept
-EXIT_ENVIRONMENT = 3  # the machine could not do it: a missing tool, out of memory, a crashed process, a failed write
+EXIT_ENVIRONMENT = 3  # the machine could not do it: a missing tool, out of memory, a crashed process
 EXIT_SIGINT = 128 + signal.SIGINT  # 130
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
