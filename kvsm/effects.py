@@ -32,11 +32,14 @@ class Fill:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """The page's owner copies host page `host_page` (every payload region) into device page `page`."""
+    """The page's owner copies host page `host_page` (every payload region) into device page
+    `page`, for a node that claims the page holds the KV of prefix `claim` (its page
+    hash): what whoever executes the load checks the copied bytes against."""
 
     kind: ClassVar[str] = "load"
     host_page: int
     page: int
+    claim: int
 
 
 @dataclass(frozen=True, slots=True)

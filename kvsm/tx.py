@@ -240,15 +240,16 @@ class Tx:
         self.dev_content.set(page, c)
         self.effects.append(fx.Fill(page, c))
 
-    def load_dev(self, page: int, host_page: int) -> None:
-        """Copy host page `host_page` (of every payload region) into device page `page`."""
+    def load_dev(self, page: int, host_page: int, claim: int) -> None:
+        """Copy host page `host_page` (of every payload region) into device page `page`, for
+        a node that claims it holds the KV of prefix `claim`."""
         c = self.host_content.get(host_page)
         if c is None:
             if page in self.dev_content:
                 self.dev_content.delete(page)
         else:
             self.dev_content.set(page, c)
-        self.effects.append(fx.Load(host_page, page))
+        self.effects.append(fx.Load(host_page, page, claim))
 
     def put_l3(self, rank: int, h: int, c: int | None) -> None:
         """Rank `rank`'s disk now holds content `c` under page hash `h`."""

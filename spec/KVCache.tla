@@ -45,8 +45,8 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
-    Bug                 \* an injected defect (docs/defects.md), or "none"
+    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
+    \* (and, declared in KVTree: Bug, an injected defect (docs/defects.md), or "none")
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -83,13 +83,15 @@ VARIABLES
     disk_ok,        \* local: rank -> whether its disk works
     disk_faults,    \* DiskFail steps so far
     l3,             \* local: rank -> (page hash -> the prefix whose KV its disk holds there)
-    spill_staged    \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+    spill_staged,   \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+    diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
+                    \* (only under a defect in RankViewBugs): [action, ranks]
 
 l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
             disk_ok, disk_faults, l3, spill_staged>>
 
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars>>
+          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, diverged>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -137,6 +139,7 @@ TypeOK ==
     /\ disk_faults \in Nat
     /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] \in ContentValues
     /\ \A r \in Ranks : spill_staged[r] \in Seq(Seq(ContentValues \X ContentValues))
+    /\ diverged = <<>> \/ diverged \in [action: STRING, ranks: SUBSET Ranks]
 
 -----------------------------------------------------------------------------
 Init ==
@@ -165,6 +168,7 @@ Init ==
     /\ disk_faults = 0
     /\ l3 = [r \in Ranks |-> EmptyFn]
     /\ spill_staged = [r \in Ranks |-> <<>>]
+    /\ diverged = <<>>
 
 -----------------------------------------------------------------------------
 (* The whole state as one record, the `s` of KVTree's operators. An action
@@ -180,7 +184,7 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           reload_candidates |-> reload_candidates, reloads |-> reloads,
           spill_gathered |-> spill_gathered, spill_done |-> spill_done,
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
-          l3 |-> l3, spill_staged |-> spill_staged]
+          l3 |-> l3, spill_staged |-> spill_staged, diverged |-> diverged]
 
 Become(s) ==
     /\ nodes' = s.nodes
@@ -207,6 +211,29 @@ Become(s) ==
     /\ disk_faults' = s.disk_faults
     /\ l3' = s.l3
     /\ spill_staged' = s.spill_staged
+    /\ diverged' = s.diverged
+
+(* A deciding action (its victims, its host room, its L3 claim) is decided by
+   every rank from its own replica. `out` is each view's successor, NoOutcome
+   where that view refuses the step; the cluster's step is rank 0's decision
+   (the replicated one when no defect lets ranks decide from their own views).
+   Where another rank decides otherwise (another successor, or none) the state
+   records it in `diverged`, the first time (invariant Agreement). *)
+Views == IF Bug \in RankViewBugs THEN Ranks ELSE {NoView}
+ClusterView == IF Bug \in RankViewBugs THEN 0 ELSE NoView
+NoOutcome == [refused |-> TRUE]
+
+\* The replicated part of a state record: what every rank holds identically.
+Replicated(s) == <<s.nodes, s.next_id, s.clock, s.next_rid, s.dev_free, s.l2_free, s.objects,
+                   s.pending, s.writes, s.requests, s.reload_candidates, s.spill_queue,
+                   s.spills, s.reloads>>
+
+Decided(name, out) ==
+    LET first == out[ClusterView]
+        others == IF Bug \notin RankViewBugs \/ diverged # <<>> THEN {}
+                  ELSE {v \in Ranks \ {0} : out[v] = NoOutcome \/ Replicated(out[v]) # Replicated(first)}
+    IN IF others = {} THEN first
+       ELSE [first EXCEPT !.diverged = [action |-> name, ranks |-> others]]
 
 -----------------------------------------------------------------------------
 (* Actions. Each is its enabling condition, as named conjuncts in the order in
@@ -239,7 +266,7 @@ Arrive(rid, tokens, out_pages) ==
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content, spill_queue, l3vars>>
+                   write_done, dev_content, host_content, spill_queue, l3vars, diverged>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
@@ -271,7 +298,7 @@ Match(rid) ==
    positions of the pages to allocate (re-owned nodes, the new node, the
    request's out_pages) and the room made for them by evicting device victims
    off the path. *)
-InsertLayout(s, rid) ==
+InsertLayout(s, rid, v) ==
     LET req == s.requests[rid]
         kp == KeyPath(s, req.tokens)
         path == kp.path
@@ -285,14 +312,14 @@ InsertLayout(s, rid) ==
         lanes == [i \in DOMAIN positions |-> Lane(positions[i])]
     IN [path |-> path, fresh |-> fresh, sizes |-> sizes, reown |-> reown,
         positions |-> positions, lanes |-> lanes,
-        room |-> MakeRoom(kp.s, LaneNeed(lanes), Range(path))]
+        room |-> MakeRoom(kp.s, LaneNeed(lanes), Range(path), v)]
 
 \* Every lane gets the pages Insert takes from it, once device victims are evicted.
-InsertFits(rid) == InsertLayout(State, rid).room.ok
+InsertFits(rid, v) == InsertLayout(State, rid, v).room.ok
 
-Inserted(s, rid) ==
+Inserted(s, rid, v) ==
     LET req == s.requests[rid]
-        lay == InsertLayout(s, rid)
+        lay == InsertLayout(s, rid, v)
         path == lay.path
         fresh == lay.fresh
         sizes == lay.sizes
@@ -341,8 +368,8 @@ Inserted(s, rid) ==
    moves to the deepest node of its key. *)
 Insert(rid) ==
     /\ InPhase(rid, "matched")
-    /\ InsertFits(rid)
-    /\ Become(Inserted(State, rid))
+    /\ InsertFits(rid, ClusterView)
+    /\ Become(Decided("Insert", [v \in Views |-> IF InsertFits(rid, v) THEN Inserted(State, rid, v) ELSE NoOutcome]))
 
 \* Release whatever the request holds: its lock (once matched), its pages, its
 \* reload mark and its place among a reload's waiters.
@@ -396,12 +423,19 @@ IsBackupCandidate(n) ==
        /\ IF WriteThrough THEN nd.hits >= WriteThreshold
           ELSE nd.lock = 0 /\ ~ChildOnL1(nodes, n)
 
-\* A free run of `len` host pages, once host victims are released (HostRoom).
-HostRoomFor(len) == HostRoomFits(State, len)
+\* The state after rank v makes room for a backup of `len` pages (HostRoom, in its
+\* victim order, for the run it looks for).
+ReserveRoom(s, len, v) == HostRoom(s, RoomNeed(len, v), VictimOrderAs(s.nodes, HostVictims(s), v)).s
 
-Reserved(s, n) ==
+\* A free run of `len` host pages, once host victims are released (HostRoom): the
+\* shortcut HostRoomFits, unless rank v looks for another run than the object's.
+HostRoomFor(len, v) ==
+    IF RoomNeed(len, v) = len THEN HostRoomFits(State, len)
+    ELSE HasRun(ReserveRoom(State, len, v).l2_free, len)
+
+Reserved(s, n, v) ==
     LET len == Len(s.nodes[n].key)
-        s1 == HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s
+        s1 == ReserveRoom(s, len, v)
         base == FirstFit(s1.l2_free, len)
     IN [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
                   !.objects = (n :> [base |-> base, length |-> len,
@@ -413,8 +447,9 @@ Reserved(s, n) ==
 Reserve(n) ==
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
-    /\ HostRoomFor(Len(nodes[n].key))
-    /\ Become(Reserved(State, n))
+    /\ HostRoomFor(Len(nodes[n].key), ClusterView)
+    /\ Become(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) THEN Reserved(State, n, v)
+                                                 ELSE NoOutcome]))
 
 (* The rank steps, WriteDone and Commit, assign the variables directly: they are
    what the fairness of the liveness property ranges over, and TLC evaluates
@@ -430,14 +465,17 @@ Stored(r, n) ==
 \* Rank r has a submitted write it has not finished.
 WriteLeft(r) == write_done[r] < Len(writes)
 
-\* Rank r finishes its next write: it copies the pages in its lane into the object.
+(* Rank r finishes its next write: it copies the pages in its lane into the object.
+   Under duplicate_ack the rank's ack of the write completes twice: the second
+   completion is counted against the next write in the queue, whose pages the
+   rank has not copied. *)
 WriteDone(r) ==
     /\ r \in Ranks
     /\ WriteLeft(r)
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
-    /\ write_done' = [write_done EXCEPT ![r] = @ + 1]
+    /\ write_done' = [write_done EXCEPT ![r] = @ + (IF Bug = "duplicate_ack" /\ @ + 1 < Len(writes) THEN 2 ELSE 1)]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, dev_content, spill_queue, l3vars>>
+                   writes, requests, dev_content, spill_queue, l3vars, diverged>>
 
 \* Every rank has finished the write at the head of `writes`.
 WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
@@ -454,7 +492,7 @@ CommitFirst(m, done) ==
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
-                   host_content, l3vars>>
+                   host_content, l3vars, diverged>>
 
 \* The one agreement: the MIN over ranks of the writes each finished.
 Commit ==
@@ -462,16 +500,22 @@ Commit ==
     /\ CommitFirst(Min({write_done[r] : r \in Ranks}),
                    Range(SubSeq(writes, 1, Min({write_done[r] : r \in Ranks}))))
 
-\* Abandon a pending backup wherever it is in `writes`.
+(* Abandon a pending backup wherever it is in `writes`. Under double_free the
+   rollback frees the object's pages but does not release its registration: the
+   backup stays pending with its write and its object, which the next rollback
+   (or anything else that frees it) frees a second time. *)
 RolledBack(s, n) ==
     LET j == IndexOf(s.writes, n)
         freed == FreeObject(s, n)
-    IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
-                     !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
-                                                       THEN s.write_done[r] - 1
-                                                       ELSE s.write_done[r]],
-                     !.pending = @ \ {n},
-                     !.nodes[n].lock = @ - 1]
+        gone == ObjectPages(s.objects[n])
+    IN IF Bug = "double_free"
+       THEN [s EXCEPT !.l2_free = @ \cup gone, !.host_content = [h \in gone |-> NoContent] @@ @]
+       ELSE [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
+                          !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
+                                                            THEN s.write_done[r] - 1
+                                                            ELSE s.write_done[r]],
+                          !.pending = @ \ {n},
+                          !.nodes[n].lock = @ - 1]
 
 Rollback(n) ==
     /\ n \in pending
@@ -481,33 +525,36 @@ Rollback(n) ==
 (* Eviction: the victim is the first of its tier's order; the argument names it
    so that a log reads plainly, and the guard checks that the order picks it. *)
 
-IsDeviceVictim(n) ==
+\* (in rank v's victim order)
+IsDeviceVictim(n, v) ==
     /\ DevEvictable(State, n)
-    /\ n = FirstVictim(nodes, DevVictims(State))
+    /\ n = FirstVictimAs(nodes, DevVictims(State), v)
 
-IsHostVictim(n) ==
+IsHostVictim(n, v) ==
     /\ HostEvictable(State, n)
-    /\ n = FirstVictim(nodes, HostVictims(State))
+    /\ n = FirstVictimAs(nodes, HostVictims(State), v)
 
 EvictDevice(n) ==
     /\ n \in DOMAIN nodes
-    /\ IsDeviceVictim(n)
-    /\ Become(EvictDeviceNode(State, n))
+    /\ IsDeviceVictim(n, ClusterView)
+    /\ Become(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
+                                                     ELSE NoOutcome]))
 
 EvictHost(n) ==
     /\ n \in DOMAIN nodes
-    /\ IsHostVictim(n)
-    /\ Become(EvictHostNode(State, n))
+    /\ IsHostVictim(n, ClusterView)
+    /\ Become(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
+                                                   ELSE NoOutcome]))
 
 \* The pages of the L2-only nodes below request rid's lock, along its key.
 HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
 
 \* The owner-lane planner frees every page the load-back lacks in its lanes.
-LoadBackFits(rid) == LoadBackPlan(State, requests[rid]).remaining = [lane \in Ranks |-> 0]
+LoadBackFits(rid, v) == LoadBackPlan(State, requests[rid], v).remaining = [lane \in Ranks |-> 0]
 
-LoadedBack(s, rid) ==
+LoadedBack(s, rid, v) ==
     LET req == s.requests[rid]
-        lp == LoadBackPlan(s, req)
+        lp == LoadBackPlan(s, req, v)
         run == lp.run
         sizes == [k \in DOMAIN run |-> Len(s.nodes[run[k]].key)]
         count == SumSeq(sizes)
@@ -539,8 +586,9 @@ LoadBack(rid) ==
     /\ InPhase(rid, "matched")
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    /\ LoadBackFits(rid)
-    /\ Become(LoadedBack(State, rid))
+    /\ LoadBackFits(rid, ClusterView)
+    /\ Become(Decided("LoadBack", [v \in Views |-> IF LoadBackFits(rid, v) THEN LoadedBack(State, rid, v)
+                                                  ELSE NoOutcome]))
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
@@ -579,7 +627,7 @@ SpillSubmit ==
                                                pinned |-> TRUE])
     /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
-                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
@@ -598,7 +646,7 @@ SpillGathered(r) ==
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3>>
+                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, diverged>>
 
 \* Rank r has a gathered spill it has not written.
 SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
@@ -623,7 +671,7 @@ SpillDone(r, ok) ==
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults>>
+                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, diverged>>
 
 \* The ops every rank has gathered, and those every rank has written.
 SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
@@ -681,7 +729,7 @@ ReloadMark(rid) ==
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, spills, reloads,
-                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
 
 \* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
@@ -691,20 +739,20 @@ ReloadFloor == Max2(1, LoadBackThreshold \div P)
    pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
    Reserve does). Otherwise only the mark is dropped and the request recomputes.
    Every outcome is a step: the decision is the effect, not a guard. *)
-ReloadReserved(s, rid) ==
+ReloadReserved(s, rid, v) ==
     LET cand == s.reload_candidates[rid]
         s0 == [s EXCEPT !.reload_candidates = Remove(@, {rid})]
-        c == Claimable(s, cand.hashes)
+        c == Claimable(s, cand.hashes, v)
         key == cand.hashes[c]
         same == {j \in DOMAIN s.reloads : s.reloads[j].key = key}
-        room == HostRoom(s0, c, VictimOrder(s.nodes, HostVictims(s)))
+        room == HostRoom(s0, RoomNeed(c, v), VictimOrderAs(s.nodes, HostVictims(s), v))
         base == FirstFit(room.s.l2_free, c)
     IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
        THEN s0
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
             IN [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]
-       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~room.ok
+       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~HasRun(room.s.l2_free, c)
        THEN s0
        ELSE [room.s EXCEPT
                !.l2_free = @ \ (base .. base + c - 1),
@@ -717,7 +765,7 @@ ReloadReserved(s, rid) ==
 ReloadReserve(rid) ==
     /\ L3 > 0
     /\ rid \in DOMAIN reload_candidates
-    /\ Become(ReloadReserved(State, rid))
+    /\ Become(Decided("ReloadReserve", [v \in Views |-> ReloadReserved(State, rid, v)]))
 
 \* Rank r has a reload in flight it has not read.
 ReloadToRead(r) == Len(reload_done[r]) < Len(reloads)
@@ -740,7 +788,7 @@ ReloadDone(r, ok) ==
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, spill_queue, spills, reload_candidates,
-                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged>>
+                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
 
 \* Every rank has read the reload at the head of `reloads`.
 HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
@@ -749,7 +797,9 @@ HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
    of the ok bits decides. If it still holds requests, every rank read ok and
    the anchor still takes the suffix, one L2-only, durable node is inserted
    under the anchor; otherwise the reservation is freed. Either way its waiters
-   are released (they match again). *)
+   are released (they match again). Under reload_stale_anchor admission trusts
+   the check made at reserve: the node attaches under the anchor as it was then,
+   still in the tree with a clean miss below it or not. *)
 ReloadAdmit ==
     /\ L3 > 0
     /\ HeadReloadRead
@@ -757,7 +807,7 @@ ReloadAdmit ==
            pages == ReloadPages(op)
        IN IF /\ op.waiters # <<>>
              /\ \A r \in Ranks : reload_done[r][1]
-             /\ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1])
+             /\ (Bug = "reload_stale_anchor" \/ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1]))
           THEN /\ nodes' = (next_id :> [parent |-> op.anchor, key |-> op.tokens, dev |-> <<>>,
                                         host |-> next_id, durable |-> TRUE, lock |-> 0, pin |-> 0,
                                         hits |-> 0, touched |-> clock + 1]) @@ nodes
@@ -773,7 +823,7 @@ ReloadAdmit ==
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
     /\ UNCHANGED <<next_rid, dev_free, pending, writes, requests, write_done, dev_content,
                    spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, diverged>>
 
 \* Some reload holds a request: the reload clock has something to release.
 SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
@@ -789,7 +839,7 @@ ReloadExpire ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, diverged>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
@@ -806,7 +856,7 @@ DiskFail(r) ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
-                   spill_staged>>
+                   spill_staged, diverged>>
 
 DiskRecover(r) ==
     /\ L3 > 0
@@ -816,7 +866,7 @@ DiskRecover(r) ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, diverged>>
 
 -----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,
@@ -909,7 +959,8 @@ Locks ==
        /\ \A n \in DOMAIN nodes \ {Root} : nodes[n].lock > 0 => nodes[n].dev # <<>>
 
 \* 4. A pending backup is in `writes` once, its node locked, on L1, unbacked, not
-\*    evictable and not split (its object still has the node's length).
+\*    evictable (as the contract defines it, whatever defect the model has) and not
+\*    split (its object still has the node's length).
 Pending ==
     /\ Len(writes) = Cardinality(Range(writes))
     /\ Range(writes) = pending
@@ -918,7 +969,7 @@ Pending ==
           /\ nodes[n].lock > 0
           /\ nodes[n].dev # <<>>
           /\ nodes[n].host = NoObject
-          /\ ~DevEvictable(State, n)
+          /\ ~DevEvictableUnder(State, n, "none")
           /\ n \in DOMAIN objects
           /\ ~objects[n].committed
           /\ objects[n].length = Len(nodes[n].key)
@@ -1014,6 +1065,16 @@ Counts ==
           /\ Len(spill_staged[r]) = spill_gathered[r] - Len(spill_done[r])
           /\ Len(reload_done[r]) <= Len(reloads)
           /\ Cardinality(DOMAIN l3[r]) <= L3
+
+\* 13. Every rank takes the same decision at every replicated step: the model is
+\*     collective-free (only a defect in RankViewBugs lets a rank decide otherwise).
+Agreement == diverged = <<>>
+
+\* The invariants the Python model checks of a state (kvsm.invariants.violations;
+\* TypeOK is the spec's own), in an order that keeps each one's operators defined
+\* (Tree first); `kvsm conform --bug` takes no step out of a state where it is false.
+Healthy == Tree /\ Residency /\ Locks /\ Pending /\ DevicePages /\ HostPages
+           /\ Content /\ Durable /\ Reload /\ Counts /\ Agreement
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)

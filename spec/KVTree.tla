@@ -21,7 +21,8 @@ CONSTANTS
     L2,             \* pages in the shared host pool
     Policy,         \* "write_through" or "write_back"
     L3,             \* pages each rank's disk holds; 0 = no L3 tier
-    SpillQueueCap   \* committed objects queued for a spill at most
+    SpillQueueCap,  \* committed objects queued for a spill at most
+    Bug             \* an injected defect (docs/defects.md), or "none"
 
 Root == 0
 NoParent == -1      \* the root's parent
@@ -33,6 +34,13 @@ WriteThrough == Policy = "write_through"
 
 \* Device page p belongs to the lane of rank p mod R.
 Lane(p) == p % R
+
+(* Injected defects (docs/defects.md). Under these a rank decides a replicated
+   step (its victims, its host room, its L3 claim) from its own view: an
+   operator that takes a view `v` gives rank v's decision, or with NoView the
+   replicated one that every rank takes alike when none of them is injected. *)
+RankViewBugs == {"local_host_alloc", "wallclock_tiebreak", "l3_no_min"}
+NoView == -1
 
 -----------------------------------------------------------------------------
 (* Values *)
@@ -134,7 +142,8 @@ Enqueue(q, ns) == IF L3 = 0 THEN q
                   ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
 
 \* A node that cannot be split: its backup is pending or an in-flight spill pins it.
-Unsplittable(s, n) == n \in s.pending \/ s.nodes[n].pin > 0
+\* (Under split_pending the split does not look for a backup in flight.)
+Unsplittable(s, n) == (n \in s.pending /\ Bug # "split_pending") \/ s.nodes[n].pin > 0
 
 (* Split n after `at` pages. The upper part is a new node (id next_id) with the
    first `at` pages, their device pages and, when backed, their host pages as a
@@ -182,26 +191,49 @@ KeyPath(s, tokens) ==
 
 VictimKey(ns, n) == <<Bit(ns[n].hits >= 2), ns[n].touched, n>>
 
-FirstVictim(ns, S) ==
-    CHOOSE n \in S : \A m \in S \ {n} : LexLess(VictimKey(ns, n), VictimKey(ns, m))
+(* The order rank v decides by. Under wallclock_tiebreak a rank stamps an access
+   with its own wall clock, which ticks once every two logical accesses at a phase
+   of its own (rank v reads access t as (t + v) div 2): two accesses that share a
+   tick tie there and fall to the node id, while on a rank whose tick falls
+   between them they are ordered by time. *)
+VictimKeyAs(ns, n, v) ==
+    IF Bug = "wallclock_tiebreak" /\ v # NoView
+    THEN <<Bit(ns[n].hits >= 2), (ns[n].touched + v) \div 2, n>>
+    ELSE VictimKey(ns, n)
 
-RECURSIVE VictimOrder(_, _)
-VictimOrder(ns, S) ==
+FirstVictimAs(ns, S, v) ==
+    CHOOSE n \in S : \A m \in S \ {n} : LexLess(VictimKeyAs(ns, n, v), VictimKeyAs(ns, m, v))
+
+FirstVictim(ns, S) == FirstVictimAs(ns, S, NoView)
+
+RECURSIVE VictimOrderAs(_, _, _)
+VictimOrderAs(ns, S, v) ==
     IF S = {} THEN <<>>
-    ELSE LET v == FirstVictim(ns, S) IN <<v>> \o VictimOrder(ns, S \ {v})
+    ELSE LET f == FirstVictimAs(ns, S, v) IN <<f>> \o VictimOrderAs(ns, S \ {f}, v)
+
+VictimOrder(ns, S) == VictimOrderAs(ns, S, NoView)
+
+(* Whether something holds node n on L1: a lock (its requests, its pending
+   backup) or its backup in flight. Under evict_pending the victim test does not
+   see the backup in flight: neither that the node is pending nor the lock its
+   backup holds on it (`bug` is the defect the test is written with). *)
+HeldOnL1(s, n, bug) ==
+    IF bug = "evict_pending" /\ n \in s.pending THEN s.nodes[n].lock > 1
+    ELSE s.nodes[n].lock # 0 \/ n \in s.pending
 
 (* Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and
    either backed (it keeps its host copy) or, under write_through, unbacked with
    no children at all (it is deleted; one with host-only children would orphan
    them). Under write_back an unbacked leaf is written back first. *)
-DevEvictable(s, n) ==
+DevEvictableUnder(s, n, bug) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
        /\ nd.dev # <<>>
-       /\ nd.lock = 0
-       /\ n \notin s.pending
+       /\ ~HeldOnL1(s, n, bug)
        /\ ~ChildOnL1(s.nodes, n)
        /\ nd.host = NoObject => WriteThrough /\ Children(s.nodes, n) = {}
+
+DevEvictable(s, n) == DevEvictableUnder(s, n, Bug)
 
 \* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
 \* by a spill.
@@ -266,20 +298,20 @@ EvictDeviceNode(s, n) ==
 \* Drop a host victim: free its object and delete the node.
 EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
 
-(* Insert's room: evict device victims in victim order (never one of `keep`; a
-   parent that becomes evictable joins the order) until every lane has
+(* Insert's room: evict device victims in victim order (rank v's; never one of
+   `keep`; a parent that becomes evictable joins the order) until every lane has
    need[lane] free pages. `ok` is FALSE when the victims run out first. *)
-RECURSIVE MakeRoom(_, _, _)
-MakeRoom(s, need, keep) ==
+RECURSIVE MakeRoom(_, _, _, _)
+MakeRoom(s, need, keep, v) ==
     IF LanesHave(s.dev_free, need) THEN [ok |-> TRUE, s |-> s]
     ELSE LET vs == DevVictims(s) \ keep
          IN IF vs = {} THEN [ok |-> FALSE, s |-> s]
-            ELSE MakeRoom(EvictDeviceNode(s, FirstVictim(s.nodes, vs)), need, keep)
+            ELSE MakeRoom(EvictDeviceNode(s, FirstVictimAs(s.nodes, vs, v)), need, keep, v)
 
 (* Reserve's room: release host victims from a snapshot of the host order taken
-   before, retrying first fit after each; parents that become host leaves
-   meanwhile wait for the next round. `ok` is FALSE when the snapshot runs out
-   first. *)
+   before, retrying first fit of `len` pages after each; parents that become host
+   leaves meanwhile wait for the next round. `ok` is FALSE when the snapshot runs
+   out first. *)
 RECURSIVE HostRoom(_, _, _)
 HostRoom(s, len, victims) ==
     IF HasRun(s.l2_free, len) THEN [ok |-> TRUE, s |-> s]
@@ -307,7 +339,7 @@ Contribution(ns, n, d) == LET c == LaneCounts(ns, n) IN SumSeq([i \in 1 .. R |->
 \* Unlocked, on L1, no pending backup, evictable under the policy.
 PlanBase(s, n) ==
     LET nd == s.nodes[n]
-    IN n # Root /\ nd.dev # <<>> /\ nd.lock = 0 /\ n \notin s.pending
+    IN n # Root /\ nd.dev # <<>> /\ ~HeldOnL1(s, n, Bug)
        /\ (nd.host # NoObject \/ WriteThrough)
 
 \* Evictable once the planned victims are gone; an unbacked node (deleted when
@@ -334,30 +366,31 @@ NewCandidate(s, a, planned) ==
     ELSE IF s.nodes[a].dev # <<>> THEN NoNode
     ELSE NewCandidate(s, s.nodes[a].parent, planned)
 
-PlanScore(s, n, d, planned) ==
+PlanScore(s, n, d, planned, v) ==
     LET c == Contribution(s.nodes, n, d)
         u == IF c > 0 THEN 0 ELSE UnlockFrom(s, s.nodes[n].parent, d, planned)
-    IN <<-c, -u>> \o VictimKey(s.nodes, n)
+    IN <<-c, -u>> \o VictimKeyAs(s.nodes, n, v)
 
-RECURSIVE PlanFrom(_, _, _, _, _)
-PlanFrom(s, d, cands, planned, victims) ==
+\* (rank v's ties)
+RECURSIVE PlanFrom(_, _, _, _, _, _)
+PlanFrom(s, d, cands, planned, victims, v) ==
     IF \A lane \in Ranks : d[lane] = 0 THEN [victims |-> victims, remaining |-> d]
     ELSE LET scored == {n \in cands : /\ n \notin planned
                                       /\ AfterPlan(s, n, planned)
-                                      /\ LET sc == PlanScore(s, n, d, planned)
+                                      /\ LET sc == PlanScore(s, n, d, planned, v)
                                          IN sc[1] < 0 \/ sc[2] < 0}
          IN IF scored = {} THEN [victims |-> victims, remaining |-> d]
-            ELSE LET v == CHOOSE v \in scored :
-                             \A m \in scored \ {v} :
-                                LexLess(PlanScore(s, v, d, planned), PlanScore(s, m, d, planned))
-                     c == LaneCounts(s.nodes, v)
+            ELSE LET w == CHOOSE w \in scored :
+                             \A m \in scored \ {w} :
+                                LexLess(PlanScore(s, w, d, planned, v), PlanScore(s, m, d, planned, v))
+                     c == LaneCounts(s.nodes, w)
                      d2 == [lane \in Ranks |-> Max2(0, d[lane] - c[lane])]
-                     p2 == planned \cup {v}
-                     a == NewCandidate(s, s.nodes[v].parent, p2)
-                 IN PlanFrom(s, d2, (cands \ {v}) \cup (IF a = NoNode THEN {} ELSE {a}),
-                             p2, Append(victims, v))
+                     p2 == planned \cup {w}
+                     a == NewCandidate(s, s.nodes[w].parent, p2)
+                 IN PlanFrom(s, d2, (cands \ {w}) \cup (IF a = NoNode THEN {} ELSE {a}),
+                             p2, Append(victims, w), v)
 
-Plan(s, deficits) == PlanFrom(s, deficits, DevVictims(s), {}, <<>>)
+Plan(s, deficits, v) == PlanFrom(s, deficits, DevVictims(s), {}, <<>>, v)
 
 RECURSIVE EvictAll(_, _)
 EvictAll(s, victims) ==
@@ -385,8 +418,9 @@ RunPages(ns, run) == SumSeq([k \in DOMAIN run |-> Len(ns[run[k]].key)])
 
 (* What a load-back of `req` brings back and the victims it evicts for it: page
    i of the run (1-based) goes to lane (i - 1) mod R, and the owner-lane planner
-   frees what the lanes lack (`remaining` is what it could not free). *)
-LoadBackPlan(s, req) ==
+   (with rank v's ties) frees what the lanes lack (`remaining` is what it could
+   not free). *)
+LoadBackPlan(s, req, v) ==
     LET run == HostRun(s.nodes, req)
         count == RunPages(s.nodes, run)
         lanes == [i \in 1 .. count |-> Lane(i - 1)]
@@ -394,7 +428,7 @@ LoadBackPlan(s, req) ==
         deficit == [lane \in Ranks |-> Max2(0, need[lane] - FreeIn(s.dev_free, lane))]
         plan == IF \A lane \in Ranks : deficit[lane] = 0
                 THEN [victims |-> <<>>, remaining |-> deficit]
-                ELSE Plan(s, deficit)
+                ELSE Plan(s, deficit, v)
     IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining]
 
 -----------------------------------------------------------------------------
@@ -417,10 +451,19 @@ ReloadTarget(ns, req) ==
     IN IF w.cut # <<>> \/ w.covered >= Len(req.tokens) THEN NoTarget
        ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(Prefix(ns, anchor), tokens)]
 
-\* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over ranks.
+\* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over
+\* ranks, as rank v decides it: under l3_no_min there is no MIN, and the rank
+\* claims what its own disk holds.
 ClaimOf(s, r, hs) ==
     Max({n \in 0 .. Len(hs) : \A i \in 0 .. n - 1 : i % R # r \/ hs[i + 1] \in DOMAIN s.l3[r]})
-Claimable(s, hs) == Min({ClaimOf(s, r, hs) : r \in Ranks})
+Claimable(s, hs, v) ==
+    IF Bug = "l3_no_min" /\ v # NoView THEN ClaimOf(s, v, hs)
+    ELSE Min({ClaimOf(s, r, hs) : r \in Ranks})
+
+(* The free run rank v looks for before it reserves `len` host pages: under
+   local_host_alloc the rank sizes it from its own view, the pages of the object
+   it owns itself (index i mod R), not the whole object every rank shares. *)
+RoomNeed(len, v) == IF Bug = "local_host_alloc" /\ v # NoView THEN Cardinality(Owned(v, len)) ELSE len
 
 \* The anchor is still in the tree, the suffix still a clean miss under it, and
 \* the anchor's prefix still leads to the suffix's first page hash.

@@ -87,8 +87,10 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     """This rank's batches for the transition that produced `state`, in execution order.
 
     `content` comes from the model's ghost in `state` (after the transition): the
-    identity the model claims each page holds. A rank that owns nothing in a run gets
-    no batch for it.
+    identity the model claims each page holds, except for a load, where it is what
+    the node the page is loaded for claims (`Load.claim`; the ghost then says what
+    the host page really held, which a correct model makes the same). A rank that
+    owns nothing in a run gets no batch for it.
     """
     cfg = state.config
     R = cfg.R
@@ -120,7 +122,9 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
             cur = _batch(out, cur, kind)
             cur.dev.append(eff.page)
             cur.host.append(eff.host_page)
-            cur.content.append(state.dev_content.get(eff.page))
+            # what the node the page is loaded for claims it holds: the bytes that land
+            # must be that prefix's KV (in a correct model the same as the ghost's)
+            cur.content.append(eff.claim)
         elif isinstance(eff, Store):
             if lane_of(eff.page, R) != eff.rank:
                 raise PlanError(f"store by rank {eff.rank} names device page {eff.page} of lane {lane_of(eff.page, R)}")

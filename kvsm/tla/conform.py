@@ -24,6 +24,7 @@ from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
 from .models import ModelConfig, config_of_model, read_cfg, with_bug
+from .validate import SPEC_PARAMS
 from .runner import model_paths, run_tlc
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
@@ -55,10 +56,8 @@ class StateGraph:
 def graph_config(cfg_path: Path, bug: str | None = None) -> ModelConfig:
     """The model's constants with INIT Init and NEXT Next and nothing to check: the
     complete graph is wanted, and state constraints would cut it short. With an
-    injected defect `bug`, `Bug` is bound to it and the graph is cut where the defect
-    breaks the model: the action constraint `Healthy` (every invariant the Python model
-    checks holds in the state a step leaves) keeps a broken state in the graph but
-    takes no step out of it, which is what `explore(cut=True)` does."""
+    injected defect `bug`, `Bug` is bound to it and the next-state relation is the
+    cut one of `cut_module`."""
     mc = read_cfg(cfg_path)
     for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
         if mc.names(kw):
@@ -66,8 +65,41 @@ def graph_config(cfg_path: Path, bug: str | None = None) -> ModelConfig:
     out = ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
     if bug is not None:
         out = with_bug(out, bug)
-        out.sections["ACTION_CONSTRAINTS"] = ["Healthy"]
+        out.sections["NEXT"] = ["CutNext"]
     return out
+
+
+CUT = "Cut_"  # the prefix of the cut module's actions (their dot labels)
+# The domain each spec parameter ranges over in `Next`.
+PARAM_DOMAINS = {"rid": "RequestIds", "node": "NodeIds", "at": "SplitOffsets", "rank": "Ranks", "ok": "BOOLEAN", "fits": "BOOLEAN"}
+
+
+def cut_module(stem: str) -> str:
+    """A module extending model `stem` whose next-state relation `CutNext` takes every
+    action of `Next` from a state where `Healthy` holds (every invariant the Python
+    model checks), and none from a state where it does not: the graph of a model with
+    an injected defect up to the states where the defect breaks it, which is what
+    `explore(cut=True)` explores. A broken state stays in the graph, without the steps
+    out of it, which the defect has left undefined. Each action `X` is `Cut_X`, so
+    that TLC labels its edges with a name `tlc_graph` maps back to `X`."""
+    lines = [f"---- MODULE {stem}_cut ----", f"EXTENDS {stem}"]
+    names = []
+    for name, params in SPEC_PARAMS.items():
+        if name == "Arrive":
+            body = "Healthy /\\ \\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages)"
+        elif params:
+            try:
+                binders = ", ".join(f"{x} \\in {PARAM_DOMAINS[x]}" for x in params)
+            except KeyError as e:
+                raise TLCError(f"conform --bug: no domain for {name}'s parameter {e}") from None
+            body = f"Healthy /\\ \\E {binders} : {name}({', '.join(params)})"
+        else:
+            body = f"Healthy /\\ {name}"
+        lines.append(f"{CUT}{name} == {body}")
+        names.append(f"{CUT}{name}")
+    lines.append("CutNext == " + " \\/ ".join(names))
+    lines.append("====")
+    return "\n".join(lines) + "\n"
 
 
 def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, workers: int = 1) -> StateGraph:
@@ -76,8 +108,14 @@ def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, wo
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
         dot = Path(tmp) / "graph.dot"
-        gc = graph_config(cfg_path, None if config.bug == "none" else config.bug)
-        res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False)
+        bug = None if config.bug == "none" else config.bug
+        gc = graph_config(cfg_path, bug)
+        if bug is None:
+            res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False)
+        else:
+            cut = f"{module.stem}_cut"
+            extra = {cut: cut_module(module.stem), module.stem: module.read_text()}
+            res = run_tlc(Path(f"{cut}.tla"), gc, workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra)
         if res.violation is not None:
             raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {cfg_path.name}")
         by_fp: dict[str, int] = {}
@@ -105,7 +143,7 @@ def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, wo
     g = StateGraph(initial)
     g.states = set(by_fp.values())
     for src, dst, label in raw_edges:
-        g.edges.add((by_fp[src], label, by_fp[dst]))
+        g.edges.add((by_fp[src], label.removeprefix(CUT), by_fp[dst]))
     g.seconds = time.perf_counter() - t0
     return g
 

@@ -54,6 +54,7 @@ SPEC_VARIABLES = (
     "disk_faults",
     "l3",
     "spill_staged",
+    "diverged",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
@@ -88,6 +89,7 @@ class Canon(NamedTuple):
     disk_faults: int
     l3: frozenset  # (rank, hash, content id or None)
     spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
+    diverged: tuple | None  # (transition name, ranks ascending) or None
 
 
 assert Canon._fields == SPEC_VARIABLES
@@ -136,6 +138,7 @@ def canon_model(s: ClusterState) -> Canon:
         disk_faults=s.disk_faults,
         l3=frozenset((r, h, c) for (r, h), c in s.l3.items()),
         spill_staged=tuple(tuple(tuple(op) for op in staged) for staged in s.spill_staged),
+        diverged=None if s.diverged is None else (s.diverged[0], tuple(sorted(s.diverged[1]))),
     )
 
 
@@ -228,6 +231,10 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return tuple(
             tuple(tuple((content_id(_seq(p[0])), _cid(p[1])) for p in _seq(op)) for op in _seq(staged)) for staged in _per_rank(v, cfg)
         )
+    if name == "diverged":
+        if v == ():
+            return None
+        return (v["action"], tuple(sorted(v["ranks"])))
     raise MappingError(f"the spec has no variable '{name}'")
 
 
@@ -300,6 +307,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
         "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
     }
+    if c.diverged is not None:
+        out["diverged"] = {"action": c.diverged[0], "ranks": list(c.diverged[1])}
     if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
             or any(c.spill_gathered) or any(c.spill_done) or any(c.reload_done) or any(c.spill_staged):
         hs = lambda xs: [names.show(h) for h in xs]  # noqa: E731
@@ -415,4 +424,5 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "spill_staged": Fcn(
             {r: tuple(tuple((pre(h), content(c)) for h, c in op) for op in staged) for r, staged in enumerate(s.spill_staged)}
         ),
+        "diverged": () if s.diverged is None else Record(action=s.diverged[0], ranks=frozenset(s.diverged[1])),
     }

@@ -105,7 +105,7 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         dev = pages_all[i : i + n.pages]
         i += n.pages
         for j, page in enumerate(dev):
-            tx.load_dev(page, obj.base + j)
+            tx.load_dev(page, obj.base + j, n.hashes[j])
         tx.set_dev(nid, dev)
     tx.lock_path(run[-1], +1)
     tx.lock_path(req.node, -1)

@@ -1,0 +1,154 @@
+"""The injected defects (docs/defects.md): where each one is reachable, what is meant to
+catch it, and runs that show it.
+
+`CATALOGUE` names, per defect, the TLC model it is reachable in, the invariant meant to
+catch it, the simulator options it needs (tiers, faults, sizes) and what the GPU backend
+can see of it: wrong bytes, ranks that disagree, or nothing (then why). The detection
+matrix (`benchmarks/defects.py`) and the tests read it.
+
+`byte_witness` finds the shortest run of a model with a defect whose last step loads a
+page into L1 that does not hold the KV its node claims: a log that the GPU backend,
+which checks every loaded page against what its node claims, must refuse on real
+bytes. It explores the model past the state where an invariant first breaks (the
+checkers stop there; the bytes go wrong later), so a step the defect leaves undefined
+there (it fails with an exception) is simply not taken.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import effects as fx
+from .config import Config
+from .log import Header, LogWriter
+from .state import ClusterState, initial_state
+from .transitions import Transition, successors
+
+
+@dataclass(frozen=True)
+class Defect:
+    name: str
+    model: str  # the TLC model where it is reachable: ci, l3, or a spec/ .cfg path
+    invariant: str  # the invariant (or detector) meant to catch it
+    sim: dict[str, Any]  # kvsm sim options it needs (SimOptions fields)
+    gpu: str | None  # "bytes" (a load gets wrong KV), "ranks" (ranks disagree), or None
+    why_no_gpu: str = ""  # when gpu is None: why the backend cannot see it
+    sim_seeds: int = 200  # seeds the simulator tries (0 .. sim_seeds - 1)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+SPEC = "spec"
+
+CATALOGUE: dict[str, Defect] = {
+    d.name: d
+    for d in (
+        Defect(
+            "local_host_alloc", "ci", "13 Agreement",
+            {"tiers": "l1,l2", "requests": 400}, "ranks",
+        ),
+        Defect(
+            "double_free", "ci", "6 HostPages",
+            {"tiers": "l1,l2", "faults": "stall:0.05", "requests": 400}, "bytes",
+        ),
+        Defect(
+            "evict_pending", "ci", "4 Pending",
+            {"tiers": "l1,l2", "faults": "stall:0.05", "l1_pages": 64, "requests": 400}, None,
+            why_no_gpu=(
+                "the evicted node is deleted with its backup still pending: its pages are "
+                "poisoned, and no later step of the model copies or loads them (its write "
+                "has no node left to copy), so no byte the backend moves is wrong; the "
+                "reference fails loud here instead (`_cp_account_leave_node_evict`)"
+            ),
+        ),
+        Defect(
+            "split_pending", "ci", "3 Locks, 4 Pending",
+            {"tiers": "l1,l2", "faults": "stall:0.05", "requests": 400}, None,
+            why_no_gpu=(
+                "the model's write copies the node's pages as they are when it runs, so the "
+                "split moves no byte to a wrong place; what breaks is accounting (a lock "
+                "copied to the upper part, an object longer than its node), which the "
+                "backend does not see"
+            ),
+        ),
+        Defect(
+            "duplicate_ack", "ci", "7 Content",
+            {"tiers": "l1,l2", "requests": 400}, "bytes",
+        ),
+        Defect(
+            "reload_stale_anchor", f"{SPEC}/MC_reload_stale_anchor.cfg", "1 Tree",
+            {"tiers": "l1,l2,l3", "workload": "system-prompts", "l1_pages": 64, "l2_pages": 128, "requests": 400}, None,
+            why_no_gpu=(
+                "the reloaded node holds the right KV for its prefix; it hangs below an "
+                "anchor that left the tree (or shadows a sibling), so it and its object "
+                "leak, which no copy shows"
+            ),
+        ),
+        Defect(
+            "l3_no_min", f"{SPEC}/MC_l3_no_min.cfg", "13 Agreement",
+            {"tiers": "l1,l2,l3", "requests": 400}, "ranks",
+        ),
+        Defect(
+            "wallclock_tiebreak", f"{SPEC}/MC_wallclock_tiebreak.cfg", "13 Agreement",
+            {"tiers": "l1,l2", "requests": 400}, "ranks",
+        ),
+    )
+}
+
+
+def config_with(cfg: Config, bug: str) -> Config:
+    return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"config '{cfg.name}' with bug {bug}")
+
+
+def _loads_wrong_bytes(s: ClusterState) -> bool:
+    """The step that made `s` loaded a page that does not hold the KV its node claims."""
+    return any(isinstance(e, fx.Load) and s.dev_content.get(e.page) != e.claim for e in s.effects)
+
+
+def byte_witness(cfg: Config, max_states: int = 500_000) -> list[Transition] | None:
+    """The shortest run of `cfg`'s model (with its defect) whose last step loads a page
+    into L1 that does not hold the KV its node claims; None when there is none within
+    `max_states` states (breadth first, states identified by their digest)."""
+    s0 = initial_state(cfg)
+    parents: dict[str, tuple[str, Transition] | None] = {s0.digest(): None}
+    frontier = deque([s0])
+    while frontier:
+        s = frontier.popleft()
+        d = s.digest()
+        try:
+            nexts = list(successors(s))
+        except Exception:  # noqa: BLE001 - a step the defect leaves undefined is not taken
+            continue
+        for t, s2 in nexts:
+            d2 = s2.digest()
+            if d2 in parents:
+                continue
+            parents[d2] = (d, t)
+            if _loads_wrong_bytes(s2):
+                path = [t]
+                cur = parents[d]
+                while cur is not None:
+                    path.append(cur[1])
+                    cur = parents[cur[0]]
+                return path[::-1]
+            if len(parents) >= max_states:
+                return None
+            frontier.append(s2)
+    return None
+
+
+def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: str = "hand", extra: dict[str, Any] | None = None) -> Path:
+    """The run `steps` of `cfg`'s model as a kvsm log (its header names the defect)."""
+    from .transitions import apply
+
+    s = initial_state(cfg)
+    with LogWriter(path, Header(cfg, None, source, s.digest(), extra or {})) as w:
+        for t in steps:
+            s = apply(s, t)
+            w.write(t, s)
+    return Path(path)
+
+
+__all__ = ["CATALOGUE", "Defect", "byte_witness", "config_with", "write_log"]
