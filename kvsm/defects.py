@@ -17,12 +17,13 @@ there (it fails with an exception) is simply not taken.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import effects as fx
 from .config import Config
+from .invariants import violations
 from .log import Header, LogWriter
 from .state import ClusterState, initial_state
 from .transitions import Transition, successors
@@ -36,8 +37,8 @@ class Defect:
     sim: dict[str, Any]  # kvsm sim options it needs (SimOptions fields)
     gpu: str | None  # "bytes" (a load gets wrong KV), "ranks" (ranks disagree), or None
     why_no_gpu: str = ""  # when gpu is None: why the backend cannot see it
-    sim_seeds: int = 200  # seeds the simulator tries (0 .. sim_seeds - 1)
-    notes: dict[str, Any] = field(default_factory=dict)
+    sim_seed: int = 0  # the first seed of 0..199 whose run catches it (benchmarks/defects.py)
+    sim_detector: str = "invariant"  # what catches it there: invariant, divergence or stuck
 
 
 SPEC = "spec"
@@ -47,15 +48,15 @@ CATALOGUE: dict[str, Defect] = {
     for d in (
         Defect(
             "local_host_alloc", "ci", "13 Agreement",
-            {"tiers": "l1,l2", "requests": 400}, "ranks",
+            {"tiers": "l1,l2"}, "ranks",
         ),
         Defect(
             "double_free", "ci", "6 HostPages",
-            {"tiers": "l1,l2", "faults": "stall:0.05", "requests": 400}, "bytes",
+            {"tiers": "l1,l2", "faults": "stall:0.05"}, "bytes",
         ),
         Defect(
             "evict_pending", "ci", "4 Pending",
-            {"tiers": "l1,l2", "faults": "stall:0.05", "l1_pages": 64, "requests": 400}, None,
+            {"tiers": "l1,l2", "faults": "stall:0.05", "l1_pages": 64}, None,
             why_no_gpu=(
                 "the evicted node is deleted with its backup still pending: its pages are "
                 "poisoned, and no later step of the model copies or loads them (its write "
@@ -64,22 +65,22 @@ CATALOGUE: dict[str, Defect] = {
             ),
         ),
         Defect(
-            "split_pending", "ci", "3 Locks, 4 Pending",
-            {"tiers": "l1,l2", "faults": "stall:0.05", "requests": 400}, None,
+            "split_pending", "ci", "3 Locks",
+            {"tiers": "l1,l2", "faults": "stall:0.05"}, None,
             why_no_gpu=(
                 "the model's write copies the node's pages as they are when it runs, so the "
-                "split moves no byte to a wrong place; what breaks is accounting (a lock "
-                "copied to the upper part, an object longer than its node), which the "
-                "backend does not see"
+                "split moves no byte to a wrong place; what breaks is accounting (the "
+                "backup's lock copied to the upper part, an object longer than its node), "
+                "which the backend does not see"
             ),
         ),
         Defect(
             "duplicate_ack", "ci", "7 Content",
-            {"tiers": "l1,l2", "requests": 400}, "bytes",
+            {"tiers": "l1,l2"}, "bytes", sim_detector="divergence",
         ),
         Defect(
             "reload_stale_anchor", f"{SPEC}/MC_reload_stale_anchor.cfg", "1 Tree",
-            {"tiers": "l1,l2,l3", "workload": "system-prompts", "l1_pages": 64, "l2_pages": 128, "requests": 400}, None,
+            {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64}, None, sim_seed=1,
             why_no_gpu=(
                 "the reloaded node holds the right KV for its prefix; it hangs below an "
                 "anchor that left the tree (or shadows a sibling), so it and its object "
@@ -88,14 +89,24 @@ CATALOGUE: dict[str, Defect] = {
         ),
         Defect(
             "l3_no_min", f"{SPEC}/MC_l3_no_min.cfg", "13 Agreement",
-            {"tiers": "l1,l2,l3", "requests": 400}, "ranks",
+            {"tiers": "l1,l2,l3"}, "ranks",
         ),
         Defect(
             "wallclock_tiebreak", f"{SPEC}/MC_wallclock_tiebreak.cfg", "13 Agreement",
-            {"tiers": "l1,l2", "requests": 400}, "ranks",
+            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 64}, "ranks", sim_seed=2,
         ),
     )
 }
+# The simulator runs of the catalogue: the default config, this many requests of the
+# workload (a run stops at its first catch).
+SIM_REQUESTS = 300
+# The model `kvsm conform --bug` compares each defect on: ci's defects on ci with two
+# requests (the same counterexamples, an eighth of the graph), the others on their own.
+CONFORM_DEFECTS_MODEL = f"{SPEC}/MC_defects.cfg"
+
+
+def conform_model(d: Defect) -> str:
+    return CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model
 
 
 def config_with(cfg: Config, bug: str) -> Config:
@@ -107,10 +118,11 @@ def _loads_wrong_bytes(s: ClusterState) -> bool:
     return any(isinstance(e, fx.Load) and s.dev_content.get(e.page) != e.claim for e in s.effects)
 
 
-def byte_witness(cfg: Config, max_states: int = 500_000) -> list[Transition] | None:
-    """The shortest run of `cfg`'s model (with its defect) whose last step loads a page
-    into L1 that does not hold the KV its node claims; None when there is none within
-    `max_states` states (breadth first, states identified by their digest)."""
+def _shortest(cfg: Config, found: Callable[[ClusterState], bool], past_broken: bool, max_states: int) -> list[Transition] | None:
+    """The shortest run of `cfg`'s model to a state `found` accepts, breadth first (states
+    identified by their digest); None when there is none within `max_states` states.
+    With `past_broken` the search goes on past states that break an invariant, and a
+    step the defect leaves undefined there (it fails with an exception) is not taken."""
     s0 = initial_state(cfg)
     parents: dict[str, tuple[str, Transition] | None] = {s0.digest(): None}
     frontier = deque([s0])
@@ -119,14 +131,16 @@ def byte_witness(cfg: Config, max_states: int = 500_000) -> list[Transition] | N
         d = s.digest()
         try:
             nexts = list(successors(s))
-        except Exception:  # noqa: BLE001 - a step the defect leaves undefined is not taken
+        except Exception:  # noqa: BLE001 - past a broken state, a step may be undefined
+            if not past_broken:
+                raise
             continue
         for t, s2 in nexts:
             d2 = s2.digest()
             if d2 in parents:
                 continue
             parents[d2] = (d, t)
-            if _loads_wrong_bytes(s2):
+            if found(s2):
                 path = [t]
                 cur = parents[d]
                 while cur is not None:
@@ -135,8 +149,22 @@ def byte_witness(cfg: Config, max_states: int = 500_000) -> list[Transition] | N
                 return path[::-1]
             if len(parents) >= max_states:
                 return None
-            frontier.append(s2)
+            if past_broken or not violations(s2):
+                frontier.append(s2)
     return None
+
+
+def counterexample(cfg: Config, max_states: int = 500_000) -> list[Transition] | None:
+    """The shortest run of `cfg`'s model (with its defect) to a state that breaks an
+    invariant: what TLC's breadth-first search finds (up to the order of ties)."""
+    return _shortest(cfg, lambda s: bool(violations(s)), False, max_states)
+
+
+def byte_witness(cfg: Config, max_states: int = 500_000) -> list[Transition] | None:
+    """The shortest run of `cfg`'s model (with its defect) whose last step loads a page
+    into L1 that does not hold the KV its node claims; None when there is none within
+    `max_states` states."""
+    return _shortest(cfg, _loads_wrong_bytes, True, max_states)
 
 
 def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: str = "hand", extra: dict[str, Any] | None = None) -> Path:
@@ -151,4 +179,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "Defect", "byte_witness", "config_with", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "write_log"]

@@ -3,7 +3,7 @@
    ci cannot reach it: two single-page nodes in one device lane, touched one
    access apart with the older one of the higher id, so that a rank whose wall
    clock puts both accesses in one tick orders them by id and the other rank by
-   time. Four single-page requests, one alive at a time, two device pages per
+   time. Three single-page requests, one alive at a time, two device pages per
    lane, a one-page host pool. *)
 EXTENDS KVCache
 

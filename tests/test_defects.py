@@ -1,0 +1,218 @@
+"""The injected defects (docs/defects.md). Each one is a deviation of the Python model and
+of the spec under the same name; TLC catches it on its model with a counterexample that
+the model with the defect replays to the same violation at the same step, and that the
+correct model and the correct spec both refuse at the step where it deviates; a fixed
+simulator seed catches it; the GPU backend (on the CPU) catches the ones whose symptom
+is wrong bytes or ranks that disagree; and model and spec have the same state graph
+under it (up to the states where it breaks an invariant)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvsm.config import BUGS, IMPLEMENTED_BUGS, Config, ConfigError, load_config
+from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, write_log
+from kvsm.invariants import violations
+from kvsm.log import replay
+from kvsm.state import initial_state
+from kvsm.transitions import Transition, apply, successors
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFECTS = sorted(CATALOGUE)
+
+
+def _model(name: str) -> str:
+    m = CATALOGUE[name].model
+    return str(ROOT / m) if m.endswith(".cfg") else m
+
+
+# ---- the config and the log ------------------------------------------------------------------------
+
+
+def test_every_implemented_defect_is_a_config_value_and_an_unknown_one_is_refused():
+    for bug in IMPLEMENTED_BUGS:
+        assert Config.from_json({"bug": bug}).bug == bug
+    with pytest.raises(ConfigError, match="field 'bug' must be one of"):
+        Config.from_json({"bug": "double_fre"})
+    assert set(CATALOGUE) <= set(IMPLEMENTED_BUGS) <= set(BUGS)
+
+
+def test_a_bug_free_config_runs_the_same_model_as_before():
+    # no defect: every transition of small's graph is the one `bug = none` always took
+    cfg = load_config("small")
+    assert cfg.bug == "none"
+    s = initial_state(cfg)
+    for t, s2 in successors(s):
+        assert s2.diverged is None and not violations(s2)
+
+
+def test_a_log_is_replayed_with_its_defect_only_when_asked(tmp_path):
+    # double_free's counterexample on small: the correct model refuses it at the step that
+    # deviates and the header names the defect; with --bug it replays to the violation
+    cfg = config_with(load_config("small"), "double_free")
+    steps = counterexample(cfg)
+    log = write_log(cfg, steps, tmp_path / "double_free.jsonl")
+    mutant = replay(log, check=True, bug="double_free")
+    assert mutant.first_mismatch is None and mutant.violations
+    assert {v["step"] for v in mutant.violations} == {len(steps)}
+    assert all(v["violation"].startswith("6 HostPages") for v in mutant.violations)
+    correct = replay(log, check=True)
+    assert correct.first_mismatch["step"] == len(steps) and correct.first_mismatch["transition"].startswith("Rollback")
+    assert correct.to_json()["log_bug"] == "double_free" and correct.to_json()["bug"] == "none"
+
+
+def test_a_rank_decides_from_its_own_view_only_under_a_rank_view_defect():
+    # local_host_alloc: the counterexample's last Reserve is rank 0's decision; rank 1 refuses it
+    cfg = config_with(load_config("small"), "local_host_alloc")
+    steps = counterexample(cfg)
+    s = initial_state(cfg)
+    for t in steps[:-1]:
+        s = apply(s, t)
+    last = steps[-1]
+    after = apply(s, last)
+    assert after.diverged == (last.name, (1,))
+    assert apply(s, last, view=0).replicated_digest() == after.replicated_digest()
+    with pytest.raises(Exception, match="no free run"):
+        apply(s, last, view=1)
+    correct = load_config("small")
+    s = initial_state(correct)
+    for t in steps[:-1]:
+        s = apply(s, t)
+    # without the defect every rank's view is the replicated one
+    assert apply(s, last, view=1).digest() == apply(s, last).digest()
+
+
+# ---- TLC --------------------------------------------------------------------------------------------
+
+TLC_PROPERTY = {
+    "local_host_alloc": "Agreement",
+    "double_free": "HostPages",
+    "evict_pending": "Pending",
+    "split_pending": "Locks",
+    "duplicate_ack": "Content",
+    "reload_stale_anchor": "Tree",
+    "l3_no_min": "Agreement",
+    "wallclock_tiebreak": "Agreement",
+}
+
+
+@pytest.fixture(scope="module")
+def tlc_caught(tmp_path_factory):
+    """TLC's check of each defect on its model, run once for every test that reads it."""
+    from kvsm.tla.check import check
+
+    d = tmp_path_factory.mktemp("tlc")
+    runs: dict = {}
+
+    def get(name: str):
+        if name not in runs:
+            runs[name] = check(_model(name), bug=name, log_path=d / f"{name}.jsonl")
+        return runs[name]
+
+    return get
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", DEFECTS)
+def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_violation(name, tlc_caught):
+    res = tlc_caught(name)
+    v = res.to_json()["violation"]
+    assert v is not None and v["kind"] == "invariant" and v["property"] == TLC_PROPERTY[name], v
+    assert v["log"] is not None, v.get("log_error")
+    steps = v["steps"]
+    mutant = replay(v["log"], check=True, bug=name)
+    assert mutant.first_mismatch is None
+    assert mutant.violations and {x["step"] for x in mutant.violations} == {steps}
+    assert any(x["violation"].split(":")[0].split(" ", 1)[1] == TLC_PROPERTY[name] for x in mutant.violations)
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", DEFECTS)
+def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the_same_step(name, tlc_caught):
+    from kvsm.tla.validate import validate
+
+    log = tlc_caught(name).to_json()["violation"]["log"]
+    correct = replay(log)
+    assert correct.first_mismatch is not None and "step" in correct.first_mismatch
+    res = validate(log)
+    assert not res.ok and res.first_rejected is not None
+    assert res.first_rejected["step"] == correct.first_mismatch["step"]
+    assert res.first_rejected["transition"] == correct.first_mismatch["transition"]
+
+
+@pytest.mark.tlc
+def test_every_shipped_model_is_clean_without_a_defect():
+    from kvsm.tla.check import check
+
+    for model in sorted({_model(n) for n in DEFECTS if CATALOGUE[n].model != "ci"}):
+        res = check(model)
+        assert res.ok, (model, res.to_json())
+
+
+@pytest.mark.tlc
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DEFECTS)
+def test_model_and_spec_have_the_same_graph_under_the_defect(name):
+    from kvsm.tla.conform import conform
+
+    model = conform_model(CATALOGUE[name])
+    res = conform(str(ROOT / model) if model.endswith(".cfg") else model, bug=name)
+    assert res.equal, res.to_json()["examples"]
+    assert res.tlc_states == res.model_states and res.tlc_edges == res.model_edges
+
+
+# ---- the simulator ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_a_fixed_simulator_seed_catches_the_defect(name):
+    from kvsm.sim import STOPS, SimOptions, simulate, stop_record
+
+    d = CATALOGUE[name]
+    opts = SimOptions(bug=name, check=True, seed=d.sim_seed, requests=SIM_REQUESTS, **d.sim)
+    with pytest.raises(STOPS) as e:
+        simulate(opts)
+    rec = stop_record(e.value, d.sim_seed)
+    assert rec["detector"] == d.sim_detector, rec
+    # the same seed without the defect runs to its end, every invariant held
+    clean = simulate(SimOptions(check=True, seed=d.sim_seed, requests=SIM_REQUESTS, **d.sim))
+    assert clean.summary["requests"] == SIM_REQUESTS
+
+
+# ---- the GPU backend on the CPU ----------------------------------------------------------------------
+
+
+def _gpu_log(name: str, tmp_path: Path) -> Path:
+    d = CATALOGUE[name]
+    if d.model == "ci":
+        cfg = config_with(load_config("small"), name)
+    else:
+        from kvsm.tla.models import config_of_model
+
+        cfg_path = ROOT / d.model
+        cfg = config_with(config_of_model(cfg_path.with_suffix(".tla"), cfg_path), name)
+    steps = byte_witness(cfg) if d.gpu == "bytes" else counterexample(cfg)
+    assert steps, f"no run of {name} to replay"
+    return write_log(cfg, steps, tmp_path / f"{name}.jsonl")
+
+
+@pytest.mark.parametrize("name", [n for n in DEFECTS if CATALOGUE[n].gpu])
+def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digests(name, tmp_path):
+    pytest.importorskip("torch")
+    from kvsm.gpu.launch import Options, replay as gpu_replay
+
+    log = _gpu_log(name, tmp_path)
+    s = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120, bug=name))
+    assert not s["ok"]
+    f = s["failures"][0]
+    last = sum(1 for _ in open(log)) - 2  # header and end line
+    assert f["transition"] == last, f
+    if CATALOGUE[name].gpu == "bytes":
+        assert f["kind"] == "verify" and "loaded from host page" in f["message"], f
+    else:
+        assert f["kind"] in ("rejected", "digest") and f["rank"] != 0, f
+    # the same log replayed by ranks without the defect: the correct model refuses it
+    s = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
+    assert not s["ok"] and s["failures"][0]["kind"] in ("rejected", "digest")
