@@ -255,6 +255,9 @@ def run_tlc(
             java,
             "-XX:+UseParallelGC",
             "-Xss64m",
+            # TLC extracts its standard modules into java.io.tmpdir and parses them there:
+            # a shared /tmp lets concurrent runs delete each other's copies mid-parse
+            f"-Djava.io.tmpdir={work}",
             "-cp",
             str(jar),
             "tlc2.TLC",
