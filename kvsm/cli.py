@@ -177,11 +177,12 @@ def explore(
         min=0,
         help="stop with an error beyond this many states; 0 = no limit. Every state is kept in memory (about 3.5 KB each)",
     ),
+    bug: Optional[str] = bug_option(),
 ) -> None:
-    """Explore every reachable state breadth-first, checking the invariants in each. Progress goes to stderr."""
+    """Explore every reachable state breadth-first, checking the invariants in each (with --bug, of the model with that defect: a state where it breaks an invariant is reached but not explored further). Progress goes to stderr."""
     from .explore import explore as do_explore
 
-    cfg = config_or_exit(config)
+    cfg = config_or_exit(config, bug)
     if not max_states:
         warn("--max-states 0: no limit on states; exploration runs until every reachable state is found" + ("" if cfg.max_requests else f" and config '{config}' has no max_requests, so it may never end"))
     avail = available_memory()
@@ -192,7 +193,8 @@ def explore(
     with progress() as prog:
         task = prog.add_task("explore", total=None)
         try:
-            g = do_explore(cfg, check=True, max_states=max_states, on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore: depth {lvl}, states"))
+            g = do_explore(cfg, check=True, max_states=max_states, cut=cfg.bug != "none",
+                           on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore: depth {lvl}, states"))
         except RuntimeError as e:
             raise fail(f"config '{config}': {e} (--max-states {max_states})") from None
     summary = g.summary()

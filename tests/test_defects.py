@@ -216,3 +216,34 @@ def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digest
     # the same log replayed by ranks without the defect: the correct model refuses it
     s = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
     assert not s["ok"] and s["failures"][0]["kind"] in ("rejected", "digest")
+
+
+# ---- the command line --------------------------------------------------------------------------------
+
+
+def test_every_command_that_runs_the_model_takes_bug_and_refuses_an_unknown_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    runner = CliRunner()
+    for cmd in (["walk"], ["replay"], ["sim"], ["check"], ["conform"], ["validate"], ["gpu", "replay"], ["explore"]):
+        res = runner.invoke(app, [*cmd, "--help"])
+        assert "--bug" in res.output, cmd
+    res = runner.invoke(app, ["walk", "-c", "small", "-n", "5", "-o", str(tmp_path / "w.jsonl"), "--bug", "double_fre"])
+    assert res.exit_code == 2 and "field 'bug' must be one of" in res.output
+
+
+def test_sim_json_names_the_detector_and_the_seed_of_a_stopped_run():
+    import json
+
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    d = CATALOGUE["l3_no_min"]
+    res = CliRunner().invoke(app, ["sim", "--tiers", d.sim["tiers"], "-n", "20", "--bug", "l3_no_min", "--check", "--json"])
+    assert res.exit_code == 1
+    stop = json.loads(res.stdout)["stopped"]
+    assert stop["detector"] == "invariant" and stop["seed"] == 0 and stop["transition"] > 0
+    assert "13 Agreement" in stop["message"]
