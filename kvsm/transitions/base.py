@@ -6,7 +6,6 @@ object)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from dataclasses import replace as dc_replace
 from typing import Any, Callable, Iterable, Iterator
 
 import immutables
@@ -114,7 +113,7 @@ def _every_rank_decides(decide: Callable[..., ClusterState]) -> Callable[..., Cl
                 others.append(r)
         if not others:
             return first
-        return dc_replace(first, diverged=(t.name, tuple(others)), _digest=None)
+        return replace(first, diverged=(t.name, tuple(others)), _digest=None)
 
     apply.__name__ = getattr(decide, "__name__", "apply")
     return apply
