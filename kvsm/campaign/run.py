@@ -157,7 +157,7 @@ def execute(spec: RunSpec, budget: Budget, workload: str | None = None, collect:
                 raise _Held(f"requests {still[:5]} are still held by a reload at the end of the run", captured[-1].name if captured else "-")
             out.summary = res.summary
             if replay_log:
-                out.failure = _replay_failure(log, res.summary["final_digest"], captured)
+                out.failure = _replay_failure(log, res.summary["final_digest"], captured, spec.bug)
         except _OverBudget as e:
             out.status, out.budget = "budget", str(e)
         except _Violation as e:
@@ -197,8 +197,9 @@ def _track_held(held: dict[int, int], t: Transition, s: ClusterState) -> None:
                 raise _Held(f"request {rid} is still held after {held[rid]} ReloadExpire steps (reload_ttl {ttl})", t.name)
 
 
-def _replay_failure(log: Path, final_digest: str, captured: list[Transition]) -> Failure | None:
-    res = replay(log)
+def _replay_failure(log: Path, final_digest: str, captured: list[Transition], bug: str = "none") -> Failure | None:
+    # the log is replayed as the run wrote it: with the run's injected defect
+    res = replay(log, bug=bug)
     if res.first_mismatch is not None:
         line = res.first_mismatch["line"]
         reason = res.first_mismatch["reason"]

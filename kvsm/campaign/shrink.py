@@ -230,7 +230,8 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
         "seed": spec.seed,
         "spec": spec.to_json(),
         "command": command(spec, workload="workload.jsonl"),
-        "replay": "kvsm replay --check case.jsonl" if target.detector in LOG_DETECTORS else None,
+        "replay": (f"kvsm replay --check{'' if spec.bug == 'none' else ' --bug ' + spec.bug} case.jsonl"
+                   if target.detector in LOG_DETECTORS else None),
         "cwd": "the case's directory",
         "original": {"command": command(spec), "requests": spec.requests, "transitions": len(first.transitions)},
         "shrunk": {

@@ -17,6 +17,8 @@ from ..invariants import NAMES, contract, violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key
 
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
+# the invariants of a state (all but 11, Ownership, which is of a transition's effects)
+STATE_INVARIANTS = tuple(k for k in INVARIANTS if not k.startswith("11 "))
 
 _CHAIN: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
 _CHAIN_MAX = 1 << 16

@@ -11,7 +11,7 @@ from typing import Any
 from .. import effects as fx
 from ..invariants import NAMES, agreement_violation, contract
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
-from .full import INVARIANTS, _chain
+from .full import STATE_INVARIANTS, _chain
 
 
 class _Shadow:
@@ -73,7 +73,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
     An, Bn = A.nodes, B.nodes
     Ap, Bp = A.pending, B.pending
     if stats is not None:
-        for k in INVARIANTS[:10]:
+        for k in STATE_INVARIANTS:
             stats.per_invariant[k]["step"] += 1
 
     # ---- which entries to look at ----------------------------------------------------------
