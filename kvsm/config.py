@@ -24,7 +24,10 @@ EVICTIONS = ("slru", "lru")
 # commit_call: a rank's entry into the commit collective. `fixed` enters whenever a backup
 # is in flight (a replicated condition); `reference` also returns early when the rank's
 # own ack queue is empty (a local condition), as the reference's writing_check does.
-COMMIT_CALLS = ("fixed", "reference")
+# `atomic` takes the collective as one step (every rank's call and the MIN at once): the
+# same replicated behaviour as `fixed` without its per-rank states, for models too large
+# to hold them.
+COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
 _DEFAULT_KNOBS = {"commit_call": "fixed"}

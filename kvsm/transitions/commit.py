@@ -11,7 +11,10 @@ every rank finished (possibly none); those backups become visible (committed obj
 rank; while a round is open no replicated step is taken (a rank in the collective
 waits there). Under `commit_call = "reference"` a rank whose own ack queue is empty
 returns early instead of entering (`ROUND_SKIPPED`): if another rank entered, the
-calls no longer pair up (invariant 12). `Rollback` abandons a pending backup, wherever
+calls no longer pair up (invariant 12). Under `commit_call = "atomic"` the collective is
+the one step `Commit` (every rank's call and the MIN at once, when the MIN is not 0): the
+same replicated behaviour, without the states in which some ranks have called and others
+not. `Rollback` abandons a pending backup, wherever
 it is in `writes`.
 """
 
@@ -61,6 +64,8 @@ def ack_queue_empty(s: ClusterState, r: int) -> bool:
 
 def commit_call(s: ClusterState, t: Transition) -> ClusterState:
     r = rank_of(s, t)
+    if s.config.commit_call == "atomic":
+        raise Rejected("the commit collective is one step (Commit) under commit_call = atomic")
     if s.commit_round[r] != ROUND_IDLE:
         raise Rejected(f"rank {r} has already reached the commit call of this round")
     if not s.writes:
@@ -75,16 +80,19 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
 
 
 def commit_call_candidates(s: ClusterState) -> Iterable[Transition]:
-    if s.writes:
+    if s.writes and s.config.commit_call != "atomic":
         for r in range(s.config.R):
             if s.commit_round[r] == ROUND_IDLE:
                 yield Transition.make("CommitCall", rank=r)
 
 
 def commit(s: ClusterState, t: Transition) -> ClusterState:
-    if not all(c == ROUND_IN for c in s.commit_round):
-        raise Rejected(f"the commit collective completes when every rank has entered it (ranks: {list(s.commit_round)})")
     m = min(s.write_done)
+    if s.config.commit_call == "atomic":
+        if m == 0:
+            raise Rejected("no write is finished on every rank")
+    elif not all(c == ROUND_IN for c in s.commit_round):
+        raise Rejected(f"the commit collective completes when every rank has entered it (ranks: {list(s.commit_round)})")
     tx = Tx(s)
     tx.commit_round = [ROUND_IDLE] * s.config.R
     for nid in s.writes[:m]:
@@ -101,7 +109,10 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
 
 
 def commit_candidates(s: ClusterState) -> Iterable[Transition]:
-    if s.commit_round and all(c == ROUND_IN for c in s.commit_round):
+    if s.config.commit_call == "atomic":
+        if s.writes and min(s.write_done) > 0:
+            yield Transition.make("Commit")
+    elif all(c == ROUND_IN for c in s.commit_round):
         yield Transition.make("Commit")
 
 

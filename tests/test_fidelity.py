@@ -1,0 +1,96 @@
+"""Mechanisms modelled as the reference has them (docs/model.md, the reference's mechanisms):
+the asynchronous load-back and the commit collective as per-rank calls, each reached by
+exhaustive exploration of a small model, and the `commit_call` knob's three settings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvsm.config import load_config
+from kvsm.explore import explore
+from kvsm.invariants import violations
+from kvsm.state import initial_state
+from kvsm.transitions import apply, successors
+
+from .helpers import T, node_by_key, run, serve
+
+
+@pytest.fixture(scope="module")
+def small2():
+    """`small` (the ci model) with two requests: every mechanism below, in a few seconds."""
+    return replace(load_config("small"), max_requests=2)
+
+
+@pytest.fixture(scope="module")
+def fixed_graph(small2):
+    return explore(small2, check=True)
+
+
+def test_atomic_commit_is_the_fixed_collective_without_its_round_states(small2, fixed_graph):
+    """`atomic` reaches exactly the states of `fixed` in which no round is open, by the
+    same steps; each atomic `Commit` is a round of calls that every rank enters."""
+    atomic = explore(replace(small2, commit_call="atomic"), check=True)
+    idle = {d for d, s in fixed_graph.states.items() if not any(s.commit_round)}
+    assert set(atomic.states) == idle and len(idle) < len(fixed_graph.states)
+    assert not atomic.violations and not fixed_graph.violations
+    plain = {e for e in atomic.edges if e[1] != "Commit"}
+    assert plain == {e for e in fixed_graph.edges if e[0] in idle and e[2] in idle and e[1] not in ("CommitCall", "Commit")}
+    for a, _, b in (e for e in atomic.edges if e[1] == "Commit"):
+        s = fixed_graph.states[a]
+        s = apply(apply(s, T("CommitCall", rank=0)), T("CommitCall", rank=1))
+        assert apply(s, T("Commit")).digest() == b
+
+
+@pytest.fixture(scope="module")
+def loads_graph():
+    """The `loads` model (spec/MC_loads): room for another request's node beside a load."""
+    return explore(load_config("loads"), check=True)
+
+
+def test_exploration_reaches_loads_in_flight_while_requests_abort_insert_and_evict(loads_graph):
+    """The spec and the model explore what happens to the pages of a load in flight: the
+    loading request aborts, one rank's copy lands before the other's, another request
+    inserts and a device eviction runs meanwhile (never of the loading node: its pages
+    are locked), and no invariant breaks."""
+    g = loads_graph
+    assert not g.violations
+    states = g.states
+    in_flight = [s for s in states.values() if s.loads]
+    assert any(len(set(s.load_done)) > 1 for s in in_flight)  # one rank done, the other not
+    assert any(not any(r.node == s.loads[0].node for r in s.requests.values()) for s in in_flight)  # aborted
+    during = {n for a, n, b in g.edges if states[a].loads}
+    assert {"Abort", "Insert", "EvictDevice", "Finish", "LoadDone"} <= during
+    for a, b in ((a, b) for a, n, b in g.edges if n in ("EvictDevice", "Insert") and states[a].loads):
+        loading = states[a].loading_pages()
+        held = {p: nid for nid, n in states[b].nodes.items() for p in n.dev}
+        assert all(held.get(p) == held_a for p, held_a in
+                   ((p, nid) for nid, n in states[a].nodes.items() for p in n.dev if p in loading))
+
+
+def test_fixed_commit_calls_always_pair_up(fixed_graph):
+    g = fixed_graph
+    rounds = {s.commit_round for s in g.states.values()}
+    assert rounds == {(0, 0), (1, 0), (0, 1), (1, 1)}
+    assert not g.violations
+
+
+def test_reference_commit_calls_reach_a_rank_that_skips_the_call(small2):
+    g = explore(replace(small2, max_requests=1, commit_call="reference"), check=True)
+    bad = [v for v in g.violations if v["violation"].startswith("12 Collectives")]
+    assert bad
+    shortest = min(bad, key=lambda v: len(v["trace"]))
+    assert shortest["trace"][-3:] == ["WriteDone(r=0)", "CommitCall(r=0)", "CommitCall(r=1)"] or \
+        shortest["trace"][-3:] == ["WriteDone(r=1)", "CommitCall(r=1)", "CommitCall(r=0)"]
+
+
+def test_a_round_that_commits_nothing_returns_to_the_state_before_it():
+    cfg = replace(load_config("small"), max_requests=0, max_live=0)
+    s = serve(initial_state(cfg), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("WriteDone", rank=1))
+    before = s.digest()
+    for t, s2 in successors(s, ("CommitCall",)):
+        s3 = run(s2, T("CommitCall", rank=1 - t.rank), T("Commit"))
+        assert s3.digest() == before and not violations(s3)
