@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from rich.markup import escape
+
+from .common import console, emit_json, err, print_error, progress
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -56,6 +53,39 @@ def _summary_table(s: dict[str, Any]) -> Table:
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+def _tell_story(opts: Any, output: Optional[Path]) -> None:
+    """After a run stopped: run the same seed again, keep its log up to where it stops
+    (the run itself leaves no log, by design), and print the story of its last steps."""
+    from ..log import Header, LogWriter
+    from ..render.story import tail_story
+    from ..sim import SimDivergence
+    from ..sim.options import prepare
+    from ..sim.scheduler import SimInvariantError, Simulation
+
+    path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
+    try:
+        prep = prepare(opts)
+        sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
+        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        stopped = False
+        with LogWriter(path, header) as w:
+            sim.writer = w
+            try:
+                sim.run()
+            except (SimDivergence, SimInvariantError):
+                stopped = True  # the same stop, deterministically: the log keeps what led to it
+        if not stopped:
+            err.print(f"(no story: the same seed ran to the end the second time; its log is {escape(str(path))})", highlight=False, soft_wrap=True)
+            return
+        story = tail_story(path)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the run's own error was reported
+        err.print(f"(no story of the failed run: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    from .show import emit_err
+
+    emit_err(story)
 
 
 def register(app: typer.Typer) -> None:
@@ -101,8 +131,6 @@ def register(app: typer.Typer) -> None:
             schedule=schedule,
             check=check,
         )
-        from ..cli import _progress  # noqa: PLC0415  (the CLI's one progress bar style)
-
         from ..log import OutputError, check_output_file  # noqa: PLC0415
 
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
@@ -111,23 +139,24 @@ def register(app: typer.Typer) -> None:
             if report is not None:
                 check_output_file(report)
         except OutputError as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             raise typer.Exit(2) from None
-        progress = _progress("sim")
+        bar = progress("sim")
         try:
-            with progress:
-                task = progress.add_task("sim", total=None)
+            with bar:
+                task = bar.add_task("sim", total=None)
 
                 def on_progress(done: int, total: int) -> None:
                     if done % 64 == 0 or done == total:
-                        progress.update(task, completed=done, total=total)
+                        bar.update(task, completed=done, total=total)
 
                 result = simulate(opts, output, on_progress)
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             raise typer.Exit(2) from None
         except (SimDivergence, SimInvariantError) as e:
-            err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e), "run stopped")
+            _tell_story(opts, output)
             raise typer.Exit(1) from None
         written = []
         try:
@@ -141,10 +170,10 @@ def register(app: typer.Typer) -> None:
                 written.append(write_report(result, report))
         except OSError as e:
             where = f"; the log {output} is complete" if output is not None else ""
-            err.print(f"[red]error:[/red] {escape(f'{e.filename}: cannot write: {e.strerror}')}{escape(where)}", highlight=False, soft_wrap=True)
+            print_error(f"{e.filename}: cannot write: {e.strerror}{where}")
             raise typer.Exit(2) from None
         if as_json:
-            sys.stdout.write(json.dumps(result.summary) + "\n")
+            emit_json(result.summary)
         else:
             console.print(_summary_table(result.summary))
             if output is not None:
