@@ -90,13 +90,15 @@ class Config:
     def device_pages(self) -> int:
         return self.R * self.L1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, all_fields: bool = False) -> dict[str, Any]:
+        """The config as JSON; a fidelity knob at its default is left out unless
+        `all_fields` (logs of configs that do not set it keep their bytes)."""
         d = asdict(self)
         d["payloads"] = list(self.payloads)
         d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages} for p in self.prompts]
         d["walk_weights"] = {k: v for k, v in self.walk_weights}
         for k, v in _DEFAULT_KNOBS.items():
-            if d[k] == v:
+            if d[k] == v and not all_fields:
                 del d[k]
         return d
 
