@@ -5,6 +5,7 @@ exhaustive exploration of a small model, and the `commit_call` knob's three sett
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,48 @@ def test_the_checker_catches_a_page_written_while_its_load_is_in_flight():
     tx.fill_dev(s.nodes[1].dev[0], 99)
     f = c.step(T("Fill"), tx.commit(), at="planted")
     assert f is not None and f.how == "step" and f.violations[0].startswith("7 Content") and "in flight" in f.violations[0]
+
+
+# ---- TLC: the finding and the small models -----------------------------------------------------
+
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+def test_the_saved_finding_replays_to_invariant_12():
+    from kvsm.invariants import violations_after
+    from kvsm.log import read_log
+
+    header, stream = read_log(str(TRACES / "commit_early_return.jsonl"))
+    assert header.config.commit_call == "reference" and header.source == "tlc"
+    s = initial_state(header.config)
+    for _, _, t, digest in stream:
+        assert not violations(s)
+        s = apply(s, t)
+        assert s.digest() == digest
+    assert [v.split(":")[0] for v in violations_after(t.rank, s)] == ["12 Collectives"]
+    assert (TRACES / "commit_early_return.md").read_text().startswith("# commit_early_return")
+
+
+@pytest.mark.tlc
+def test_tlc_finds_the_early_return_of_the_reference_in_its_small_model(tmp_path):
+    from kvsm.log import read_log
+    from kvsm.tla.check import check
+    from kvsm.tla.runner import spec_dir
+
+    res = check(str(spec_dir() / "MC_commit_early_return.cfg"), log_path=tmp_path / "t.jsonl")
+    assert res.tlc.violation is not None and res.tlc.violation.property == "Collectives"
+    _, stream = read_log(str(res.log))
+    assert [t.name for _, _, t, _ in stream][-3:] == ["WriteDone", "CommitCall", "CommitCall"]
+
+
+@pytest.mark.tlc
+def test_tlc_and_the_model_agree_on_the_loads_model_and_it_holds_every_property():
+    from kvsm.tla.check import check
+    from kvsm.tla.conform import conform
+
+    from kvsm.tla.runner import spec_dir
+
+    cfg = str(spec_dir() / "MC_loads.cfg")
+    res = conform(cfg)
+    assert res.equal and res.tlc_states == res.model_states == 6436, res.to_json()
+    assert check(cfg).tlc.violation is None
