@@ -190,3 +190,26 @@ def test_tlc_and_the_model_agree_on_the_loads_model_and_it_holds_every_property(
     res = conform(cfg)
     assert res.equal and res.tlc_states == res.model_states == 6436, res.to_json()
     assert check(cfg).tlc.violation is None
+
+
+# ---- the simulator ------------------------------------------------------------------------------
+
+
+def test_the_simulator_stops_where_a_reference_rank_returns_early_from_the_collective(tmp_path):
+    """Under commit_call = "reference" the simulator's ranks, whose copies finish at their
+    own times, soon reach a round in which one returns early while another entered: the
+    run stops there and says which calls no longer pair up. Under "fixed" the same run
+    completes, with a round of calls at every sync point with a backup in flight."""
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.sim.cluster import SimDivergence
+
+    base = (Path(__file__).resolve().parent.parent / "kvsm" / "configs" / "default.toml").read_text()
+    ref = tmp_path / "ref.toml"
+    ref.write_text(base.replace('policy = "write_through"', 'policy = "write_through"\ncommit_call = "reference"'))
+    opts = SimOptions(workload="thrash", requests=60, ranks=2, l1_pages=64, l2_pages=160, seed=5, tiers="l1,l2",
+                      faults="slow:0.2")
+    with pytest.raises(SimDivergence, match=r"returned early from the commit collective.*invariant 12"):
+        simulate(replace(opts, config=str(ref)), tmp_path / "ref.jsonl")
+    res = simulate(opts, tmp_path / "fixed.jsonl")
+    by = res.summary["transitions_by_name"]
+    assert by["CommitCall"] == 2 * by["Commit"] > 0 and by["LoadDone"] == 2 * by["LoadBack"] > 0
