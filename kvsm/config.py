@@ -20,6 +20,19 @@ POLICIES = ("write_through", "write_back")
 # Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
 # "lru" ignores the hit count (key `(False, touched, id)`).
 EVICTIONS = ("slru", "lru")
+# Fidelity knobs: where the reference's behaviour breaks an invariant, `reference` models it
+# as the reference does and `fixed` as the invariant needs (docs/model.md, Findings). The
+# shipped models keep `fixed`.
+# commit_call: a rank's entry into the commit collective. `fixed` enters whenever a backup
+# is in flight (a replicated condition); `reference` also returns early when the rank's
+# own ack queue is empty (a local condition), as the reference's writing_check does.
+# `atomic` takes the collective as one step (every rank's call and the MIN at once): the
+# same replicated behaviour as `fixed` without its per-rank states, for models too large
+# to hold them.
+COMMIT_CALLS = ("fixed", "reference", "atomic")
+# Knobs left out of a config's JSON (and so of a log header) while at their default, so
+# that logs of configs that do not set them keep their bytes.
+_DEFAULT_KNOBS = {"commit_call": "fixed"}
 BUGS = (
     "none",
     "skip_collective",
@@ -66,6 +79,7 @@ class Config:
     spill_queue_cap: int = 8
     # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
     max_disk_faults: int = 0
+    commit_call: str = "fixed"
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -78,11 +92,16 @@ class Config:
     def device_pages(self) -> int:
         return self.R * self.L1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, all_fields: bool = False) -> dict[str, Any]:
+        """The config as JSON; a fidelity knob at its default is left out unless
+        `all_fields` (logs of configs that do not set it keep their bytes)."""
         d = asdict(self)
         d["payloads"] = list(self.payloads)
         d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages} for p in self.prompts]
         d["walk_weights"] = {k: v for k, v in self.walk_weights}
+        for k, v in _DEFAULT_KNOBS.items():
+            if d[k] == v and not all_fields:
+                del d[k]
         return d
 
     @classmethod
@@ -146,6 +165,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["eviction"] not in EVICTIONS:
             raise ConfigError(f"{where}: field 'eviction' must be one of {', '.join(EVICTIONS)}, got {data['eviction']!r}")
         out["eviction"] = data["eviction"]
+    if "commit_call" in data:
+        if data["commit_call"] not in COMMIT_CALLS:
+            raise ConfigError(f"{where}: field 'commit_call' must be one of {', '.join(COMMIT_CALLS)}, got {data['commit_call']!r}")
+        out["commit_call"] = data["commit_call"]
     if "bug" in data:
         if data["bug"] not in BUGS:
             raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
@@ -271,4 +294,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "BUGS"]

@@ -1,6 +1,6 @@
 """The invariants (docs/model.md), checked from scratch.
 
-`violations(state)` checks invariants 1-10 of a state and returns a list of readable
+`violations(state)` checks invariants 1-10 and 12 of a state and returns a list of readable
 strings, empty when every one holds. It recomputes everything it checks from the tree
 itself and never trusts a running structure (those are what invariant 10 checks), so
 it is O(size of state).
@@ -19,6 +19,9 @@ from . import content
 from . import effects as fx
 from .digest_sums import recompute_sums
 from .state import (
+    ROUND_IDLE,
+    ROUND_IN,
+    ROUND_SKIPPED,
     MATCHED,
     PHASES,
     QUEUED,
@@ -42,6 +45,7 @@ NAMES = {
     9: "Reload",
     10: "Counts",
     11: "Ownership",
+    12: "Collectives",
 }
 
 
@@ -123,6 +127,12 @@ def violations(s: ClusterState) -> list[str]:
     for nid, pend in s.pending.items():
         if pend.locked:
             holders[nid] += 1
+    for op in s.loads:
+        if op.node not in nodes:
+            bad(3, f"a load-back in flight locks missing node {op.node}")
+            continue
+        for a in s.path_to_root(op.node):
+            holders[a] += 1
     for nid, n in nodes.items():
         if n.lock != holders.get(nid, 0):
             bad(3, f"node {nid} has lock {n.lock} but {holders.get(nid, 0)} holders")
@@ -177,6 +187,19 @@ def violations(s: ClusterState) -> list[str]:
     if len(owner) != cfg.device_pages and not any(v.startswith("5 ") for v in out):
         missing = sorted(set(range(cfg.device_pages)) - set(owner))
         bad(5, f"device pages {missing[:8]} are neither used nor free (leak)")
+    # an in-flight load-back copies each host page into the device page its node holds at
+    # the same index, and that node is still the page's holder
+    held_at = {p: (nid, i) for nid, n in nodes.items() for i, p in enumerate(n.dev)}
+    for op in s.loads:
+        for p, hp in op.pages:
+            where = held_at.get(p)
+            if where is None:
+                bad(5, f"a load-back in flight targets device page {p}, which {owner.get(p, 'nobody')} holds, not a node")
+                continue
+            n = nodes[where[0]]
+            obj = s.objects.get(n.host) if n.host is not None else None
+            if obj is None or obj.base + where[1] != hp:
+                bad(5, f"a load-back in flight copies host page {hp} into device page {p}, page {where[1]} of node {n.id}, which is not that page's copy")
 
     # 6. Host pages ------------------------------------------------------------------------------------------
     for region, runs in enumerate(s.l2_free):
@@ -219,6 +242,9 @@ def violations(s: ClusterState) -> list[str]:
             bad(6, f"node {nid} and object {n.host} disagree on ownership")
 
     # 7. Content ------------------------------------------------------------------------------------------------
+    # pages a load-back still copies on their owner rank hold nothing yet (they were free,
+    # so poisoned, and nothing else writes them until the copy lands)
+    copying = {p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[lane_of(p, R)]}
     for nid, n in nodes.items():
         if nid == ROOT_ID:
             continue
@@ -226,7 +252,10 @@ def violations(s: ClusterState) -> list[str]:
         if n.hashes != expect:
             bad(7, f"node {nid} carries page hashes that are not its prefix's")
         for i, p in enumerate(n.dev):
-            if s.dev_content.get(p) != expect[i]:
+            if p in copying:
+                if p in s.dev_content:
+                    bad(7, f"device page {p} of node {nid} (page {i}) holds content while rank {lane_of(p, R)}'s load-back copy into it is in flight")
+            elif s.dev_content.get(p) != expect[i]:
                 bad(7, f"device page {p} of node {nid} (page {i}) does not hold its prefix's KV")
         if n.host is not None and n.host in s.objects:
             obj = s.objects[n.host]
@@ -309,11 +338,29 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r} stages {len(s.spill_staged[r])} spills, not gathered minus written")
         if len(s.reload_done[r]) > len(s.reloads):
             bad(10, f"rank {r} has read more reloads than are in flight")
+        if not 0 <= s.load_done[r] <= len(s.loads):
+            bad(10, f"rank {r} has finished {s.load_done[r]} of {len(s.loads)} loads in flight")
         used = sum(1 for (rank, _h) in s.l3.keys() if rank == r)
         if used != s.l3_used[r]:
             bad(10, f"rank {r}'s disk holds {used} pages but counts {s.l3_used[r]}")
         if used > cfg.L3:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
+    if s.loads and min(s.load_done) > 0:
+        bad(10, f"the oldest load-back is done on every rank {list(s.load_done)} but still in flight")
+
+    # 12. Collectives ------------------------------------------------------------------------------------------------
+    # Call k of the commit collective on every rank is one collective: within a round, no
+    # rank returns early from a call another rank entered (that rank would wait in the MIN
+    # for a call that never comes, or pair it with another collective).
+    rounds = s.commit_round
+    if any(c not in (ROUND_IDLE, ROUND_IN, ROUND_SKIPPED) for c in rounds):
+        bad(12, f"commit round {list(rounds)} holds an unknown position")
+    entered = [r for r, c in enumerate(rounds) if c == ROUND_IN]
+    skipped = [r for r, c in enumerate(rounds) if c == ROUND_SKIPPED]
+    if entered and skipped:
+        bad(12, f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
+    if any(rounds) and not s.writes:
+        bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
     return out
 
 

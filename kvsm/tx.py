@@ -126,6 +126,9 @@ class Tx:
         self.spill_queue = s.spill_queue
         self.spills = s.spills
         self.reloads = s.reloads
+        self.loads = s.loads
+        self.load_done = list(s.load_done)
+        self.commit_round = list(s.commit_round)
         self.spill_staged = list(s.spill_staged)
         self.spill_gathered = list(s.spill_gathered)
         self.spill_done = list(s.spill_done)
@@ -389,6 +392,7 @@ class Tx:
                 (I_WRITES + 2, "spills", self.spills),
                 (I_WRITES + 3, "reloads", self.reloads),
                 (I_WRITES + 4, "spill_staged", spill_staged),
+                (I_WRITES + 5, "loads", self.loads),
             ):
                 old = getattr(s, name)
                 if seq is not old and seq != old:
@@ -448,6 +452,9 @@ class Tx:
             l3=l3,
             l3_used=tuple(self.l3_used),
             spill_staged=spill_staged,
+            loads=self.loads,
+            load_done=tuple(self.load_done),
+            commit_round=tuple(self.commit_round),
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,

@@ -5,7 +5,8 @@
 (* its own (L3, addressed by page hash). The KV of token prefixes lives in *)
 (* a radix tree that every rank holds identically; the only cross-rank     *)
 (* agreements are MINs (and ANDs) over per-rank progress counters: at      *)
-(* Commit, SpillAck, ReloadReserve and ReloadAdmit.                        *)
+(* Commit (the completion of the commit collective every rank enters with  *)
+(* CommitCall), SpillAck, ReloadReserve and ReloadAdmit.                   *)
 (*                                                                         *)
 (* The contract is ../shared/design/MODEL.md. The pure Python model in     *)
 (* kvsm/ implements the same rules with the same names; `kvsm conform`     *)
@@ -45,7 +46,10 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    CommitEntry         \* a rank's entry into the commit collective: "fixed" (whenever a
+                        \* backup is in flight), "reference" (and not when its own ack queue
+                        \* is empty: it returns early), "atomic" (the collective as one step)
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -53,6 +57,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ CommitEntry \in {"fixed", "reference", "atomic"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -79,13 +84,20 @@ VARIABLES
     disk_ok,        \* local: rank -> whether its disk works
     disk_faults,    \* DiskFail steps so far
     l3,             \* local: rank -> (page hash -> the prefix whose KV its disk holds there)
-    spill_staged    \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+    spill_staged,   \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+    loads,          \* load-backs in flight, issue order: [node, pages: Seq(<<device page, host page>>)]
+    load_done,      \* local: rank -> loads at the head of `loads` whose copies it has done
+    commit_round    \* local: rank -> its place in the open round of the commit collective:
+                    \* 0 not at its call yet, 1 entered, 2 returned early
 
 l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
             disk_ok, disk_faults, l3, spill_staged>>
 
+\* the asynchronous load-back and the commit collective's round
+roundvars == <<loads, load_done, commit_round>>
+
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars>>
+          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, roundvars>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -105,6 +117,7 @@ SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
 CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
 ReloadRec == [key: ContentValues, anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues),
               waiters: Seq(Nat), ttl: Nat, base: HostPool, length: Nat \ {0}]
+LoadRec == [node: Nat, pages: Seq(DevicePool \X HostPool)]
 
 TypeOK ==
     /\ Root \in DOMAIN nodes
@@ -133,6 +146,9 @@ TypeOK ==
     /\ disk_faults \in Nat
     /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] \in ContentValues
     /\ \A r \in Ranks : spill_staged[r] \in Seq(Seq(ContentValues \X ContentValues))
+    /\ \A j \in DOMAIN loads : loads[j] \in LoadRec
+    /\ load_done \in [Ranks -> Nat]
+    /\ commit_round \in [Ranks -> {0, 1, 2}]
 
 -----------------------------------------------------------------------------
 Init ==
@@ -161,6 +177,9 @@ Init ==
     /\ disk_faults = 0
     /\ l3 = [r \in Ranks |-> EmptyFn]
     /\ spill_staged = [r \in Ranks |-> <<>>]
+    /\ loads = <<>>
+    /\ load_done = [r \in Ranks |-> 0]
+    /\ commit_round = [r \in Ranks |-> 0]
 
 -----------------------------------------------------------------------------
 (* The whole state as one record, the `s` of KVTree's operators. An action
@@ -176,7 +195,8 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           reload_candidates |-> reload_candidates, reloads |-> reloads,
           spill_gathered |-> spill_gathered, spill_done |-> spill_done,
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
-          l3 |-> l3, spill_staged |-> spill_staged]
+          l3 |-> l3, spill_staged |-> spill_staged, loads |-> loads, load_done |-> load_done,
+          commit_round |-> commit_round]
 
 Become(s) ==
     /\ nodes' = s.nodes
@@ -203,6 +223,9 @@ Become(s) ==
     /\ disk_faults' = s.disk_faults
     /\ l3' = s.l3
     /\ spill_staged' = s.spill_staged
+    /\ loads' = s.loads
+    /\ load_done' = s.load_done
+    /\ commit_round' = s.commit_round
 
 -----------------------------------------------------------------------------
 (* Actions. Each is its enabling condition, as named conjuncts in the order in
@@ -218,6 +241,12 @@ Become(s) ==
    evaluates them as one value: a set that is not empty, a membership, an IF or
    an implication. *)
 
+(* The commit collective is entered by each rank from its own state
+   (CommitCall(r)); a rank that entered waits in it, so no replicated step is
+   taken while a round is open: every action that is not a rank's own step, and
+   not the collective's completion (Commit), starts with RoundClosed. *)
+RoundClosed == \A r \in Ranks : commit_round[r] = 0
+
 (* Requests. A request's lock covers its node and every ancestor (lock + 1 on
    each); page k of a request (counting from the root) lives in lane k mod R. *)
 
@@ -227,6 +256,7 @@ ArrivalsLeft == MaxRequests = 0 \/ next_rid < MaxRequests
 LiveRoom == MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
 
 Arrive(rid, tokens, out_pages) ==
+    /\ RoundClosed
     /\ rid = next_rid
     /\ ArrivalsLeft
     /\ LiveRoom
@@ -235,7 +265,7 @@ Arrive(rid, tokens, out_pages) ==
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content, spill_queue, l3vars>>
+                   write_done, dev_content, host_content, spill_queue, l3vars, roundvars>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
@@ -258,6 +288,7 @@ Matched(s, rid) ==
    it); touch the matched nodes root to leaf; lock the path down to the deepest
    matched node on L1. *)
 Match(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "queued")
     /\ ~AwaitsReload(rid)
     /\ Become(Matched(State, rid))
@@ -285,6 +316,13 @@ InsertLayout(s, rid) ==
 
 \* Every lane gets the pages Insert takes from it, once device victims are evicted.
 InsertFits(rid) == InsertLayout(State, rid).room.ok
+
+\* Device pages a load-back in flight still copies on some rank.
+LoadingPages == UNION {{loads[j].pages[k][1] : k \in 1 .. Len(loads[j].pages)} : j \in DOMAIN loads}
+
+\* The request matched a node whose load-back is in flight: its forward pass reads
+\* those pages, so it waits for their copies.
+ReadsLoading(rid) == \E n \in PathToRoot(nodes, requests[rid].node) : Range(nodes[n].dev) \cap LoadingPages # {}
 
 Inserted(s, rid) ==
     LET req == s.requests[rid]
@@ -336,7 +374,9 @@ Inserted(s, rid) ==
    victims in victim order; the request also takes its out_pages. Its lock
    moves to the deepest node of its key. *)
 Insert(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "matched")
+    /\ ~ReadsLoading(rid)
     /\ InsertFits(rid)
     /\ Become(Inserted(State, rid))
 
@@ -352,11 +392,13 @@ Released(s, rid) ==
                                     [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]
 
 Finish(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "decoding")
     /\ Become(Released(State, rid))
 
 \* A request may be aborted in any phase.
 Abort(rid) ==
+    /\ RoundClosed
     /\ rid \in DOMAIN requests
     /\ Become(Released(State, rid))
 
@@ -372,6 +414,7 @@ IsDemandedSplit(n, at) ==
     /\ <<n, at>> \in LiveKeyCuts
 
 Split(n, at) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDemandedSplit(n, at)
     /\ Become(SplitNode(State, n, at))
@@ -407,6 +450,7 @@ Reserved(s, n) ==
                   !.nodes[n].lock = @ + 1]
 
 Reserve(n) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
     /\ HostRoomFor(Len(nodes[n].key))
@@ -427,13 +471,15 @@ Stored(r, n) ==
 WriteLeft(r) == write_done[r] < Len(writes)
 
 \* Rank r finishes its next write: it copies the pages in its lane into the object.
+\* Not while it waits in the commit collective: its count went in when it entered.
 WriteDone(r) ==
     /\ r \in Ranks
     /\ WriteLeft(r)
+    /\ commit_round[r] # 1
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, dev_content, spill_queue, l3vars>>
+                   writes, requests, dev_content, spill_queue, l3vars, roundvars>>
 
 \* Every rank has finished the write at the head of `writes`.
 WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
@@ -449,12 +495,30 @@ CommitFirst(m, done) ==
     /\ writes' = SubSeq(writes, m + 1, Len(writes))
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
+    /\ commit_round' = [r \in Ranks |-> 0]
     /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
-                   host_content, l3vars>>
+                   host_content, l3vars, loads, load_done>>
 
-\* The one agreement: the MIN over ranks of the writes each finished.
+\* Rank r reaches the commit collective's call (the reference's writing_check MIN
+\* all-reduce) while a backup is in flight. It enters, or under "reference", when
+\* its own ack queue is empty (a rank's final ack of a backup enters its queue with
+\* its copy: write_done[r] = 0), returns early. When every rank has returned early
+\* there was no collective and the round is over.
+CommitCall(r) ==
+    /\ CommitEntry # "atomic"
+    /\ r \in Ranks
+    /\ commit_round[r] = 0
+    /\ writes # <<>>
+    /\ LET c1 == [commit_round EXCEPT ![r] = IF CommitEntry = "fixed" \/ write_done[r] > 0 THEN 1 ELSE 2]
+       IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
+    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, dev_content, host_content, spill_queue, l3vars, loads, load_done>>
+
+\* The agreement: the commit collective completes once every rank entered it
+\* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
+\* over ranks of the writes each finished are committed (none when it is 0).
 Commit ==
-    /\ WrittenEverywhere
+    /\ IF CommitEntry = "atomic" THEN WrittenEverywhere ELSE \A r \in Ranks : commit_round[r] = 1
     /\ CommitFirst(Min({write_done[r] : r \in Ranks}),
                    Range(SubSeq(writes, 1, Min({write_done[r] : r \in Ranks}))))
 
@@ -470,6 +534,7 @@ RolledBack(s, n) ==
                      !.nodes[n].lock = @ - 1]
 
 Rollback(n) ==
+    /\ RoundClosed
     /\ n \in pending
     /\ Become(RolledBack(State, n))
 
@@ -486,11 +551,13 @@ IsHostVictim(n) ==
     /\ n = FirstVictim(nodes, HostVictims(State))
 
 EvictDevice(n) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDeviceVictim(n)
     /\ Become(EvictDeviceNode(State, n))
 
 EvictHost(n) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsHostVictim(n)
     /\ Become(EvictHostNode(State, n))
@@ -521,22 +588,45 @@ LoadedBack(s, rid) ==
                           IN [s1.nodes[n] EXCEPT !.dev = SubSeq(got.pages, start[k] + 1, start[k] + sizes[k])]
                      ELSE s1.nodes[n]]
     IN [s1 EXCEPT
-          !.nodes = LockPath(LockPath(loaded, last, 1), req.node, -1),
+          !.nodes = LockPath(LockPath(loaded, last, 2), req.node, -1),
           !.dev_free = got.free,
-          !.dev_content = [p \in Range(got.pages) |->
-                             s1.host_content[source[IndexOf(got.pages, p)]]] @@ @,
+          !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
           !.requests[rid].node = last]
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
    run goes to lane i mod R, and the owner-lane planner frees what the lanes
-   lack. The lock moves to the deepest loaded node. *)
+   lack. The copies are issued, not done (LoadDone): the load locks the path
+   down to the deepest loaded node, and the request's lock moves there. *)
 LoadBack(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "matched")
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
     /\ LoadBackFits(rid)
     /\ Become(LoadedBack(State, rid))
+
+\* Rank r has a load-back in flight whose copies it has not done.
+LoadLeft(r) == load_done[r] < Len(loads)
+
+(* Rank r's copies of its oldest load-back it has not done complete (the
+   reference's loading_check, per rank, no MIN): the pages in its lane receive
+   the host pages' content. Once every rank has done the oldest load, it leaves
+   `loads` and its lock is released. *)
+LoadDone(r) ==
+    /\ r \in Ranks
+    /\ LoadLeft(r)
+    /\ LET op == loads[load_done[r] + 1]
+           mine == {k \in 1 .. Len(op.pages) : Lane(op.pages[k][1]) = r}
+           done == [load_done EXCEPT ![r] = @ + 1]
+           pop == \A q \in Ranks : done[q] > 0
+       IN /\ dev_content' = [p \in {op.pages[k][1] : k \in mine} |->
+                               host_content[op.pages[CHOOSE k \in mine : op.pages[k][1] = p][2]]] @@ dev_content
+          /\ nodes' = IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
+          /\ loads' = IF pop THEN Tail(loads) ELSE loads
+          /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
+    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+                   requests, write_done, host_content, spill_queue, l3vars, commit_round>>
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
@@ -564,6 +654,7 @@ SubmitFrom(q) ==
 SpillSlotFree == Len(spills) < SpillInflight
 
 SpillSubmit ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ spill_queue # <<>>
     /\ SpillSlotFree
@@ -575,7 +666,7 @@ SpillSubmit ==
                                                pinned |-> TRUE])
     /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
-                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
@@ -594,7 +685,7 @@ SpillGathered(r) ==
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3>>
+                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, roundvars>>
 
 \* Rank r has a gathered spill it has not written.
 SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
@@ -619,7 +710,7 @@ SpillDone(r, ok) ==
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults>>
+                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, roundvars>>
 
 \* The ops every rank has gathered, and those every rank has written.
 SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
@@ -657,6 +748,7 @@ SpillAcked(s) ==
    only a suffix of what was spilled; its pages' owners are the ranks that wrote
    them only if the offset is a multiple of R. *)
 SpillAck ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ spills # <<>>
     /\ SpillAckDue
@@ -669,6 +761,7 @@ SpillAck ==
 HasReloadTarget(rid) == ReloadTarget(nodes, requests[rid]).anchor # NoNode
 
 ReloadMark(rid) ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ InPhase(rid, "queued")
     /\ ~requests[rid].tried
@@ -677,7 +770,7 @@ ReloadMark(rid) ==
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, spills, reloads,
-                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
 \* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
@@ -711,6 +804,7 @@ ReloadReserved(s, rid) ==
                                       base |-> base, length |-> c])]
 
 ReloadReserve(rid) ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ rid \in DOMAIN reload_candidates
     /\ Become(ReloadReserved(State, rid))
@@ -736,7 +830,7 @@ ReloadDone(r, ok) ==
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, spill_queue, spills, reload_candidates,
-                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged>>
+                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
 \* Every rank has read the reload at the head of `reloads`.
 HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
@@ -747,6 +841,7 @@ HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
    under the anchor; otherwise the reservation is freed. Either way its waiters
    are released (they match again). *)
 ReloadAdmit ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ HeadReloadRead
     /\ LET op == Head(reloads)
@@ -769,7 +864,7 @@ ReloadAdmit ==
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
     /\ UNCHANGED <<next_rid, dev_free, pending, writes, requests, write_done, dev_content,
                    spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, roundvars>>
 
 \* Some reload holds a request: the reload clock has something to release.
 SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
@@ -777,6 +872,7 @@ SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
 \* One tick of the reload clock: the waiters of a reload whose ttl runs out are
 \* released to recompute; its reservation stays until it is admitted or aborted.
 ReloadExpire ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ SomeReloadHolds
     /\ reloads' = [j \in DOMAIN reloads |->
@@ -785,7 +881,7 @@ ReloadExpire ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, roundvars>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
@@ -802,7 +898,7 @@ DiskFail(r) ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
-                   spill_staged>>
+                   spill_staged, roundvars>>
 
 DiskRecover(r) ==
     /\ L3 > 0
@@ -812,7 +908,7 @@ DiskRecover(r) ==
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done,
-                   disk_faults, l3, spill_staged>>
+                   disk_faults, l3, spill_staged, roundvars>>
 
 -----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,
@@ -832,11 +928,13 @@ Next ==
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
     \/ \E n \in NodeIds : Reserve(n)
     \/ \E r \in Ranks : WriteDone(r)
+    \/ \E r \in Ranks : CommitCall(r)
     \/ Commit
     \/ \E n \in NodeIds : Rollback(n)
     \/ \E n \in NodeIds : EvictDevice(n)
     \/ \E n \in NodeIds : EvictHost(n)
     \/ \E rid \in RequestIds : LoadBack(rid)
+    \/ \E r \in Ranks : LoadDone(r)
     \/ SpillSubmit
     \/ \E r \in Ranks : SpillGathered(r)
     \/ \E r \in Ranks, ok \in BOOLEAN : SpillDone(r, ok)
@@ -849,13 +947,17 @@ Next ==
     \/ \E r \in Ranks : DiskFail(r)
     \/ \E r \in Ranks : DiskRecover(r)
 
-(* The rank steps are fair: a rank with a write to finish finishes it, and what
-   every rank finished is committed; a rank with a reload to read reads it, and
+(* The rank steps are fair: a rank with a write to finish finishes it (strongly:
+   a rank waiting in a round of the commit collective cannot, so a write is
+   enabled only between rounds, as often as they end), every rank enters the
+   commit collective while a backup is in flight, and what every rank finished
+   is committed; a rank with a reload to read reads it, and
    what every rank read is admitted or aborted. The reload clock is fair too:
    while a reload holds a request, it ticks (ReloadExpire), which alone
    releases every held request within ReloadTTL ticks. Nothing else is fair:
    requests, evictions, spills and faults may stop at any point. *)
-Fairness == /\ \A r \in Ranks : WF_vars(WriteDone(r))
+Fairness == /\ \A r \in Ranks : SF_vars(WriteDone(r))
+            /\ \A r \in Ranks : WF_vars(CommitCall(r))
             /\ WF_vars(Commit)
             /\ \A r \in Ranks : WF_vars(\E ok \in BOOLEAN : ReloadDone(r, ok))
             /\ WF_vars(ReloadAdmit)
@@ -891,13 +993,16 @@ Residency ==
         /\ nd.dev = <<>> => nd.host # NoObject /\ nd.host \in DOMAIN objects /\ objects[nd.host].committed
         /\ (nd.dev # <<>> /\ nd.parent # Root) => nodes[nd.parent].dev # <<>>
 
-\* 3. `lock` counts the holders (requests whose lock covers the node, and its
-\*    pending backup); a locked node is on L1.
+\* 3. `lock` counts the holders (requests whose lock covers the node, its
+\*    pending backup, and load-backs in flight whose lock covers it); a locked
+\*    node is on L1.
 Locks ==
     LET holders(n) == Cardinality({q \in DOMAIN requests :
                                      requests[q].phase # "queued" /\ n \in PathToRoot(nodes, requests[q].node)})
                       + Bit(n \in pending)
-    IN /\ \A q \in DOMAIN requests :
+                      + Cardinality({j \in DOMAIN loads : n \in PathToRoot(nodes, loads[j].node)})
+    IN /\ \A j \in DOMAIN loads : loads[j].node \in DOMAIN nodes
+       /\ \A q \in DOMAIN requests :
               /\ requests[q].phase = "queued" => requests[q].node = Root
               /\ requests[q].node \in DOMAIN nodes
               /\ (requests[q].phase = "matched" /\ requests[q].node # Root) => nodes[requests[q].node].dev # <<>>
@@ -921,13 +1026,20 @@ Pending ==
     /\ \A r \in Ranks : write_done[r] \in 0 .. Len(writes)
 
 \* 5. The device pages of the nodes, of the requests and the free set partition
-\*    the device pool: no leak, no double use.
+\*    the device pool: no leak, no double use. A load-back in flight copies each
+\*    host page into the page its node holds at that page's index in its object.
 DevicePages ==
     /\ UNION {Range(nodes[n].dev) : n \in DOMAIN nodes}
          \cup UNION {Range(requests[q].pages) : q \in DOMAIN requests} \cup dev_free = DevicePool
     /\ SumFn([n \in DOMAIN nodes |-> Len(nodes[n].dev)])
          + SumFn([q \in DOMAIN requests |-> Len(requests[q].pages)])
          + Cardinality(dev_free) = Cardinality(DevicePool)
+    /\ \A j \in DOMAIN loads : \A k \in 1 .. Len(loads[j].pages) :
+          LET p == loads[j].pages[k][1]
+          IN \E n \in DOMAIN nodes :
+                /\ p \in Range(nodes[n].dev)
+                /\ nodes[n].host \in DOMAIN objects
+                /\ objects[nodes[n].host].base + IndexOf(nodes[n].dev, p) - 1 = loads[j].pages[k][2]
 
 \* 6. The object ranges, the reloads' reservations and the free set partition
 \*    the host pool; each object belongs to exactly one committed node or pending
@@ -948,15 +1060,22 @@ HostPages ==
     /\ \A n \in DOMAIN nodes :
           (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects) => objects[nodes[n].host].owner = n
 
+\* Device pages whose load-back copy is still in flight on their owner rank.
+Copying == UNION {{loads[j].pages[k][1] : k \in {k \in 1 .. Len(loads[j].pages) :
+                                                     j > load_done[Lane(loads[j].pages[k][1])]}} : j \in DOMAIN loads}
+
 \* 7. Every page on L1, every page of a committed object and every L3 entry
-\*    (and every page staged for a spill) holds the KV of the prefix it claims;
-\*    free device pages are poisoned.
+\*    (and every page staged for a spill) holds the KV of the prefix it claims,
+\*    but a page whose load-back copy is in flight holds nothing yet; free device
+\*    pages are poisoned.
 Content ==
     /\ \A n \in DOMAIN nodes \ {Root} :
           LET pre == Prefix(nodes, n)
               above == Len(pre) - Len(nodes[n].key)
               h == nodes[n].host
-          IN /\ \A i \in DOMAIN nodes[n].dev : dev_content[nodes[n].dev[i]] = SubSeq(pre, 1, above + i)
+          IN /\ \A i \in DOMAIN nodes[n].dev :
+                   dev_content[nodes[n].dev[i]] = IF nodes[n].dev[i] \in Copying THEN NoContent
+                                                  ELSE SubSeq(pre, 1, above + i)
              /\ (h # NoObject /\ h \in DOMAIN objects) =>
                    \A i \in 1 .. Min2(objects[h].length, Len(nodes[n].key)) :
                        host_content[objects[h].base + i - 1] = SubSeq(pre, 1, above + i)
@@ -998,8 +1117,9 @@ Reload ==
     /\ Len(spill_queue) <= SpillQueueCap
 
 \* 10. The counters the spec keeps: ids and stamps never run ahead of them; a
-\*     node's pin counts the spills that pin it; each rank's spill and reload
-\*     progress is within what is in flight; no disk holds more than L3 pages.
+\*     node's pin counts the spills that pin it; each rank's spill, reload and
+\*     load-back progress is within what is in flight (a load every rank has
+\*     done is no longer in flight); no disk holds more than L3 pages.
 Counts ==
     /\ \A n \in DOMAIN nodes : n < next_id /\ nodes[n].touched <= clock
     /\ \A q \in DOMAIN requests : q < next_rid
@@ -1010,6 +1130,15 @@ Counts ==
           /\ Len(spill_staged[r]) = spill_gathered[r] - Len(spill_done[r])
           /\ Len(reload_done[r]) <= Len(reloads)
           /\ Cardinality(DOMAIN l3[r]) <= L3
+          /\ load_done[r] <= Len(loads)
+    /\ loads # <<>> => \E r \in Ranks : load_done[r] = 0
+
+\* 12. Call k of the commit collective on every rank is one collective: in an
+\*     open round no rank has returned early from the call another rank
+\*     entered, and a round is open only while a backup is in flight.
+Collectives ==
+    /\ ~(\E r, q \in Ranks : commit_round[r] = 1 /\ commit_round[q] = 2)
+    /\ (\E r \in Ranks : commit_round[r] # 0) => writes # <<>>
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)

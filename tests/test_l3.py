@@ -9,7 +9,7 @@ from kvsm.state import Rejected
 from kvsm.transitions import apply, enabled
 from kvsm.transitions.reload import claimable
 
-from .helpers import T, backup, fresh, node_by_key, run, serve
+from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
 
 
 def l3(**kw):
@@ -76,7 +76,7 @@ def test_spill_then_reload_round_trip():
     new = node_by_key(s, (1, 2, 3))
     n = s.nodes[new]
     assert n.durable and not n.dev and n.host == new and s.objects[new].committed
-    s = run(s, T("Match", rid=rid), T("LoadBack", rid=rid))
+    s = load_back(run(s, T("Match", rid=rid)), rid)
     assert [s.dev_content[p] for p in s.nodes[new].dev] == list(content.prefix_content((1, 2, 3)))
 
 
@@ -179,7 +179,7 @@ def test_spill_queue_is_capped_and_stale_entries_are_dropped():
     s = run(s, T("Reserve", node=a), T("Reserve", node=b))
     for r in range(2):
         s = run(s, T("WriteDone", rank=r), T("WriteDone", rank=r))
-    s = run(s, T("Commit"))
+    s = commit_round(s)
     assert s.spill_queue == (a,)  # b was dropped: the queue was full
     s = run(s, T("EvictDevice", node=a), T("EvictHost", node=a), T("SpillSubmit"))
     assert s.spill_queue == () and s.spills == ()  # a was gone: dropped, nothing submitted

@@ -10,7 +10,7 @@ from kvsm.invariants import violations
 from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected
 from kvsm.transitions import apply, enabled
 
-from .helpers import T, backup, fresh, node_by_key, run, serve
+from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
 
 
 def rejects(s, t, fragment: str) -> None:
@@ -195,6 +195,55 @@ def test_write_done_copies_only_the_ranks_own_pages():
     rejects(s, T("WriteDone", rank=1), "finished all 1")
 
 
+def test_a_commit_round_with_an_unfinished_rank_commits_nothing():
+    s = serve(fresh(R=2), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0))
+    before = s.digest()
+    s = commit_round(s)  # the MIN is 0: the collective returns and changes nothing
+    assert s.digest() == before and a in s.pending
+
+
+def test_commit_calls_pair_up_and_block_replicated_steps():
+    s = serve(fresh(R=2), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("CommitCall", rank=1))
+    assert s.commit_round == (0, 1)
+    rejects(s, T("CommitCall", rank=1), "already reached the commit call")
+    # rank 1 waits in the collective: no replicated step until the round completes, and its
+    # count of finished writes is the one it entered with
+    rejects(s, T("Rollback", node=a), "replicated steps wait for the round")
+    rejects(s, T("Arrive", rid=1, tokens=[2], out_pages=0), "replicated steps wait for the round")
+    rejects(s, T("WriteDone", rank=1), "waits in the commit collective")
+    rejects(s, T("Commit"), "every rank has entered")
+    s = run(s, T("WriteDone", rank=0), T("CommitCall", rank=0), T("Commit"))
+    assert s.commit_round == (0, 0) and a in s.pending and s.write_done == (1, 0)
+
+
+def test_commit_call_needs_a_backup_in_flight():
+    s = serve(fresh(R=2), 0, [1])
+    rejects(s, T("CommitCall", rank=0), "no backup is in flight")
+
+
+def test_reference_commit_call_returns_early_on_an_empty_ack_queue():
+    """Under commit_call = "reference" a rank whose own ack queue is empty returns before
+    the collective; a rank whose queue holds an ack enters it: the calls no longer pair."""
+    s = serve(fresh(R=2, commit_call="reference"), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0), T("CommitCall", rank=0))
+    s = apply(s, T("CommitCall", rank=1))
+    assert s.commit_round == (1, 2)
+    assert violations(s) == ["12 Collectives: ranks [0] entered the commit collective and ranks [1] returned early from the same call"]
+    rejects(s, T("Commit"), "every rank has entered")
+
+
+def test_reference_commit_calls_that_all_return_early_issue_no_collective():
+    s = serve(fresh(R=2, commit_call="reference"), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("CommitCall", rank=0))
+    assert s.commit_round == (2, 0)
+    s = run(s, T("CommitCall", rank=1))
+    assert s.commit_round == (0, 0)
 
 
 
@@ -253,6 +302,50 @@ def _host_only(s, rid, key):
     return run(backup(s, nid), T("EvictDevice", node=nid)), nid
 
 
+
+
+def test_load_back_is_asynchronous_each_rank_copies_its_own_lane():
+    s, nid = _host_only(fresh(R=2), 0, [1, 2, 3])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1))
+    n = s.nodes[nid]
+    expect = content.prefix_content((1, 2, 3))
+    # issued: the pages are the node's and locked (the load's lock and the request's), empty
+    assert n.dev and n.lock == 2 and s.load_done == (0, 0)
+    assert not any(p in s.dev_content for p in n.dev) and not s.effects
+    rejects(s, T("Insert", rid=1), "load-back is still in flight")
+    s = run(s, T("LoadDone", rank=1))
+    assert [e.page for e in s.effects] == [n.dev[1]] and s.dev_content[n.dev[1]] == expect[1]
+    assert n.dev[0] not in s.dev_content and s.load_done == (0, 1) and s.nodes[nid].lock == 2
+    rejects(s, T("LoadDone", rank=1), "finished all 1 loads")
+    s = run(s, T("LoadDone", rank=0))
+    assert [s.dev_content[p] for p in n.dev] == list(expect)
+    assert s.loads == () and s.load_done == (0, 0) and s.nodes[nid].lock == 1
+    s = run(s, T("Insert", rid=1))
+
+
+def test_an_aborted_request_leaves_its_load_back_locked_until_every_copy_lands():
+    s, nid = _host_only(fresh(R=2), 0, [1, 2])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1),
+            T("LoadDone", rank=0), T("Abort", rid=1))
+    assert s.nodes[nid].lock == 1 and all(k[2] != nid for k in s.dev_index)
+    rejects(s, T("EvictDevice", node=nid), "no node can be evicted from L1")
+    s = run(s, T("LoadDone", rank=1))
+    assert s.nodes[nid].lock == 0 and s.dev_index.first()[2] == nid
+    s = run(s, T("EvictDevice", node=nid))
+
+
+def test_a_page_written_while_its_load_is_in_flight_breaks_content():
+    """What the load's lock prevents (the ground of the injected defect load_uaf): a page
+    that a load still targets is written by someone else (freed and reused by an insert's
+    forward pass), and the Content invariant says so."""
+    from kvsm.tx import Tx
+
+    s, nid = _host_only(fresh(R=1, L1=2), 0, [1, 2])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1), T("Abort", rid=1))
+    tx = Tx(s)
+    tx.fill_dev(s.nodes[nid].dev[0], 12345)
+    bad = violations(tx.commit())
+    assert bad == [f"7 Content: device page {s.nodes[nid].dev[0]} of node {nid} (page 0) holds content while rank 0's load-back copy into it is in flight"]
 
 
 def test_load_back_respects_the_threshold_in_tokens():

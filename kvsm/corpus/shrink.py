@@ -229,7 +229,9 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
                 # go together, wherever they sit
                 i += 1 if chunk <= 8 else chunk
         if chunk > 1:
-            chunk //= 2
+            # every size of window up to 8 (a round of the commit collective on R ranks is
+            # R + 1 steps that only go together), halving above
+            chunk = chunk // 2 if chunk > 8 else chunk - 1
         elif not progressed:
             break
     return Shrunk(best, target, k, True)

@@ -6,7 +6,10 @@ its lane, taking a seeded time of its own; its `WriteDone(r)` is an event at the
 the copy ends. The `stall` and `slow` faults are drawn here, per write and rank, from
 the run's fault stream. A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
-it yet. A load-back is every rank loading its share of the pages at once.
+it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
+pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
+`LoadDone(r)` is an event at the tick its copy ends, and the request's forward pass
+(its prefill) ends no earlier than the last rank's copy.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from ..state import lane_of
 from ..transitions import Transition
 from .cluster import Cluster
-from .events import WAKE, WRITE, Events
+from .events import LOAD, WAKE, WRITE, Events
 from .faults import SLOW_FACTOR, STALL_MS, Faults
 from .options import Timing
 
@@ -53,11 +56,31 @@ class CopyEngine:
         self.fault_counts = fault_counts
         self.jobs: list[deque[Job]] = [deque() for _ in range(self.R)]  # per rank, in `writes` order
         self.busy_ms = [0.0] * self.R  # when each rank's last submitted write ends
+        self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
         self.reserved_at: dict[int, int] = {}  # node -> tick of its Reserve
 
-    def load_ms(self, pages: int) -> float:
-        """A load-back of `pages` pages: the ranks load their lanes' shares in parallel."""
-        return -(-pages // self.R) * self.timing.load_ms_per_page
+    def start_load(self, tick: int) -> float:
+        """The load-back the model just issued (the newest of its `loads`) goes to every
+        rank's load stream; returns the milliseconds from now until the last rank's copy
+        ends (the ranks load their lanes' shares in parallel)."""
+        tm = self.timing
+        R = self.R
+        now_ms = tick * tm.tick_ms
+        op = self.cluster.state.loads[-1]
+        lanes = [0] * R
+        for p, _ in op.pages:
+            lanes[lane_of(p, R)] += 1
+        end = now_ms
+        for r in range(R):
+            done = max(now_ms, self.load_busy_ms[r]) + lanes[r] * tm.load_ms_per_page
+            self.load_busy_ms[r] = done
+            end = max(end, done)
+            self.events.push(tm.after(tick, done), LOAD, r)
+        return end - now_ms
+
+    def load_done(self, r: int) -> None:
+        """Rank `r`'s oldest load-back copy it has not finished ended."""
+        self.cluster.rank_step(r, Transition.make("LoadDone", rank=r))
 
     def submit(self, nodes: tuple[int, ...], tick: int) -> None:
         """Hand each new backup to every rank's copy engine."""

@@ -104,8 +104,9 @@ class Metrics:
         if name == "WriteDone":
             self.moved_l1_to_l2 += sum(1 for e in after.effects if isinstance(e, Store))
         elif name == "LoadBack":
-            self.moved_l2_to_l1 += sum(1 for e in after.effects if isinstance(e, Load))
             self.loadbacks += 1
+        elif name == "LoadDone":
+            self.moved_l2_to_l1 += sum(1 for e in after.effects if isinstance(e, Load))
         elif name == "Commit":
             self.backups_committed += len(before.writes) - len(after.writes)
         elif name == "Rollback":

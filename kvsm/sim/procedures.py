@@ -106,6 +106,7 @@ def abort(v: View, rid: int) -> None:
 
 
 def commit(v: View) -> None:
+    """The commit collective completes (every rank has entered its call): the MIN."""
     v.apply(T("Commit"))
 
 

@@ -31,10 +31,10 @@ from ..transitions import Transition
 from ..transitions.reload import held
 from . import procedures as proc
 from .arrivals import Arrivals
-from .cluster import Cluster
+from .cluster import Cluster, SimDivergence
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
-from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, WAKE, WRITE, Events
+from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
 from .metrics import Metrics
 from .options import Prepared, Timing
 
@@ -145,16 +145,20 @@ class Simulation:
         self.metrics.pages_uncached += len(live.tokens) - live.hits
 
     def _sync(self) -> bool:
-        """A sync point: the MIN over the ranks' finished writes, Commit, the rollback of
-        backups pending too long (never in the serial schedule, whose writes all finish
-        before its sync point), and the replicated-digest comparison. Returns whether
-        anything was committed or rolled back."""
+        """A sync point: the ranks learn each other's landed load-backs; while backups are
+        in flight, the commit collective (every rank's `CommitCall`, then `Commit` with the
+        MIN over the ranks' finished writes; one step under `commit_call = atomic`); the
+        rollback of backups pending too long (never in the serial schedule, whose writes
+        all finish before its sync point), and the replicated-digest comparison. Returns
+        whether anything was committed or rolled back."""
         c = self.cluster
         changed = False
+        c.learn_loads()
         if c.state.writes:
-            if c.learn_min():
+            m = c.learn_min()
+            if m if self.cfg.commit_call == "atomic" else self._commit_calls():
                 c.run(proc.commit)
-                changed = True
+                changed = m > 0
             due = self.copies.overdue() if self.copies is not None else ()
             if due:
                 c.run(proc.rollback, due)
@@ -162,6 +166,34 @@ class Simulation:
                 changed = True
         c.check_agreement()
         return changed
+
+    def _commit_calls(self) -> bool:
+        """Every rank reaches the commit collective's call; returns whether they entered it.
+        Under `commit_call = reference` a rank whose own ack queue is empty returns early
+        instead: when every rank does, there is no collective; when another rank entered,
+        the calls no longer pair up and the run stops (invariant 12)."""
+        c = self.cluster
+        for r in range(self.cfg.R):
+            c.rank_step(r, T("CommitCall", rank=r))
+        rounds = c.state.commit_round
+        if any(rounds) and not all(x == 1 for x in rounds):
+            early = [r for r, x in enumerate(rounds) if x == 2]
+            raise SimDivergence(
+                f"ranks {early} returned early from the commit collective that ranks "
+                f"{[r for r, x in enumerate(rounds) if x == 1]} entered (tick {c.tick}): the collective calls no "
+                "longer pair up (invariant 12 Collectives; commit_call = reference)",
+                {"sync_point": c.sync_points, "tick": c.tick, "transition": c.transitions, "rank": early[0]},
+            )
+        c.learn_calls()
+        return any(rounds)
+
+    def _drain_loads(self) -> None:
+        """Serial schedule: every rank's load-back copies land before the forward pass."""
+        c = self.cluster
+        for r in range(self.cfg.R):
+            while c.state.load_done[r] < len(c.state.loads):
+                c.rank_step(r, T("LoadDone", rank=r))
+        c.learn_loads()
 
     # ---- serial ------------------------------------------------------------------------------------------
     def _run_serial(self) -> None:
@@ -171,6 +203,7 @@ class Simulation:
         for index in range(len(self.workload.requests)):
             c.tick = index
             live, _, _ = self._admit(index, index, 0, index)
+            self._drain_loads()
             if abort_p and self.rng_faults.random() < abort_p:
                 c.run(proc.abort, index)
                 self.metrics.requests_aborted += 1
@@ -217,6 +250,8 @@ class Simulation:
             while k < len(batch) and batch[k][1] <= DISK:
                 if batch[k][1] == WRITE:
                     self.copies.write_done(*batch[k][4])
+                elif batch[k][1] == LOAD:
+                    self.copies.load_done(batch[k][4])
                 else:
                     self.disks.step(batch[k][4])  # type: ignore[union-attr]
                 k += 1
@@ -245,7 +280,7 @@ class Simulation:
         self.end_ms = self.cluster.tick * self.timing.tick_ms
         self._sync()
         s = self.cluster.state
-        if self.live or s.writes or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
+        if self.live or s.writes or s.loads or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
             raise RuntimeError(
                 f"simulator bug: the run ended with live requests {sorted(self.live)[:5]}, pending writes, "
                 f"or L3 work left ({len(s.spills)} spills, {len(s.reloads)} reloads, {len(s.spill_queue)} queued)"
@@ -271,7 +306,8 @@ class Simulation:
         req = self.arrivals.request(rid)  # type: ignore[union-attr]
         miss = len(req.hash_ids) - hit_l1 - hit_l2
         ms = miss * self.workload.block_tokens / tm.prefill_tokens_per_ms
-        ms += self.copies.load_ms(hit_l2)  # type: ignore[union-attr]
+        if hit_l2:
+            ms += self.copies.start_load(tick)  # type: ignore[union-attr]
         self.events.push(tm.after(tick, tick * tm.tick_ms + ms), INSERT, rid)
 
     def _prefill_done(self, rid: int, tick: int) -> None:

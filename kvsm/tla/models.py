@@ -110,6 +110,7 @@ CONSTANT_FIELDS = (
     ("reload_inflight", "ReloadInflight"),
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
+    ("commit_call", "CommitEntry"),
 )
 
 

@@ -5,7 +5,7 @@ object)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator
 
 import immutables
@@ -59,7 +59,13 @@ class Spec:
     cheap superset; the guard in `apply` decides), its argument types, whether it is a
     per-rank step, and whether it is an agreement: a MIN or AND over every rank's
     progress, after which each rank may read what the others wrote (whoever executes
-    the log meets all ranks there)."""
+    the log meets all ranks there).
+
+    A replicated step is one every rank takes at the same point of its program, so none
+    is enabled while a round of the commit collective is open (some rank has reached its
+    call and the round has not completed: that rank waits in the collective and cannot
+    take it). `register` adds that guard to every step that is not per-rank, except the
+    collective's own completion (`in_round`)."""
 
     name: str
     family: str
@@ -68,14 +74,29 @@ class Spec:
     args: dict[str, str]  # name -> "int" | "ints"
     per_rank: bool = False
     agreement: bool = False
+    in_round: bool = False
 
 
 REGISTRY: dict[str, Spec] = {}
 
 
 def register(spec: Spec) -> Spec:
+    if not spec.per_rank and not spec.in_round:
+        spec = replace(spec, apply=_after_round(spec.apply))
     REGISTRY[spec.name] = spec
     return spec
+
+
+def _after_round(apply: Callable[[ClusterState, "Transition"], ClusterState]) -> Callable[[ClusterState, "Transition"], ClusterState]:
+    def guarded(s: ClusterState, t: Transition) -> ClusterState:
+        if any(s.commit_round):
+            waiting = [r for r, c in enumerate(s.commit_round) if c]
+            raise Rejected(f"ranks {waiting} are at the commit collective's call; replicated steps wait for the round to complete")
+        return apply(s, t)
+
+    guarded.__name__ = getattr(apply, "__name__", "guarded")
+    guarded.__wrapped__ = apply  # type: ignore[attr-defined]
+    return guarded
 
 
 def rank_of(s: ClusterState, t: Transition) -> int:

@@ -123,13 +123,20 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
     pages, a node the key diverges inside is split (if its backup is pending, caching
     stops above it), and the rest becomes one new node. Device pages come from the
     owner lanes, evicting victims in victim order as needed; the request also takes
-    its own `out_pages`. Its lock moves to the deepest node of its key."""
+    its own `out_pages`. Its lock moves to the deepest node of its key. Not while a
+    load-back still copies pages the request matched (its forward waits for them)."""
     rid = t.arg("rid")
     tx = Tx(s)
     cfg = tx.cfg
     R = cfg.R
     wt = cfg.policy == "write_through"
     req = request_in(tx, rid, (MATCHED,))
+    if s.loads:
+        loading = s.loading_pages()
+        for nid in s.path_to_root(req.node):
+            if any(p in loading for p in s.nodes[nid].dev):
+                # its forward reads the matched pages, so it waits for their copies
+                raise Rejected(f"request {rid} matched node {nid}, whose load-back is still in flight")
     tokens = req.tokens
     w = walk_key(tx.nodes, tokens)
     path = list(w.full)
