@@ -18,6 +18,17 @@ POLICIES = ("write_through", "write_back")
 # Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
 # "lru" ignores the hit count (key `(False, touched, id)`).
 EVICTIONS = ("slru", "lru")
+# Where the reference's behaviour breaks an invariant, a knob chooses it ("reference")
+# or the model's repair ("fixed"); shipped configs keep "fixed" (docs/model.md, findings).
+KNOB_VALUES = ("fixed", "reference")
+KNOBS = (
+    # device eviction of an unbacked write-through node whose children are all L2-only:
+    # "reference" deletes it and orphans them (their L2 objects leak)
+    "unbacked_evict",
+    # the durable flag of the lower part of a split and at a spill's ack: "reference"
+    # keeps it on the lower part and sets it at the ack whatever the split offset
+    "durable_split",
+)
 BUGS = (
     "none",
     "skip_collective",
@@ -64,6 +75,8 @@ class Config:
     spill_queue_cap: int = 8
     # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
     max_disk_faults: int = 0
+    unbacked_evict: str = "fixed"
+    durable_split: str = "fixed"
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -137,6 +150,11 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["eviction"] not in EVICTIONS:
             raise ConfigError(f"{where}: field 'eviction' must be one of {', '.join(EVICTIONS)}, got {data['eviction']!r}")
         out["eviction"] = data["eviction"]
+    for k in KNOBS:
+        if k in data:
+            if data[k] not in KNOB_VALUES:
+                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(KNOB_VALUES)}, got {data[k]!r}")
+            out[k] = data[k]
     if "bug" in data:
         if data["bug"] not in BUGS:
             raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
@@ -234,4 +252,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS", "KNOBS", "KNOB_VALUES"]

@@ -337,11 +337,14 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
     backed (it keeps its host copy) or, under write_through, unbacked with no
     children at all (it is deleted; deleting one with host-only children would orphan
-    them). Under write_back an unbacked leaf must be written back first (`Reserve`).
+    them, which the reference does: `unbacked_evict = "reference"` allows it). Under
+    write_back an unbacked leaf must be written back first (`Reserve`).
     """
     if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
         return None
-    if node.host is None and (cfg.policy != "write_through" or len(node.children)):
+    if node.host is None and (
+        cfg.policy != "write_through" or (len(node.children) and cfg.unbacked_evict != "reference")
+    ):
         return None
     return victim_order(node, cfg)
 

@@ -43,7 +43,7 @@ def serve(s: ClusterState, rid: int, tokens: list[int], out_pages: int = 0, fini
 
 def backup(s: ClusterState, nid: int) -> ClusterState:
     """Reserve, every rank's WriteDone, Commit."""
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     for r in range(s.config.R):
         s = run(s, T("WriteDone", rank=r))
     return run(s, T("Commit"))

@@ -27,8 +27,10 @@ print(s.digest())
 """
 
 # Recorded once; a change here means every existing log stops replaying. Change it only
-# together with the digest format version in kvsm/digest.py.
-GOLDEN = ["a094642b1c1e141350c2cbec4bcd4509", "72152b9f142d62d829b0f7cd8f4e0547"]
+# together with the digest format version in kvsm/digest.py, or (the second value, a
+# walk's end) when the model's transitions change what a walk does: last changed by
+# the fidelity items of issue 11 (a match stops one page short of the prompt).
+GOLDEN = ["a094642b1c1e141350c2cbec4bcd4509", "c6d8fb10042e8cd3d5007b944958cbf7"]
 
 
 def test_digest_is_the_same_in_other_processes_and_hash_seeds():
@@ -51,7 +53,7 @@ def test_equal_states_by_different_paths_have_equal_digests():
 
 def test_reserve_then_rollback_returns_to_the_same_digest():
     s = run(fresh(), T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0))
-    s2 = run(s, T("Reserve", node=1), T("Rollback", node=1))
+    s2 = run(s, T("Reserve", node=1, fits=True), T("Rollback", node=1))
     assert s2.digest() == s.digest()
 
 
@@ -65,7 +67,7 @@ def test_any_difference_changes_the_digest():
 
 
 def test_local_progress_changes_the_digest_but_not_the_replicated_digest():
-    s = run(fresh(), T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Reserve", node=1))
+    s = run(fresh(), T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Reserve", node=1, fits=True))
     s2 = run(s, T("WriteDone", rank=0))
     assert s2.digest() != s.digest()
     assert s2.replicated_digest() == s.replicated_digest()

@@ -321,10 +321,10 @@ def reload_then_misaligned_load_back() -> list:
             out.append((t, s))
 
     do(T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0))
-    do(T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
+    do(T("Reserve", node=1, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
     do(T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1))
     b = node_by_key(s, (2, 3))
-    do(T("Reserve", node=b), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
+    do(T("Reserve", node=b, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"))
     for _ in range(2):  # the spill queue holds [1], then [2, 3]
         do(T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1))
         do(T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"))

@@ -194,7 +194,7 @@ def test_validate_names_the_step_whose_model_state_the_spec_does_not_reach(tmp_p
         Transition.make("Arrive", rid=0, tokens=[1, 2], out_pages=0),
         Transition.make("Match", rid=0),
         Transition.make("Insert", rid=0),
-        Transition.make("Reserve", node=1),
+        Transition.make("Reserve", node=1, fits=True),
         Transition.make("WriteDone", rank=0),
         Transition.make("Rollback", node=1),
     ]
@@ -218,7 +218,7 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
     steps = [
         # node 1 = [4]: backed, then evicted to L2
         T("Arrive", rid=0, tokens=[4], out_pages=0), T("Match", rid=0), T("Insert", rid=0),
-        T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"),
+        T("Reserve", node=1, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"),
         T("Finish", rid=0), T("EvictDevice", node=1),
         # [1] (lane 0) with leaves [2] and [3] (lane 1)
         T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1),

@@ -67,6 +67,7 @@ class Metrics:
     evicted_l1: int = 0
     evicted_l2: int = 0
     backups_reserved: int = 0
+    reserves_failed: int = 0  # Reserve with fits = false: evicted host leaves, reserved nothing
     backups_committed: int = 0
     backups_rolled_back: int = 0
     write_back_waits: int = 0
@@ -107,7 +108,10 @@ class Metrics:
         elif name == "Rollback":
             self.backups_rolled_back += 1
         if name == "Reserve":
-            self.backups_reserved += 1
+            if t.arg("fits"):
+                self.backups_reserved += 1
+            else:
+                self.reserves_failed += 1
         elif name in _L3_NAMES:
             self._on_l3(t, before, after)
         elif name == "Abort":
@@ -233,6 +237,7 @@ class Metrics:
             "loadbacks": self.loadbacks,
             "loadbacks_refused": self.loadbacks_refused,
             "backups_reserved": self.backups_reserved,
+            "reserves_failed": self.reserves_failed,
             "backups_committed": self.backups_committed,
             "backups_rolled_back": self.backups_rolled_back,
             "write_back_waits": self.write_back_waits,

@@ -81,7 +81,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Finish": ("rid",),
     "Abort": ("rid",),
     "Split": ("node", "at"),
-    "Reserve": ("node",),
+    "Reserve": ("node", "fits"),
     "WriteDone": ("rank",),
     "Commit": (),
     "Rollback": ("node",),

@@ -59,22 +59,37 @@ def arrive_candidates(s: ClusterState) -> Iterable[Transition]:
 # ---- Match -------------------------------------------------------------------------------------
 
 
+def match_key(tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """The part of a prompt a match may cover: all its pages but the last. The reference
+    matches at most `input_len - 1` tokens floored to a page, so that the forward pass
+    has a token to compute, and `floor((input_len - 1) / P) = ceil(input_len / P) - 1`
+    is one page short of the prompt's pages whatever its sub-page tail."""
+    return tokens[:-1]
+
+
 def match(s: ClusterState, t: Transition) -> ClusterState:
-    """Match the longest cached prefix (L1 or L2), splitting a node at a page boundary if
-    the match ends inside it (not when that node's backup is pending: the match then
-    stops above it), touch the matched nodes root to leaf, and lock the path down to
-    the deepest matched node on L1."""
+    """Match the longest cached prefix (L1 or L2) of the request's key but its last page,
+    splitting a node at a page boundary if the match ends inside it (not when that
+    node's backup is pending: the match then stops above it). Touched, in the
+    reference's order: the matched nodes root to leaf, the node the match ends inside
+    (before its split, pending or not) and then its new upper part (the reference also
+    stamps the root, which is never a victim: docs/model.md). The path is locked down
+    to the deepest matched node on L1."""
     rid = t.arg("rid")
     tx = Tx(s)
     req = request_in(tx, rid, (QUEUED,))
     if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
         raise Rejected(f"request {rid} waits for an L3 reload decision")
-    w = walk_key(tx.nodes, req.tokens)
+    w = walk_key(tx.nodes, match_key(req.tokens))
     path = list(w.full)
-    if w.cut is not None and not unsplittable(tx, w.cut[0]):
-        path.append(split_node(tx, *w.cut))
     for nid in path:
         tx.touch(nid)
+    if w.cut is not None:
+        tx.touch(w.cut[0])
+        if not unsplittable(tx, w.cut[0]):
+            upper = split_node(tx, *w.cut)
+            tx.touch(upper)
+            path.append(upper)
     last_dev = ROOT_ID
     for nid in path:
         if not tx.node(nid).dev:

@@ -1,4 +1,4 @@
-"""The reserve family: `Reserve(node)`.
+"""The reserve family: `Reserve(node, fits)`.
 
 Starts a backup of a node's pages into the shared L2 pool: reserves an object (the
 lowest-based free run of the node's length in every payload region), evicting host
@@ -7,10 +7,14 @@ the node itself. Eligible nodes: under write_through, unbacked nodes on L1 whose
 count reached the threshold; under write_back, unbacked unlocked device leaves
 (written back before they are evicted).
 
-Evict-to-fit follows the reference: a snapshot of the host leaves in victim order,
-released one at a time with a retry after each; a parent that becomes a host leaf
-meanwhile is not added to this round. If the snapshot runs out, `Reserve` is not
-enabled.
+Evict-to-fit follows the reference (`_reserve_write_cp_shared_l2_evict_to_fit`): a
+snapshot of the host leaves in victim order, released one at a time with a retry
+after each; a parent that becomes a host leaf meanwhile is not added to this round.
+`fits` is the outcome, which the state decides (like the `ok` of a disk step): true,
+the object is reserved; false, the snapshot ran out first, and the backup is skipped
+but the evictions it made stay (the reference's eviction storm: a backup that cannot
+fit empties the host pool of its leaves). A failed attempt that could evict nothing
+changes nothing and is not a step.
 """
 
 from __future__ import annotations
@@ -22,18 +26,36 @@ from ..tx import Tx
 from .base import Spec, Transition, evict_host_to_fit, register
 
 
-def reserve(s: ClusterState, t: Transition) -> ClusterState:
-    nid = t.arg("node")
+def _eligible(s: ClusterState, nid: int) -> None:
     if nid not in s.backup_index:
         if nid not in s.nodes:
             raise Rejected(f"node {nid} does not exist")
         raise Rejected(f"node {nid} is not eligible for a backup under {s.config.policy}")
+
+
+def reserve_fits(s: ClusterState, nid: int) -> bool:
+    """Whether a reserve of eligible node `nid` finds a run, evicting from the snapshot."""
+    length = s.nodes[nid].pages
+    if Tx(s).first_fit(length) is not None:
+        return True
+    return evict_host_to_fit(Tx(s), length) is not None
+
+
+def reserve(s: ClusterState, t: Transition) -> ClusterState:
+    nid, fits = t.arg("node"), t.arg("fits")
+    _eligible(s, nid)
     tx = Tx(s)
     n = tx.node(nid)
     length = n.pages
     base = evict_host_to_fit(tx, length)
+    if (base is not None) != fits:
+        if fits:
+            raise Rejected(f"no free run of {length} host pages even after evicting every host leaf of the snapshot (fits is false)")
+        raise Rejected(f"a run of {length} host pages fits (after evicting from the snapshot), so fits is true")
     if base is None:
-        raise Rejected(f"no free run of {length} host pages even after evicting every host leaf")
+        if not s.host_index:
+            raise Rejected(f"node {nid}'s reserve cannot fit and there is no host leaf to evict: nothing would change")
+        return tx.commit()
     tx.alloc_host(base, length)
     tx.objects.set(nid, Obj(base, length, False, nid))
     tx.pending.set(nid, Pending(nid, True))
@@ -44,7 +66,7 @@ def reserve(s: ClusterState, t: Transition) -> ClusterState:
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
     for nid in s.backup_index:
-        yield Transition.make("Reserve", node=nid)
+        yield Transition.make("Reserve", node=nid, fits=reserve_fits(s, nid))
 
 
-register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int"}))
+register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int", "fits": "bool"}))
