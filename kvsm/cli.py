@@ -2,47 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import Config, ConfigError, load_config
+from .commands import register_all
+from .commands.common import config_or_exit, console, emit_json, err, progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="kvsm: a formally specified multi-rank tiered KV cache.")
-console = Console(stderr=False)
-err = Console(stderr=True)
-
-
-def _config(name: str) -> Config:
-    try:
-        return load_config(name)
-    except ConfigError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-
-
-def _progress(label: str = "{task.description}") -> Progress:
-    """A progress bar on stderr, only when it is a terminal (never in pipes or CI logs)."""
-    return Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-
-
-def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=None) + "\n")
 
 
 @app.command()
@@ -59,12 +28,12 @@ def walk(
     from .state import initial_state
     from .walk import walk as do_walk
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     s0 = initial_state(cfg)
     header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
     t0 = time.perf_counter()
     try:  # LogWriter refuses a bad path on entry (before the walk) and a failed final rename
-        with _progress() as prog, LogWriter(output, header) as w:
+        with progress() as prog, LogWriter(output, header) as w:
             task = prog.add_task("walk", total=steps)
             for t, s in do_walk(cfg, steps, seed, s0):
                 w.write(t, s)
@@ -93,12 +62,12 @@ def replay(
     from .log import replay as do_replay
 
     t0 = time.perf_counter()
-    with _progress() as prog:
+    with progress() as prog:
         task = prog.add_task(f"replay {log.name}", total=None)
         res = do_replay(log, check=check, on_step=lambda n: prog.update(task, completed=n) if n % 256 == 0 else None)
     dt = time.perf_counter() - t0
     if as_json:
-        _emit_json(res.to_json())
+        emit_json(res.to_json())
     else:
         if res.first_mismatch:
             err.print(f"[red]line {res.first_mismatch['line']}:[/red] {res.first_mismatch['reason']}")
@@ -118,9 +87,9 @@ def explore(
     """Explore every reachable state breadth-first, checking the invariants in each."""
     from .explore import explore as do_explore
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     t0 = time.perf_counter()
-    with _progress() as prog:
+    with progress() as prog:
         task = prog.add_task("explore", total=None)
         try:
             g = do_explore(cfg, check=True, max_states=max_states, on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore depth {lvl}"))
@@ -130,7 +99,7 @@ def explore(
     summary = g.summary()
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
     else:
         table = Table(title=f"explore {config}")
         table.add_column("transition")
@@ -175,7 +144,7 @@ def run(
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     t0 = time.perf_counter()
-    g = do_explore(_config("small"), check=True)
+    g = do_explore(config_or_exit("small"), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
@@ -186,7 +155,7 @@ def run(
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
     if as_json:
-        _emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
+        emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
     else:
         table = Table(title="kvsm run")
         for col in ("step", "result", "time"):
@@ -243,8 +212,6 @@ def _tlc_row() -> tuple[str, str, str]:
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
-
-from .commands import register_all  # noqa: E402
 
 register_all(app)
 

@@ -14,7 +14,7 @@ import pytest
 
 from kvsm.log import replay
 from kvsm.sim import FaultSpecError, Faults, SimDivergence, SimError, SimOptions, simulate
-from kvsm.sim import scheduler
+from kvsm.sim import procedures
 from kvsm.sim.cluster import View
 from kvsm.transitions import Transition, apply
 
@@ -69,12 +69,12 @@ def test_every_request_ends_and_every_backup_settles():
 
 
 def test_a_rank_that_decides_differently_is_caught_at_once(monkeypatch):
-    real = scheduler.insert
+    real = procedures.insert
 
     def rank1_skips_a_backup(v: View, rid: int, backup: bool):
         return real(v, rid, backup and not (v.rank == 1 and rid == 7))
 
-    monkeypatch.setattr(scheduler, "insert", rank1_skips_a_backup)
+    monkeypatch.setattr(procedures, "insert", rank1_skips_a_backup)
     with pytest.raises(SimDivergence) as e:
         simulate(SMALL)
     assert e.value.step["rank"] == 1

@@ -11,7 +11,8 @@ import pytest
 
 from kvsm.sim import WorkloadError, load_workload, read_trace
 from kvsm.sim.generators import GENERATORS, PrefixIds, generate
-from kvsm.sim.workload import bundled_path, parse_line
+from kvsm.sim.trace import parse_line
+from kvsm.sim.workload import bundled_path
 
 GOOD = {"timestamp": 5, "input_length": 1025, "output_length": 513, "hash_ids": [7, 8, 9]}
 

@@ -3,21 +3,18 @@ that `kvsm --help` works without it."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True)
+from .common import emit_json, err
 
 
 def _print_summary(s: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(s) + "\n")
+        emit_json(s)
         return
     for f in s["failures"]:
         err.print(f"[red]{f['kind']}:[/red] {f['message']}", highlight=False)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from .common import console, emit_json, print_error, progress
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -101,8 +96,6 @@ def register(app: typer.Typer) -> None:
             schedule=schedule,
             check=check,
         )
-        from ..cli import _progress  # noqa: PLC0415  (the CLI's one progress bar style)
-
         from ..log import OutputError, check_output_file  # noqa: PLC0415
 
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
@@ -111,23 +104,23 @@ def register(app: typer.Typer) -> None:
             if report is not None:
                 check_output_file(report)
         except OutputError as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             raise typer.Exit(2) from None
-        progress = _progress("sim")
+        bar = progress("sim")
         try:
-            with progress:
-                task = progress.add_task("sim", total=None)
+            with bar:
+                task = bar.add_task("sim", total=None)
 
                 def on_progress(done: int, total: int) -> None:
                     if done % 64 == 0 or done == total:
-                        progress.update(task, completed=done, total=total)
+                        bar.update(task, completed=done, total=total)
 
                 result = simulate(opts, output, on_progress)
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             raise typer.Exit(2) from None
         except (SimDivergence, SimInvariantError) as e:
-            err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            print_error(str(e), "run stopped")
             raise typer.Exit(1) from None
         written = []
         try:
@@ -141,10 +134,10 @@ def register(app: typer.Typer) -> None:
                 written.append(write_report(result, report))
         except OSError as e:
             where = f"; the log {output} is complete" if output is not None else ""
-            err.print(f"[red]error:[/red] {escape(f'{e.filename}: cannot write: {e.strerror}')}{escape(where)}", highlight=False, soft_wrap=True)
+            print_error(f"{e.filename}: cannot write: {e.strerror}{where}")
             raise typer.Exit(2) from None
         if as_json:
-            sys.stdout.write(json.dumps(result.summary) + "\n")
+            emit_json(result.summary)
         else:
             console.print(_summary_table(result.summary))
             if output is not None:

@@ -3,12 +3,14 @@ and how the options become a model `Config` and a workload."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import EVICTIONS, Config, ConfigError, load_config
 from .faults import Faults
-from .workload import Workload, load_workload
+from .trace import Workload
+from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
 SCHEDULES = ("auto", "serial", "timed")
@@ -37,6 +39,15 @@ class Timing:
     disk_write_ms_per_page: float = 1.0  # one rank writes one of its pages to its disk
     disk_read_ms_per_page: float = 1.0  # one rank reads one of its pages from its disk into the slab
     disk_jitter: float = 0.5  # a disk operation's duration is drawn in [1 - j, 1 + j] x nominal
+
+    def tick_at(self, ms: float) -> int:
+        """The first tick that starts at or after simulated time `ms`."""
+        return math.ceil(ms / self.tick_ms)
+
+    def after(self, tick: int, ms: float) -> int:
+        """The tick of an event that tick `tick` started and that ends at time `ms`: the
+        first tick at or after `ms`, and never `tick` itself."""
+        return max(tick + 1, self.tick_at(ms))
 
     def to_json(self, l3: bool = True) -> dict[str, Any]:
         """The constants as the log header records them (the disk's only with L3)."""
