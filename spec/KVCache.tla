@@ -38,7 +38,11 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    \* Where the reference breaks an invariant, "reference" models it and "fixed" the
+    \* model's repair (docs/model.md, the findings):
+    UnbackedEvict,      \* "reference": an unbacked leaf with L2-only children is evicted, orphaning them
+    DurableSplit        \* "reference": a split's lower part and a spill's ack keep/set durable whatever the offset
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -46,6 +50,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -296,26 +301,29 @@ TouchPath(s, path) ==
 Enqueue(q, ns) == IF L3 = 0 THEN q
                   ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
 
-\* A node that cannot be split: its backup is pending or an in-flight spill pins it.
-Unsplittable(s, n) == n \in s.pending \/ s.nodes[n].pin > 0
+\* A node that cannot be split: its backup is pending (the reference splits a node an
+\* in-flight spill pins).
+Unsplittable(s, n) == n \in s.pending
 
-(* Split n after `at` pages. The upper part is a new node (id next_id) with the
-   first `at` pages, their device pages and, when backed, their host pages as a
-   new object (queued for a spill); it inherits durable, lock, pin, hits and
-   stamp. The lower part keeps its id, its stamp and its object key, and stays
-   durable only if `at` is a multiple of R (else its pages' owners are not the
-   ranks that wrote them to disk). Never called on an unsplittable node. *)
+(* Split n after `at` pages, as the reference does. The upper part is a new node
+   (id next_id) with the first `at` pages, their device pages and, when backed,
+   their host pages as a new object (queued for a spill); it inherits lock, hits
+   and stamp, and is neither pinned nor durable (a new node of the reference has
+   neither). The lower part keeps its id, its stamp, its object key and its pin;
+   with DurableSplit = "fixed" it stays durable only if `at` is a multiple of R
+   (else its pages' owners are not the ranks that wrote them to disk), the
+   reference keeps the flag. Never called on an unsplittable node. *)
 SplitNode(s, n, at) ==
     LET nd == s.nodes[n]
         u == s.next_id
         upper == [parent |-> nd.parent, key |-> SubSeq(nd.key, 1, at),
                   dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
                   host |-> IF nd.host # NoObject THEN u ELSE NoObject,
-                  durable |-> nd.durable, lock |-> nd.lock, pin |-> nd.pin,
+                  durable |-> FALSE, lock |-> nd.lock, pin |-> 0,
                   hits |-> nd.hits, touched |-> nd.touched]
         lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
                             !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
-                            !.durable = nd.durable /\ at % R = 0]
+                            !.durable = nd.durable /\ (DurableSplit = "reference" \/ at % R = 0)]
         objs == IF nd.host = NoObject THEN s.objects
                 ELSE LET o == s.objects[nd.host]
                      IN (u :> [o EXCEPT !.length = at, !.owner = u])
@@ -342,7 +350,8 @@ VictimOrder(ns, S) ==
 (* Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and
    either backed (it keeps its host copy) or, under write_through, unbacked with
    no children at all (it is deleted; one with host-only children would orphan
-   them). Under write_back an unbacked leaf is written back first. *)
+   them, which the reference does: UnbackedEvict = "reference"). Under
+   write_back an unbacked leaf is written back first. *)
 DevEvictable(s, n) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
@@ -351,7 +360,7 @@ DevEvictable(s, n) ==
        /\ n \notin s.pending
        /\ ~ChildOnL1(s.nodes, n)
        /\ \/ nd.host # NoObject
-          \/ WriteThrough /\ Children(s.nodes, n) = {}
+          \/ WriteThrough /\ (UnbackedEvict = "reference" \/ Children(s.nodes, n) = {})
 
 \* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
 \* by a spill.
@@ -398,11 +407,18 @@ FreeObject(s, k) ==
                  !.host_content = [h \in gone |-> NoContent] @@ @,
                  !.objects = Remove(@, {k})]
 
-\* Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted.
+\* n and every node below it.
+RECURSIVE Subtree(_, _)
+Subtree(ns, n) == {n} \cup UNION {Subtree(ns, c) : c \in Children(ns, n)}
+
+(* Drop a device victim: a backed node keeps its host copy, an unbacked one is
+   deleted. An unbacked one with (L2-only) children is a victim only under
+   UnbackedEvict = "reference": the subtree below it becomes unreachable and
+   leaves the tree, its objects stay allocated and owned by no node (leaked). *)
 EvictDeviceNode(s, n) ==
     LET freed == FreeDev(s, s.nodes[n].dev)
     IN IF s.nodes[n].host # NoObject THEN [freed EXCEPT !.nodes[n].dev = <<>>]
-       ELSE [freed EXCEPT !.nodes = Remove(@, {n})]
+       ELSE [freed EXCEPT !.nodes = Remove(@, Subtree(s.nodes, n))]
 
 \* Drop a host victim: free its object and delete the node.
 EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
@@ -442,12 +458,14 @@ PlanBase(s, n) ==
        /\ (nd.host # NoObject \/ WriteThrough)
 
 \* Evictable once the planned victims are gone; an unbacked node (deleted when
-\* evicted) must lose every child, and only to unbacked planned victims.
+\* evicted) must lose every child, and only to unbacked planned victims (under
+\* UnbackedEvict = "reference", as in the reference, it may keep L2-only ones).
 AfterPlan(s, n, planned) ==
-    /\ PlanBase(s, n)
-    /\ \A c \in Children(s.nodes, n) :
-         IF c \in planned THEN ~(s.nodes[n].host = NoObject /\ s.nodes[c].host # NoObject)
-         ELSE ~(s.nodes[c].dev # <<>> \/ s.nodes[n].host = NoObject)
+    LET strict == s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed"
+    IN /\ PlanBase(s, n)
+       /\ \A c \in Children(s.nodes, n) :
+            IF c \in planned THEN ~(strict /\ s.nodes[c].host # NoObject)
+            ELSE ~(s.nodes[c].dev # <<>> \/ strict)
 
 \* What evicting n would unlock: the contribution of its nearest ancestor on L1.
 RECURSIVE UnlockFrom(_, _, _, _)
@@ -507,8 +525,13 @@ BackupCandidate(s, n) ==
           ELSE nd.lock = 0 /\ ~ChildOnL1(s.nodes, n)
 
 -----------------------------------------------------------------------------
-(* Load-back: the whole nodes directly below a request's lock, along its key,
-   that are only on L2. *)
+(* A match covers a prompt but its last page: the reference matches at most
+   input_len - 1 tokens, floored to a page, which is one page short of the
+   prompt's pages whatever its sub-page tail. *)
+MatchKey(tokens) == SubSeq(tokens, 1, Len(tokens) - 1)
+
+(* Load-back: the whole nodes directly below a request's lock, along its match
+   key, that are only on L2. *)
 
 RECURSIVE HostRunFrom(_, _, _, _, _)
 HostRunFrom(ns, tokens, cur, i, run) ==
@@ -521,7 +544,7 @@ HostRunFrom(ns, tokens, cur, i, run) ==
             THEN run
        ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c))
 
-HostRun(ns, req) == HostRunFrom(ns, req.tokens, req.node, Len(Prefix(ns, req.node)), <<>>)
+HostRun(ns, req) == HostRunFrom(ns, MatchKey(req.tokens), req.node, Len(Prefix(ns, req.node)), <<>>)
 
 
 -----------------------------------------------------------------------------
@@ -553,11 +576,13 @@ OnL1Run(ns, path) ==
 
 Matched(s, rid) ==
     LET req == s.requests[rid]
-        w == WalkKey(s.nodes, req.tokens)
+        w == WalkKey(s.nodes, MatchKey(req.tokens))
         split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
-        s0 == IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s
+        \* stamped in the reference's order: the whole nodes, the node the match ends
+        \* inside (before its split), then its new upper part
+        s0 == TouchPath(s, IF w.cut = <<>> THEN w.full ELSE Append(w.full, w.cut[1]))
         path == IF split THEN Append(w.full, s.next_id) ELSE w.full
-        s1 == TouchPath(s0, path)
+        s1 == IF split THEN TouchPath(SplitNode(s0, w.cut[1], w.cut[2]), <<s.next_id>>) ELSE s0
         k == OnL1Run(s1.nodes, path)
         last == IF k = 0 THEN Root ELSE path[k]
     IN [ok |-> TRUE,
@@ -567,10 +592,11 @@ Matched(s, rid) ==
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
 
-(* Match the longest cached prefix (L1 or L2), splitting the node the key
-   diverges inside (not when it is unsplittable: the match then stops above
-   it); touch the matched nodes root to leaf; lock the path down to the deepest
-   matched node on L1. A request marked for a reload, or held by one, waits. *)
+(* Match the longest cached prefix (L1 or L2) of the request's key but its last
+   page, splitting the node the match ends inside (not when it is unsplittable:
+   the match then stops above it); touch the matched nodes root to leaf, the node
+   it ends inside and its upper part; lock the path down to the deepest matched
+   node on L1. A request marked for a reload, or held by one, waits. *)
 Match(rid) ==
     /\ rid \in DOMAIN requests
     /\ requests[rid].phase = "queued"
@@ -674,27 +700,33 @@ Abort(rid) ==
     /\ Apply(Released(State, rid))
 
 -----------------------------------------------------------------------------
-(* Split is demand-driven: a live request's key diverges inside the node (what
-   its Match, or Insert, would split), the node's backup is not pending and no
-   spill pins it. *)
+(* Split is demand-driven: a queued request's match key, or a matched request's
+   whole key, diverges inside the node (what its Match, or Insert, would split),
+   and the node's backup is not pending. *)
 Split(n, at) ==
     /\ n \in DOMAIN nodes
     /\ ~Unsplittable(State, n)
     /\ \E rid \in DOMAIN requests :
-          /\ requests[rid].phase \in {"queued", "matched"}
-          /\ WalkKey(nodes, requests[rid].tokens).cut = <<n, at>>
+          \/ /\ requests[rid].phase = "queued"
+             /\ WalkKey(nodes, MatchKey(requests[rid].tokens)).cut = <<n, at>>
+          \/ /\ requests[rid].phase = "matched"
+             /\ WalkKey(nodes, requests[rid].tokens).cut = <<n, at>>
     /\ Become(SplitNode(State, n, at))
 
 -----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
-   it on every rank, commit what every rank finished, or roll it back. *)
+   it on every rank, commit what every rank finished, or roll it back. `fits` is
+   the reserve's outcome, which the state decides: when the snapshot of host
+   victims runs out first, the backup is skipped and the evictions made stay
+   (the reference's evict-to-fit); a failed reserve with no victim is no step. *)
 
-Reserved(s, n) ==
+Reserved(s, n, fits) ==
     LET len == Len(s.nodes[n].key)
         room == HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s)))
         s1 == room.s
         base == FirstFit(s1.l2_free, len)
-    IN IF ~room.ok THEN [ok |-> FALSE, s |-> s]
+    IN IF room.ok # fits THEN [ok |-> FALSE, s |-> s]
+       ELSE IF ~fits THEN [ok |-> HostVictims(s) # {}, s |-> s1]
        ELSE [ok |-> TRUE,
         s |-> [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
                          !.objects = (n :> [base |-> base, length |-> len,
@@ -703,10 +735,10 @@ Reserved(s, n) ==
                          !.writes = Append(@, n),
                          !.nodes[n].lock = @ + 1]]
 
-Reserve(n) ==
+Reserve(n, fits) ==
     /\ n \in DOMAIN nodes
     /\ BackupCandidate(State, n)
-    /\ Apply(Reserved(State, n))
+    /\ Apply(Reserved(State, n, fits))
 
 (* The rank steps, WriteDone and Commit, assign the variables directly: they are
    what the fairness of the liveness property ranges over, and TLC evaluates
@@ -862,13 +894,16 @@ SpillSubmit ==
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
                    spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
 
-\* Rank r gathers the pages it owns of its next spill out of the shared slab.
+(* Rank r gathers the pages it owns of its next spill out of the shared slab,
+   from the run fixed at submit: the node may have been split meanwhile (its
+   lower part keeps the object key and the run's end, and stays pinned until
+   every rank has gathered), so the run starts Len(op.hashes) before the end. *)
 SpillGathered(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ spill_gathered[r] < Len(spills)
     /\ LET op == spills[spill_gathered[r] + 1]
-           base == objects[op.node].base
+           base == objects[op.node].base + objects[op.node].length - Len(op.hashes)
            own == OwnedSeq(r, Len(op.hashes))
        IN spill_staged' = [spill_staged EXCEPT ![r] =
                              Append(@, [k \in DOMAIN own |-> <<op.hashes[own[k] + 1],
@@ -904,7 +939,8 @@ SpillDone(r, ok) ==
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
    durable the nodes whose pages every owner wrote. After a split the node keeps
    only a suffix of what was spilled; its pages' owners are the ranks that wrote
-   them only if the offset is a multiple of R. *)
+   them only if the offset is a multiple of R (DurableSplit = "reference", as the
+   reference does, marks the node whatever the offset). *)
 SpillAck ==
     /\ L3 > 0
     /\ spills # <<>>
@@ -917,9 +953,10 @@ SpillAck ==
                IN /\ n \in DOMAIN nodes
                   /\ nodes[n].host = n
                   /\ \A r \in Ranks : spill_done[r][j]
-                  /\ LET hs == NodeHashes(nodes, n)
-                         off == Len(op.hashes) - Len(hs)
-                     IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
+                  /\ \/ DurableSplit = "reference"
+                     \/ LET hs == NodeHashes(nodes, n)
+                            off == Len(op.hashes) - Len(hs)
+                        IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
            durable == {spills[j].node : j \in {j \in 1 .. d : written(j)}}
        IN /\ d > 0 \/ unpin # {}
           /\ nodes' = [n \in DOMAIN nodes |->
@@ -976,7 +1013,8 @@ ReloadFloor == Max2(1, LoadBackThreshold \div P)
 (* Decide candidate rid: claim the pages every rank has (at least the
    load-back floor, and a clean attach); join the in-flight reload of the same
    pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
-   Reserve does). Otherwise only the mark is dropped and the request recomputes. *)
+   Reserve does, and keeping the evictions when it cannot fit). Otherwise only
+   the mark is dropped and the request recomputes. *)
 ReloadReserved(s, rid) ==
     LET cand == s.reload_candidates[rid]
         s0 == [s EXCEPT !.reload_candidates = Remove(@, {rid})]
@@ -990,8 +1028,11 @@ ReloadReserved(s, rid) ==
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
             IN [ok |-> TRUE, s |-> [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]]
-       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~room.ok
+       ELSE IF Len(s.reloads) >= ReloadInflight
        THEN [ok |-> TRUE, s |-> s0]
+       \* cannot fit even after evicting the snapshot: the evictions stay
+       ELSE IF ~room.ok
+       THEN [ok |-> TRUE, s |-> room.s]
        ELSE [ok |-> TRUE,
              s |-> [room.s EXCEPT
                       !.l2_free = @ \ (base .. base + c - 1),
@@ -1110,7 +1151,7 @@ Next ==
     \/ \E rid \in RequestIds : Finish(rid)
     \/ \E rid \in RequestIds : Abort(rid)
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
-    \/ \E n \in NodeIds : Reserve(n)
+    \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
     \/ \E r \in Ranks : WriteDone(r)
     \/ Commit
     \/ \E n \in NodeIds : Rollback(n)

@@ -110,6 +110,8 @@ CONSTANT_FIELDS = (
     ("reload_inflight", "ReloadInflight"),
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
+    ("unbacked_evict", "UnbackedEvict"),
+    ("durable_split", "DurableSplit"),
 )
 
 
