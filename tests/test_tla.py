@@ -179,8 +179,8 @@ def test_check_passes_on_ci_with_the_state_count_of_the_python_model():
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["violation"] is None
-    # kvsm explore --config small: 31,473 states, depth 35
-    assert out["distinct_states"] == 31473 and out["depth"] == 35
+    # kvsm explore --config small: 67,876 states, depth 36
+    assert out["distinct_states"] == 67876 and out["depth"] == 36
     assert out["states_generated"] >= out["distinct_states"] and out["seconds"] > 0
 
 
