@@ -8,7 +8,9 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from .common import console, emit_json, print_error, progress
+from rich.markup import escape
+
+from .common import console, emit_json, err, print_error, progress
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -51,6 +53,39 @@ def _summary_table(s: dict[str, Any]) -> Table:
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+def _tell_story(opts: Any, output: Optional[Path]) -> None:
+    """After a run stopped: run the same seed again, keep its log up to where it stops
+    (the run itself leaves no log, by design), and print the story of its last steps."""
+    from ..log import Header, LogWriter
+    from ..render.story import tail_story
+    from ..sim import SimDivergence
+    from ..sim.options import prepare
+    from ..sim.scheduler import SimInvariantError, Simulation
+
+    path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
+    try:
+        prep = prepare(opts)
+        sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
+        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        stopped = False
+        with LogWriter(path, header) as w:
+            sim.writer = w
+            try:
+                sim.run()
+            except (SimDivergence, SimInvariantError):
+                stopped = True  # the same stop, deterministically: the log keeps what led to it
+        if not stopped:
+            err.print(f"(no story: the same seed ran to the end the second time; its log is {escape(str(path))})", highlight=False, soft_wrap=True)
+            return
+        story = tail_story(path)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the run's own error was reported
+        err.print(f"(no story of the failed run: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    from .show import emit_err
+
+    emit_err(story)
 
 
 def register(app: typer.Typer) -> None:
@@ -121,6 +156,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         except (SimDivergence, SimInvariantError) as e:
             print_error(str(e), "run stopped")
+            _tell_story(opts, output)
             raise typer.Exit(1) from None
         written = []
         try:
