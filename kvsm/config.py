@@ -77,6 +77,10 @@ class Config:
     max_disk_faults: int = 0
     unbacked_evict: str = "fixed"
     durable_split: str = "fixed"
+    # The reference's production write-through path: a request's new pages get an L2
+    # object and a node id before its forward pass (`Prepare`), attached at `Insert`
+    # when the new node has that length, rolled back otherwise (docs/model.md).
+    prepared_backups: bool = False
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -150,6 +154,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["eviction"] not in EVICTIONS:
             raise ConfigError(f"{where}: field 'eviction' must be one of {', '.join(EVICTIONS)}, got {data['eviction']!r}")
         out["eviction"] = data["eviction"]
+    if "prepared_backups" in data:
+        if not isinstance(data["prepared_backups"], bool):
+            raise ConfigError(f"{where}: field 'prepared_backups' must be true or false, got {data['prepared_backups']!r}")
+        out["prepared_backups"] = data["prepared_backups"]
     for k in KNOBS:
         if k in data:
             if data[k] not in KNOB_VALUES:

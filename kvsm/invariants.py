@@ -130,8 +130,22 @@ def violations(s: ClusterState) -> list[str]:
             bad(3, f"node {nid} is locked but not on L1")
 
     # 4. Pending ------------------------------------------------------------------------------------------
-    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()):
-        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} disagree")
+    prepared = {nid: rid for rid, nid in s.prepared.items() if nid is not None}
+    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()) | set(prepared):
+        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} (and prepared {sorted(prepared)}) disagree")
+    for rid, nid in s.prepared.items():
+        req = s.requests.get(rid)
+        if req is None or req.phase != MATCHED:
+            bad(4, f"request {rid} holds a prepared backup but is not a matched request")
+        if nid is None:
+            continue
+        obj = s.objects.get(nid)
+        if nid in s.nodes or nid in s.pending or nid >= s.next_id:
+            bad(4, f"prepared backup {nid} of request {rid} is a node already, or an id not taken yet")
+        if obj is None or obj.committed or obj.owner != nid:
+            bad(4, f"prepared backup {nid} of request {rid} has no uncommitted object of its own")
+        elif nid in s.writes and any(d > s.writes.index(nid) for d in s.write_done):
+            bad(4, f"a rank finished the write of prepared backup {nid}, which is not attached")
     for nid, pend in s.pending.items():
         n = nodes.get(nid)
         if n is None:
@@ -210,6 +224,8 @@ def violations(s: ClusterState) -> list[str]:
         elif key in s.pending:
             if s.pending[key].obj != key:
                 bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif key in prepared:
+            pass
         elif sum(1 for op in s.reloads if op.obj == key) != 1:
             bad(6, f"uncommitted object {key} belongs to no pending backup or reload")
         elif obj.length != len(next(op for op in s.reloads if op.obj == key).hashes):

@@ -1,7 +1,8 @@
 """`ClusterState`: one immutable value holding the whole cluster, and its value types.
 
 Replicated part (identical on every rank): `nodes`, `next_id`, `clock`, `next_rid`,
-`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, and for L3
+`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, `prepared` (the
+prepared write-through backups not attached yet), and for L3
 `spill_queue`, `spills`, `reload_candidates`, `reloads`. Local part (per rank, what
 only that rank knows): `write_done`, `spill_gathered`, `spill_done`, `reload_done`,
 `disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
@@ -240,6 +241,9 @@ class ClusterState:
     pending: immutables.Map
     writes: tuple[int, ...]
     requests: immutables.Map
+    # rid -> node id taken in advance for its prepared backup (object key = that id),
+    # until Insert attaches it or it is rolled back; empty unless config.prepared_backups
+    prepared: immutables.Map
     write_done: tuple[int, ...]
     dev_content: immutables.Map
     host_content: immutables.Map  # key: payload_index * L2 + page
@@ -400,6 +404,7 @@ def initial_state(cfg: Config) -> ClusterState:
         pending=immutables.Map(),
         writes=(),
         requests=immutables.Map(),
+        prepared=immutables.Map(),
         write_done=(0,) * cfg.R,
         dev_content=immutables.Map(),
         host_content=immutables.Map(),

@@ -58,3 +58,29 @@ def test_the_orphan_model_is_clean_with_the_fixed_rule_and_not_with_the_referenc
     bad = explore(ref).violations
     assert bad and all(v["violation"].startswith("6 HostPages") for v in bad)
     assert explore(replace(ref, unbacked_evict="fixed")).violations == []
+
+
+# the simulator's --check sees each finding too, on a workload that reaches it (its
+# config: tests/data/sim_l3.toml with the knob at "reference")
+SIM_CASES = {
+    "unbacked_evict": (dict(workload="multi-turn", tiers="l1,l2", requests=300, seed=1), "6 HostPages"),
+    "durable_split": (dict(workload="thrash", tiers="l1,l2,l3", requests=120, seed=5), "8 Durable"),
+}
+
+
+@pytest.mark.parametrize("knob", list(SIM_CASES))
+def test_the_simulator_s_check_catches_the_reference_behaviour_and_not_the_fixed_one(tmp_path, knob):
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.sim.scheduler import SimInvariantError
+
+    opts, invariant = SIM_CASES[knob]
+    base = (ROOT / "tests" / "data" / "sim_l3.toml").read_text()
+    for value in ("fixed", "reference"):
+        cfg = tmp_path / f"{knob}-{value}.toml"
+        cfg.write_text(f'{knob} = "{value}"\n' + base)
+        run = lambda: simulate(SimOptions(config=str(cfg), ranks=2, l1_pages=64, l2_pages=160, check=True, **opts))  # noqa: E731
+        if value == "fixed":
+            run()
+        else:
+            with pytest.raises(SimInvariantError, match=invariant):
+                run()

@@ -25,6 +25,7 @@ NAMES = (
     "Abort",
     "Split",
     "Reserve",
+    "Prepare",
     "WriteDone",
     "Commit",
     "Rollback",

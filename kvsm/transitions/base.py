@@ -181,6 +181,15 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     return uid
 
 
+def drop_write(tx: Tx, nid: int) -> None:
+    """Take node id `nid`'s write out of `writes` (a rank that finished it counts one
+    less) and free its object: a rollback, of a pending or of a prepared backup."""
+    j = tx.writes.index(nid)
+    tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
+    tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
+    tx.free_object(nid)
+
+
 # ---- victims -----------------------------------------------------------------------------------
 
 

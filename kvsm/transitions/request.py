@@ -12,9 +12,9 @@ from typing import Iterable
 import immutables
 
 from .. import content
-from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, lane_of
+from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Pending, Rejected, Request, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, unsplittable, walk_key
+from .base import Spec, Transition, device_victims, drop_write, evict_device_node, register, split_node, unsplittable, walk_key
 
 
 def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
@@ -185,9 +185,12 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
             n = tx.node(nid)
             tx.put(n.with_(hits=n.hits + 1))
     last = path[-1] if path else ROOT_ID
+    prep = tx.prepared.get(rid)
+    attach = prep is not None and len(new_tokens) == tx.objects[prep].length
     if new_tokens:
         parent = tx.node(last)
-        nid = tx.new_id()
+        # an attached prepared backup brings the node id taken for it in advance
+        nid = prep if attach else tx.new_id()
         dev = tx.alloc_lanes([lane_of(pos + j, R) for j in range(len(new_tokens))])
         hashes = content.chain(parent.last_content, new_tokens)
         tx.clock += 1
@@ -201,7 +204,8 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
                 durable=False,
                 lock=0,
                 pin=0,
-                hits=1 if wt else 0,
+                # the reference counts no hit on a node it attaches a prepared backup to
+                hits=1 if wt and not attach else 0,
                 touched=tx.clock,
                 children=immutables.Map(),
                 ondev=0,
@@ -212,10 +216,29 @@ def insert(s: ClusterState, t: Transition) -> ClusterState:
             tx.fill_dev(p, c)
         last = nid
     own = tx.alloc_lanes([lane_of(k, R) for k in out_positions])
+    settle_prepared(tx, rid, last if new_tokens else None)
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)
     tx.requests.set(rid, req.with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
+
+
+def settle_prepared(tx: Tx, rid: int, new: int | None) -> None:
+    """At insert: attach request `rid`'s prepared backup to its new node `new` if that
+    node took the prepared id (the lengths agree: `_attach_prepared_cp_backup`, which
+    locks the node and makes the backup pending); else roll it back
+    (`_rollback_prepared_cp_backup`). Also at abort, with no new node."""
+    if rid not in tx.prepared:
+        return
+    prep = tx.prepared[rid]
+    tx.prepared.delete(rid)
+    if prep is None:  # its reserve did not fit
+        return
+    if new == prep:
+        tx.pending.set(prep, Pending(prep, True))
+        tx.update(prep, lock=tx.node(prep).lock + 1)
+    else:
+        drop_write(tx, prep)
 
 
 def insert_candidates(s: ClusterState) -> Iterable[Transition]:
@@ -227,6 +250,7 @@ def insert_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def _release(tx: Tx, req: Request) -> None:
+    settle_prepared(tx, req.id, None)
     if req.phase != QUEUED:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)
