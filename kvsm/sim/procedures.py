@@ -8,7 +8,7 @@ from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.evict import host_run
 from ..transitions.reload import reload_target
-from ..transitions.reserve import reserve_fits
+from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
 from .cluster import View
 from .metrics import depth as _depth
 
@@ -76,6 +76,18 @@ def try_reserve(v: View, nid: int) -> bool:
     if fits or v.state.host_index:
         v.apply(T("Reserve", node=nid, fits=fits))
     return fits
+
+
+def prepare(v: View, rid: int) -> int | None:
+    """Before the forward pass (the reference's `prepare_write_backups_for_reqs`): prepare
+    the write-through backup of the pages request `rid`'s insert will add, when there are
+    any. Returns the node id of the prepared backup, or None (none made, or it did not
+    fit: its id is spent and its evictions stay)."""
+    s = v.state
+    if rid in s.prepared or prepare_length(s, rid) <= 0:
+        return None
+    s = v.apply(T("Prepare", rid=rid, fits=prepare_fits(s, rid)))
+    return s.prepared[rid]
 
 
 def write_back(v: View, rid: int) -> tuple[int, ...]:

@@ -54,9 +54,11 @@ SPEC_VARIABLES = (
     "disk_faults",
     "l3",
     "spill_staged",
+    "prepared",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
+NO_NODE = -1  # the spec's prepared backup of a request whose reserve did not fit
 
 
 class MappingError(ValueError):
@@ -88,6 +90,7 @@ class Canon(NamedTuple):
     disk_faults: int
     l3: frozenset  # (rank, hash, content id or None)
     spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
+    prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
 
 
 assert Canon._fields == SPEC_VARIABLES
@@ -136,6 +139,7 @@ def canon_model(s: ClusterState) -> Canon:
         disk_faults=s.disk_faults,
         l3=frozenset((r, h, c) for (r, h), c in s.l3.items()),
         spill_staged=tuple(tuple(tuple(op) for op in staged) for staged in s.spill_staged),
+        prepared=frozenset(s.prepared.items()),
     )
 
 
@@ -228,6 +232,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return tuple(
             tuple(tuple((content_id(_seq(p[0])), _cid(p[1])) for p in _seq(op)) for op in _seq(staged)) for staged in _per_rank(v, cfg)
         )
+    if name == "prepared":
+        return frozenset((rid, None if nid == NO_NODE else nid) for rid, nid in as_fcn(v).items())
     raise MappingError(f"the spec has no variable '{name}'")
 
 
@@ -300,6 +306,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
         "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
     }
+    if c.prepared:
+        out["prepared"] = {str(r): n for r, n in sorted(c.prepared)}
     if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
             or any(c.spill_gathered) or any(c.spill_done) or any(c.reload_done) or any(c.spill_staged):
         hs = lambda xs: [names.show(h) for h in xs]  # noqa: E731
@@ -415,4 +423,5 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "spill_staged": Fcn(
             {r: tuple(tuple((pre(h), content(c)) for h, c in op) for op in staged) for r, staged in enumerate(s.spill_staged)}
         ),
+        "prepared": Fcn({rid: NO_NODE if nid is None else nid for rid, nid in s.prepared.items()}),
     }

@@ -82,6 +82,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Abort": ("rid",),
     "Split": ("node", "at"),
     "Reserve": ("node", "fits"),
+    "Prepare": ("rid", "fits"),
     "WriteDone": ("rank",),
     "Commit": (),
     "Rollback": ("node",),
