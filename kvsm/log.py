@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from .checking import full_violations
 from .config import Config, ConfigError
-from .invariants import violations as check_invariants
-from .invariants import violations_after
 from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, apply
 
 FORMAT = 1
+
+# The from-scratch check of `replay(check=True)` (`kvsm.checking` also checks each
+# transition's writes after it); looked up at each use, so that a test can replace it.
+check_invariants = full_violations
 SOURCES = ("walk", "sim", "tlc", "hand", "gpu")
 
 
@@ -267,6 +270,10 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
     return header, lines()
 
 
+def _found(f: Any) -> list[dict[str, Any]]:
+    return [{"line": f.at, "transition": str(f.transition), "violation": x} for x in f.violations]
+
+
 @dataclass
 class ReplayResult:
     transitions: int
@@ -294,7 +301,10 @@ def replay(
     on_step: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Replay a log from its header's config, verifying every digest (and with `check`
-    every invariant after every transition). Stops at the first mismatch or violation."""
+    every invariant after every transition, `kvsm.checking`). Stops at the first mismatch
+    or violation; a violation names the line of the first state that breaks it."""
+    from .checking import Checker
+
     p = str(path)
     count = 0
     state: ClusterState | None = None
@@ -303,10 +313,12 @@ def replay(
         state = initial_state(header.config)
         if state.digest() != header.initial_digest:
             raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
+        checker = None
         if check:
-            v = check_invariants(state)
-            if v:
-                return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in v], None, state)
+            checker = Checker(state, full=lambda s: check_invariants(s))
+            found = checker.start(1)
+            if found is not None:
+                return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in found.violations], None, state)
         for lineno, i, t, digest in stream:
             try:
                 nxt = apply(state, t)
@@ -317,12 +329,16 @@ def replay(
                 raise LogError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}")
             state = nxt
             count += 1
-            if check:
-                v = violations_after(t.rank, state)
-                if v:
-                    return ReplayResult(count, got, [{"line": lineno, "transition": str(t), "violation": x} for x in v], None, state)
+            if checker is not None:
+                found = checker.step(t, state, lineno)
+                if found is not None:
+                    return ReplayResult(count, got, _found(found), None, state)
             if on_step is not None:
                 on_step(count)
+        if checker is not None:
+            found = checker.finish()
+            if found is not None:
+                return ReplayResult(count, state.digest(), _found(found), None, state)
     except LogError as e:
         last = state.digest() if state is not None else ""
         return ReplayResult(count, last, [], {"line": e.line, "reason": e.reason}, state)

@@ -108,7 +108,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png and occupancy.png"),
         report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
-        check: bool = typer.Option(False, "--check", help="check every invariant after every transition (slow)"),
+        check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
+        bug: Optional[str] = typer.Option(None, "--bug", help="injected defect of the config (kvsm.config.BUGS); default: the config's"),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed."""
         from ..config import ConfigError
@@ -130,6 +131,7 @@ def register(app: typer.Typer) -> None:
             faults=faults,
             schedule=schedule,
             check=check,
+            bug=bug,
         )
         from ..log import OutputError, check_output_file  # noqa: PLC0415
 

@@ -77,7 +77,8 @@ class SimOptions:
     faults: str = "none"
     schedule: str = "auto"
     timing: Timing = field(default_factory=Timing)
-    check: bool = False  # check every invariant after every transition (slow)
+    check: bool = False  # check every invariant after every transition (kvsm.checking)
+    bug: str | None = None  # the config's injected defect (`Config.bug`); None: the config's own
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ def prepare(opts: SimOptions) -> Prepared:
     )
     if opts.eviction is not None:
         data["eviction"] = opts.eviction
+    if opts.bug is not None:
+        data["bug"] = opts.bug
     try:
         cfg = Config.from_json(data, where=f"config '{opts.config}' with the command's overrides")
     except ConfigError as e:
