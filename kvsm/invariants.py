@@ -130,22 +130,10 @@ def violations(s: ClusterState) -> list[str]:
             bad(3, f"node {nid} is locked but not on L1")
 
     # 4. Pending ------------------------------------------------------------------------------------------
-    prepared = {nid: rid for rid, nid in s.prepared.items() if nid is not None}
-    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()) | set(prepared):
+    prepared = prepared_ids(s)
+    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()) | prepared:
         bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} (and prepared {sorted(prepared)}) disagree")
-    for rid, nid in s.prepared.items():
-        req = s.requests.get(rid)
-        if req is None or req.phase != MATCHED:
-            bad(4, f"request {rid} holds a prepared backup but is not a matched request")
-        if nid is None:
-            continue
-        obj = s.objects.get(nid)
-        if nid in s.nodes or nid in s.pending or nid >= s.next_id:
-            bad(4, f"prepared backup {nid} of request {rid} is a node already, or an id not taken yet")
-        if obj is None or obj.committed or obj.owner != nid:
-            bad(4, f"prepared backup {nid} of request {rid} has no uncommitted object of its own")
-        elif nid in s.writes and any(d > s.writes.index(nid) for d in s.write_done):
-            bad(4, f"a rank finished the write of prepared backup {nid}, which is not attached")
+    out.extend(prepared_violations(s))
     for nid, pend in s.pending.items():
         n = nodes.get(nid)
         if n is None:
@@ -332,6 +320,33 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
     return out
 
+
+
+def prepared_ids(s: ClusterState) -> set[int]:
+    """The node ids of the prepared backups not attached yet (each holds a write and an
+    uncommitted object keyed by that id)."""
+    return {nid for nid in s.prepared.values() if nid is not None}
+
+
+def prepared_violations(s: ClusterState) -> list[str]:
+    """Invariant 4 on the prepared backups: each belongs to a matched request, has an id
+    taken and not used by a node, an uncommitted object of its own, and a write no rank
+    has finished (it waits for the attach). O(prepared backups x writes)."""
+    out = []
+    for rid, nid in s.prepared.items():
+        req = s.requests.get(rid)
+        if req is None or req.phase != MATCHED:
+            out.append(f"4 Pending: request {rid} holds a prepared backup but is not a matched request")
+        if nid is None:
+            continue
+        obj = s.objects.get(nid)
+        if nid in s.nodes or nid in s.pending or nid >= s.next_id:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} is a node already, or an id not taken yet")
+        if obj is None or obj.committed or obj.owner != nid:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} has no uncommitted object of its own")
+        elif nid in s.writes and any(d > s.writes.index(nid) for d in s.write_done):
+            out.append(f"4 Pending: a rank finished the write of prepared backup {nid}, which is not attached")
+    return out
 
 
 def _performer(e: fx.Effect, R: int) -> int | None:

@@ -104,3 +104,19 @@ def test_every_state_of_a_small_prepared_model_keeps_the_invariants():
     assert s["violations"] == []
     by = s["edges_by_transition"]
     assert by["Prepare"] and by["Insert"] and by["Commit"]
+
+
+def test_the_simulator_prepares_attaches_and_rolls_back_with_every_invariant_checked(tmp_path):
+    from pathlib import Path
+
+    from kvsm.sim import SimOptions, simulate
+
+    cfg = tmp_path / "prep.toml"
+    cfg.write_text("prepared_backups = true\n" + (Path(__file__).parent / "data" / "sim_l3.toml").read_text())
+    for tiers in ("l1,l2", "l1,l2,l3"):
+        s = simulate(SimOptions(workload="multi-turn", config=str(cfg), tiers=tiers, ranks=2, l1_pages=64, l2_pages=160,
+                                requests=150, seed=1, faults="slow:0.1,stall:0.01,abort:0.05", check=True)).summary
+        assert s["backups_prepared"] and s["prepared_attached"] and s["prepared_rolled_back"]
+        assert s["backups_prepared"] == s["prepared_attached"] + s["prepared_rolled_back"]
+        # every backup that became pending was committed or rolled back by the end
+        assert s["backups_reserved"] + s["prepared_attached"] == s["backups_committed"] + s["backups_rolled_back"]
