@@ -20,8 +20,8 @@ from kvsm.transitions import REGISTRY
 
 pytestmark = pytest.mark.tlc
 
-# kvsm explore --config l3: 520,793 states, 2,471,659 distinct labelled edges, depth 50
-L3_STATES, L3_EDGES, L3_DEPTH = 520793, 2471659, 50
+# kvsm explore --config l3: 1,079,510 states, 5,033,797 distinct labelled edges, depth 50
+L3_STATES, L3_EDGES, L3_DEPTH = 1079510, 5033797, 50
 
 
 def test_the_l3_model_has_the_constants_of_the_l3_config():

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..bounds import MAX_DEVICE_PAGES
 from ..config import EVICTIONS, Config, ConfigError, load_config
 from .faults import Faults
 from .trace import Workload
@@ -137,6 +138,11 @@ def prepare(opts: SimOptions) -> Prepared:
     if L1 == 0:
         # every page a request ever holds, per lane: position k of a request is in lane k mod R
         L1 = 1 + sum(-(-(len(r.hash_ids) + (0 if serial else workload.out_pages(r))) // R) for r in workload.requests)
+        if R * L1 > MAX_DEVICE_PAGES:
+            raise SimError(
+                f"--l1-pages 0: the whole workload needs {L1} pages per lane, {R * L1} on {R} ranks, more than the bound "
+                f"{MAX_DEVICE_PAGES} device pages; give --l1-pages a number"
+            )
     L2 = opts.l2_pages if opts.l2_pages is not None else base.L2
     if L2 == 0:
         L2 = 1 + sum(len(r.hash_ids) for r in workload.requests)

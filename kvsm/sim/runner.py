@@ -11,7 +11,7 @@ from ..log import Header, LogWriter
 from ..state import ClusterState
 from ..transitions import Transition
 from .metrics import Sample
-from .options import SimOptions, prepare
+from .options import Prepared, SimOptions, prepare
 from .scheduler import SimInvariantError, Simulation
 
 
@@ -28,13 +28,17 @@ def simulate(
     log: str | Path | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     on_transition: Callable[[Transition, ClusterState], None] | None = None,
+    on_start: Callable[[Prepared], None] | None = None,
 ) -> SimResult:
     """Run one simulation. With `log`, write the transition log there (atomically: a
-    run that fails leaves no file). `on_progress(done, total)` is called per request,
-    `on_transition(t, state after)` per transition of the log (an exception it raises
-    stops the run). With `opts.check`, a `kvsm.checking.Checker` checks every invariant
-    after every transition and a violation raises `SimInvariantError`."""
+    run that fails leaves no file). `on_start(prepared)` is called once the options are
+    checked and the workload is loaded, before the run; `on_progress(done, total)` per
+    request; `on_transition(t, state after)` per transition of the log (an exception it
+    raises stops the run). With `opts.check`, a `kvsm.checking.Checker` checks every
+    invariant after every transition and a violation raises `SimInvariantError`."""
     prep = prepare(opts)
+    if on_start is not None:
+        on_start(prep)
     total = len(prep.workload.requests)
     progress = (lambda n: on_progress(n, total)) if on_progress is not None else None
     sim = Simulation(prep, opts.timing, opts.seed, check=False, on_progress=progress)
@@ -60,6 +64,8 @@ def simulate(
         if watch is not None:
             watch.finish()
     seconds = time.perf_counter() - t0
+    # the plots' time axis ends where the simulation does, not at the last admission
+    sim.metrics.sample(sim.end_ms if prep.schedule == "timed" else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
@@ -135,12 +141,23 @@ class _Tee:
         self.watch.write(t, state)
 
 
-def run_main_job(outdir: str | Path = "out", seed: int = 0, requests: int = 300, ranks: int = 4) -> dict[str, Any]:
+def main_job_log(outdir: str | Path, seed: int) -> Path:
+    """Where `kvsm run` writes its simulation's log."""
+    return Path(outdir) / f"sim-synthetic-{seed}.jsonl"
+
+
+def run_main_job(
+    outdir: str | Path = "out",
+    seed: int = 0,
+    requests: int = 300,
+    ranks: int = 4,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """The simulator's part of `kvsm run`: a short multi-rank run (L1 and the shared L2)
     over the first `requests` requests of the bundled Mooncake synthetic trace, on the
     default config, with a light fault mix, writing its log to
     `outdir/sim-synthetic-<seed>.jsonl`. Returns the summary (its `log` names the file)."""
-    log = Path(outdir) / f"sim-synthetic-{seed}.jsonl"
+    log = main_job_log(outdir, seed)
     opts = SimOptions(
         workload="synthetic",
         config="default",
@@ -153,4 +170,4 @@ def run_main_job(outdir: str | Path = "out", seed: int = 0, requests: int = 300,
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
     )
-    return simulate(opts, log).summary
+    return simulate(opts, log, on_progress).summary

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..bounds import MAX_HASH_ID, MAX_OUTPUT_TOKENS, MAX_TIMESTAMP_MS, MAX_TRACE_BYTES
+
 MOONCAKE_BLOCK_TOKENS = 512
+
+# Bounds on a trace's numbers (kvsm/bounds.py; docs/sim.md, Workloads), checked line by
+# line before the run: what a line only claims (output tokens, a time) is bounded so the
+# run stays in proportion to the file.
 
 
 class WorkloadError(ValueError):
@@ -77,14 +83,17 @@ def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_
     for k in ("timestamp", "input_length", "output_length", "hash_ids"):
         if k not in d:
             raise WorkloadError(where, lineno, f"field '{k}' is missing")
-    for k, lo in (("timestamp", 0), ("input_length", 1), ("output_length", 0)):
+    for k, lo, hi in (("timestamp", 0, MAX_TIMESTAMP_MS), ("input_length", 1, None), ("output_length", 0, MAX_OUTPUT_TOKENS)):
         if not _int(d[k]):
             raise WorkloadError(where, lineno, f"field '{k}' must be an integer, got {d[k]!r}")
         if d[k] < lo:
             raise WorkloadError(where, lineno, f"field '{k}' must be >= {lo}, got {d[k]}")
+        if hi is not None and d[k] > hi:
+            raise WorkloadError(where, lineno, f"field '{k}' must be <= {hi}, got {d[k]}")
     ids = d["hash_ids"]
-    if not isinstance(ids, list) or not all(_int(x) and x >= 0 for x in ids):
-        raise WorkloadError(where, lineno, "field 'hash_ids' must be a list of integers >= 0")
+    if not isinstance(ids, list) or not all(_int(x) and 0 <= x <= MAX_HASH_ID for x in ids):
+        bad = next((x for x in ids if not (_int(x) and 0 <= x <= MAX_HASH_ID)), None) if isinstance(ids, list) else ids
+        raise WorkloadError(where, lineno, f"field 'hash_ids' must be a list of integers in [0, {MAX_HASH_ID}], got {bad!r}")
     need = -(-d["input_length"] // block_tokens)
     if len(ids) != need:
         raise WorkloadError(
@@ -111,7 +120,12 @@ def read_trace(path: str | Path, limit: int | None = None, name: str | None = No
     """A Mooncake-format trace file; `limit` keeps its first requests (file order)."""
     p = Path(path)
     where = str(path)
+    if p.is_dir():
+        raise WorkloadError(where, None, "is a directory, not a trace file")
     try:
+        size = p.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise WorkloadError(where, None, f"{size} bytes, more than a trace may have ({MAX_TRACE_BYTES >> 20} MiB)")
         data = p.read_bytes()
     except OSError as e:
         raise WorkloadError(where, None, f"cannot read: {e.strerror}") from None

@@ -7,6 +7,7 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+from ..bounds import MAX_GENERATED_REQUESTS
 from .generators import GENERATORS, generate
 from .trace import Workload, WorkloadError, read_trace
 
@@ -30,7 +31,11 @@ def load_workload(
         # name the package file, not this machine's path, so that logs compare across machines
         return replace(w, source=f"kvsm/sim/data/{BUNDLED[name_or_path]}")
     if name_or_path in GENERATORS:
-        return generate(name_or_path, requests if requests is not None else 2000, seed, device_pages)
+        n = requests if requests is not None else 2000
+        if n > MAX_GENERATED_REQUESTS:
+            # a generator makes every request in memory: its size is what --requests claims
+            raise WorkloadError(name_or_path, None, f"--requests {n}: a generator makes at most {MAX_GENERATED_REQUESTS} requests")
+        return generate(name_or_path, n, seed, device_pages)
     p = Path(name_or_path)
     if not p.exists():
         known = ", ".join(sorted(BUNDLED) + sorted(GENERATORS))

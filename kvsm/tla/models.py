@@ -112,6 +112,7 @@ CONSTANT_FIELDS = (
     ("max_disk_faults", "MaxDiskFaults"),
     ("unbacked_evict", "UnbackedEvict"),
     ("durable_split", "DurableSplit"),
+    ("prepared_backups", "PreparedBackups"),
 )
 
 

@@ -293,7 +293,7 @@ def validate(path: str | Path, workers: int = 1) -> ValidateResult:
     cfg = header.config
     state = initial_state(cfg)
     if state.digest() != header.initial_digest:
-        raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
+        raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state", malformed=False)
     names = ContentNames()
     steps: list[Transition] = []
     lines: list[int] = []
