@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-from .bounds import INT64_MAX, MAX_LINE_BYTES
+from .bounds import INT64_MAX, MAX_DEVICE_PAGES, MAX_LINE_BYTES
 from .checking import full_violations
 from .config import Config, ConfigError
 from .state import ClusterState, Rejected, initial_state
@@ -331,7 +331,6 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
         f.close()
         raise LogError(p, 0, f"cannot read: {e.strerror}") from None
     ended = header.format >= 2
-    device_pages = header.config.R * header.config.L1
 
     def lines() -> Iterator[tuple[int, int, Transition, str]]:
         with f:
@@ -355,9 +354,10 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
                         raise LogError(p, lineno + 1, "a line after the end line")
                     return
                 i, t, digest = _transition(p, lineno, d)
-                if t.name == "Arrive" and t.arg("out_pages") > device_pages:
-                    # a claim, not data: the model would lay out that many pages on Insert
-                    raise LogError(p, lineno, f"Arrive argument 'out_pages' {t.arg('out_pages')} is more than the config's R * L1 = {device_pages} device pages")
+                if t.name == "Arrive" and t.arg("out_pages") > MAX_DEVICE_PAGES:
+                    # a claim, not data: Insert would lay out that many positions (a request
+                    # asking for more than its config's device pages is legal: it never fits)
+                    raise LogError(p, lineno, f"Arrive argument 'out_pages' {t.arg('out_pages')} is more than the bound {MAX_DEVICE_PAGES}")
                 if i != expect:
                     raise LogError(p, lineno, f"transition index {i}, expected {expect}")
                 expect += 1

@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from .helpers import append_steps
 from typer.testing import CliRunner
 
 from kvsm.cli import app
@@ -268,7 +270,7 @@ def test_add_refuses_a_name_in_use_and_a_log_whose_digests_the_model_does_not_gi
     res = runner.invoke(app, ["corpus", "add", str(log), "--name", "walk-one", "--dir", str(d)])
     assert res.exit_code == 0, res.output
     case = read_case(str(d / "walk-one.txt"))
-    n = len(log.read_text().splitlines()) - 1
+    n = len(log.read_text().splitlines()) - 2  # the header and the end line
     assert len(case.steps) == n > 5 and verify_case(case)[0] == []  # a passing log is kept whole
     res = runner.invoke(app, ["corpus", "add", str(log), "--name", "walk-one", "--dir", str(d)])
     assert res.exit_code == 2 and "a case named 'walk-one' exists" in res.output
@@ -295,9 +297,8 @@ def test_add_keeps_a_refused_step_as_a_rejects_directive(tmp_path):
                   T("Arrive", rid=1, tokens=[4], out_pages=0), T("Match", rid=1)):
             s = apply(s, t)
             w.write(t, s)
-    rows = log.read_text().splitlines()
-    rows.append(rows[-1].replace('"i":6', '"i":7').replace('"Match"', '"Finish"'))  # Finish a matched request
-    log.write_text("\n".join(rows) + "\n")
+    last = log.read_text().splitlines()[-2]
+    append_steps(log, last.replace('"i":6', '"i":7').replace('"Match"', '"Finish"'))  # Finish a matched request
     res = runner.invoke(app, ["corpus", "add", str(log), "--name", "early-finish", "--dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     case = read_case(str(tmp_path / "early-finish.txt"))

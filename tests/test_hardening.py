@@ -101,7 +101,7 @@ def test_a_log_with_numbers_beyond_their_bounds_is_a_clear_error(tmp_path):
     cases = [
         (edited("l1.jsonl", lambda rows: rows[0]["config"].update(L1=10**12)), 1, "field 'L1' must be <= 2147483647"),
         (edited("rid.jsonl", lambda rows: first(rows, "Match")["args"].update(rid=10**40)), None, "argument 'rid' must be within ±(2^63-1)"),
-        (edited("out.jsonl", lambda rows: first(rows, "Arrive")["args"].update(out_pages=10**9)), None, "Arrive argument 'out_pages' 1000000000 is more than the config's R * L1 = 2 device pages"),
+        (edited("out.jsonl", lambda rows: first(rows, "Arrive")["args"].update(out_pages=10**9)), None, "Arrive argument 'out_pages' 1000000000 is more than the bound 4194304"),
     ]
     for path, line, message in cases:
         r = runner.invoke(app, ["replay", str(path), "--json"])

@@ -3,6 +3,8 @@ the line number and the reason; the JSON Schema agrees with the reader."""
 
 from __future__ import annotations
 
+import re
+
 import json
 from importlib import resources
 
@@ -285,3 +287,18 @@ def test_validate_detects_a_cut_log_before_it_runs_tlc(log):
     r = CliRunner().invoke(app, ["validate", str(log)])
     assert r.exit_code == 2
     assert r.stderr.strip() == f"error: {log}:{len(lines)}: the log ends after transition 200 without its end line: it was cut short (a log of format 2 ends with {{\"end\": true, ...}})"
+
+
+def test_a_request_asking_more_output_pages_than_the_device_has_replays(tmp_path):
+    # found by a campaign: the simulator logs such an Arrive (the request never fits and is
+    # aborted); a reader that refused it would refuse a log the model produced
+    from kvsm.log import replay
+    from kvsm.sim.options import SimOptions
+    from kvsm.sim.runner import simulate
+
+    log = tmp_path / "sim.jsonl"
+    simulate(SimOptions(workload="multi-turn", config="l3", seed=54, tiers="l1,l2", requests=8, ranks=1, l1_pages=1), log)
+    asks = [int(m) for m in re.findall(r'"out_pages":(\d+)', log.read_text())]
+    assert max(asks) > 1, "the run no longer asks for more output pages than its one device page"
+    res = replay(log, check=True)
+    assert res.first_mismatch is None and res.violations == []

@@ -10,7 +10,7 @@ from kvsm.render.story import read_run, tail_story
 from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY
 
-from .helpers import T, backup, fresh, run, serve
+from .helpers import append_steps, T, backup, fresh, run, serve
 
 
 def _served_and_backed():
@@ -165,8 +165,7 @@ def test_tail_story_ends_where_replay_stops(tmp_path):
         for t in (T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0)):
             s = apply(s, t)
             w.write(t, s)
-    rows = log.read_text().splitlines()
-    rows.append(rows[-1].replace('"i":2', '"i":3').replace('"Match"', '"Finish"'))
-    log.write_text("\n".join(rows) + "\n")
+    last = log.read_text().splitlines()[-2]
+    append_steps(log, last.replace('"i":2', '"i":3').replace('"Match"', '"Finish"'))
     text = tail_story(log)
     assert "step 3  Finish rid=0\n  stopped at line 4: rejected: request 0 is matched, not decoding" in text

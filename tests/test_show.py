@@ -51,7 +51,7 @@ def test_show_prints_the_state_after_a_step_of_a_log_or_a_case(tmp_path):
     )
     log = tmp_path / "w.jsonl"
     assert runner.invoke(app, ["walk", "--config", "l3", "--steps", "40", "--seed", "2", "-o", str(log)]).exit_code == 0
-    n = len(log.read_text().splitlines()) - 1
+    n = len(log.read_text().splitlines()) - 2  # the header and the end line
     res = runner.invoke(app, ["show", str(log)])
     assert res.exit_code == 0 and res.output.startswith(f"state after step {n}  ") and "\ndisks" in res.output and "\nspill queue" in res.output
 

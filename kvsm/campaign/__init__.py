@@ -2,7 +2,8 @@
 (docs/campaign.md). One concern a module:
 
 - `spec`: the campaign's choices (`Space`) and each run derived from its number (`RunSpec`);
-- `run`: one run on a worker: simulate, check, replay, classify (`run_task`);
+- `run`: one run: simulate, check, replay, classify (`execute`);
+- `worker`: what a Dask worker runs for one run: execute, shrink a failure (`run_task`);
 - `coverage`: what a run exercised, and the campaign's totals;
 - `shrink`: a failing run cut down to a local minimum, workload then log;
 - `cases`: where a shrunk case is written (`write_case`);

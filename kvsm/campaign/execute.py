@@ -1,6 +1,6 @@
 """Running a campaign's runs on Dask distributed.
 
-One Dask task per run (`kvsm.campaign.run.run_task`), on a `LocalCluster` of W worker
+One Dask task per run (`kvsm.campaign.worker.run_task`), on a `LocalCluster` of W worker
 processes (one thread each: the model is pure Python and holds the GIL) or on the
 workers of an existing scheduler (`--scheduler ADDRESS`). Results come back as they
 finish, in any order, and the caller stores each at once.
@@ -21,7 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .run import Budget, run_task
+from .run import Budget
+from .worker import run_task
 from .spec import RunSpec
 
 TOPIC = "kvsm-campaign"

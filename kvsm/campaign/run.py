@@ -1,7 +1,7 @@
 """One run: the simulation of a `RunSpec` with every invariant checked and every
-replica compared, its log replayed, its coverage collected, and a failure classified
-and shrunk. `run_task` is what a Dask worker executes; it returns the run's result
-record (and, for a failure, the shrunk case's files, which the campaign writes).
+replica compared, its log replayed, its coverage collected, and a failure classified.
+A Dask worker runs it through `kvsm.campaign.worker.run_task`, which also shrinks a
+failure into the case's files that the campaign writes.
 
 A run fails when one of these detectors fires; `(detector, what, transition)` is its
 signature, which groups failures:
@@ -19,7 +19,7 @@ A run that exceeds its time or transition budget ends with status `budget`.
 
 from __future__ import annotations
 
-import os
+
 import re
 import tempfile
 import time
@@ -33,7 +33,7 @@ from ..sim import SimDivergence, simulate
 from ..state import ClusterState, initial_state
 from ..transitions import Transition
 from .coverage import Coverage
-from .spec import RunSpec, command, resolve
+from .spec import RunSpec
 
 DETECTORS = ("invariant", "divergence", "held", "replay", "crash")
 
@@ -209,41 +209,3 @@ def _replay_failure(log: Path, final_digest: str, captured: list[Transition]) ->
         return Failure("replay", "final digest", captured[-1].name if captured else "-",
                        f"replay ends at digest {res.final_digest}, the run at {final_digest}", len(captured))
     return None
-
-
-# ---- what a worker runs ---------------------------------------------------------------------------
-
-
-def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str, Any]:
-    """Run one spec on this worker; the result record (see docs/campaign.md)."""
-    from .shrink import shrink
-
-    t0 = time.perf_counter()
-    spec = resolve(RunSpec.from_json(spec_json))
-    budget = Budget(**budget_json)
-    out = execute(spec, budget)
-    rec: dict[str, Any] = {
-        "seed": spec.seed,
-        "status": out.status,
-        "spec": spec.to_json(),
-        "command": command(spec),
-        "transitions": len(out.transitions),
-        "worker": _worker_name(),
-    }
-    if out.budget:
-        rec["budget"] = out.budget
-    if out.failure is not None:
-        rec["failure"] = out.failure.to_json()
-        rec["case_files"] = shrink(spec, budget, out)
-    rec["coverage"] = out.coverage
-    rec["seconds"] = round(time.perf_counter() - t0, 3)
-    return rec
-
-
-def _worker_name() -> str:
-    try:
-        from distributed import get_worker
-
-        return get_worker().address
-    except (ImportError, ValueError):
-        return f"pid {os.getpid()}"

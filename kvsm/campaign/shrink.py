@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from ..checking import Checker
 from ..log import Header, dumps, transition_line
 from ..sim.options import prepare
-from ..sim.workload import TraceRequest
+from ..sim.trace import TraceRequest
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import Transition, apply
 from .run import Budget, Outcome, _Held, _track_held, execute, signature

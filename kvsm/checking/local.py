@@ -6,15 +6,12 @@ each device and host page (`_Shadow`)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from .. import effects as fx
 from ..invariants import NAMES, prepared_ids, prepared_violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
 from .full import INVARIANTS, _chain
-
-if TYPE_CHECKING:
-    from . import Stats
 
 
 class _Shadow:
@@ -62,7 +59,7 @@ def _move(index: dict, who: Any, old: Any, new: Any) -> None:
         index.setdefault(p, []).append(who)
 
 
-def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...], sh: _Shadow, stats: Stats | None = None) -> list[str]:
+def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...], sh: _Shadow, stats: Any = None) -> list[str]:
     """Invariants 1-10 over what one transition from `B` to `A` wrote (`written`: the keys
     it set or deleted per map of `kvsm.digest_sums.MAP_COMPONENTS`); updates `sh`."""
     nodes_w, objects_w, pending_w, requests_w, devc_w, hostc_w, cand_w, l3_w = written

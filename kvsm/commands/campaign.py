@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-console = Console()
-err = Console(stderr=True)
+from .common import EXIT_FAILED, EXIT_ENVIRONMENT, console, emit_json, err, fail, progress as make_progress
 
 
-def _fail(msg: str) -> None:
-    err.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+def _fail(msg: str, code: int | None = None) -> None:
+    raise fail(msg) if code is None else fail(msg, code)
 
 
 def _range(text: str, option: str) -> tuple[int, int]:
@@ -85,15 +79,14 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         session = None
         stats = {"done": 0, "failed": 0, "transitions": 0}
-        from ..cli import _progress  # noqa: PLC0415 - the CLI's progress bar style
 
-        progress = _progress("{task.description}")
+        progress = make_progress("{task.description}")
         try:
             if todo:
                 try:
                     session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
                 except (OSError, ConnectionError, TimeoutError, ValueError) as e:
-                    _fail(f"cannot reach a Dask cluster: {e}")
+                    _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
                 with progress:
                     task = progress.add_task("campaign", total=len(todo))
 
@@ -118,7 +111,7 @@ def register(app: typer.Typer) -> None:
         summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
         written = write_plots(records, plot) if plot is not None else []
         if as_json:
-            sys.stdout.write(json.dumps(summary) + "\n")
+            emit_json(summary)
         else:
             console.print(render(summary, outdir))
             for p in written:
@@ -126,4 +119,4 @@ def register(app: typer.Typer) -> None:
             if lost:
                 console.print(f"workers lost during the campaign: {', '.join(lost)}; their runs were retried elsewhere "
                               f"({summary['coverage']['runs']['retried']} retried); no result is missing")
-        raise typer.Exit(1 if summary["failures"] else 0)
+        raise typer.Exit(EXIT_FAILED if summary["failures"] else 0)
