@@ -462,7 +462,7 @@ Reserve(n, fits) ==
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
     /\ fits = HostRoomFor(Len(nodes[n].key))
-    /\ fits \/ HostVictims(State) # {}
+    /\ ~fits => HostVictims(State) # {}
     /\ Become(Reserved(State, n, fits))
 
 (* Prepared write-through backups (PreparedBackups, the reference's production
