@@ -30,7 +30,9 @@ INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", 
 VARIANTS = {
     "write_back": (dict(Policy='"write_back"'), PROMPTS, {"Reserve", "Commit", "Rollback", "LoadBack", "EvictHost"}),
     "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "Commit", "LoadBack"}),
-    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), PROMPTS, {"Reserve", "Commit", "LoadBack"}),
+    # three-page prompts: a match covers all but the last page, and a load-back needs two
+    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), (((1, 2, 3), 0), ((1, 2, 4), 0)),
+                     {"Reserve", "Commit", "LoadBack"}),
     "two_tokens_a_page": (dict(P=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
 }

@@ -49,7 +49,7 @@ def _write(log: Path, rows: list[dict]) -> None:
 
 def test_every_transition_has_the_spec_parameters_of_its_log_arguments():
     # the spec has every transition of the model, the L3 ones included
-    assert set(SPEC_PARAMS) == set(REGISTRY) == set(names_for(Config(L3=1)))
+    assert set(SPEC_PARAMS) == set(REGISTRY) == set(names_for(Config(L3=1, prepared_backups=True)))
     for name in REGISTRY:
         spec = REGISTRY[name]
         want = set(spec.args) | ({"rank"} if spec.per_rank else set())
@@ -225,7 +225,7 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
         T("Arrive", rid=2, tokens=[1, 3], out_pages=0), T("Match", rid=2), T("Insert", rid=2), T("Finish", rid=2),
         # [5] takes the last lane-0 page and stays locked
         T("Arrive", rid=3, tokens=[5], out_pages=0), T("Match", rid=3), T("Insert", rid=3),
-        T("Arrive", rid=4, tokens=[4], out_pages=0), T("Match", rid=4), T("LoadBack", rid=4),
+        T("Arrive", rid=4, tokens=[4, 9], out_pages=0), T("Match", rid=4), T("LoadBack", rid=4),
     ]
     unlocks = []
     real_unlock = planner._unlock
