@@ -120,3 +120,16 @@ def test_the_simulator_prepares_attaches_and_rolls_back_with_every_invariant_che
         assert s["backups_prepared"] == s["prepared_attached"] + s["prepared_rolled_back"]
         # every backup that became pending was committed or rolled back by the end
         assert s["backups_reserved"] + s["prepared_attached"] == s["backups_committed"] + s["backups_rolled_back"]
+
+
+@pytest.mark.tlc
+def test_conform_is_equal_on_the_prepared_model():
+    from pathlib import Path
+
+    from kvsm.tla.conform import conform
+
+    cfg = Path(__file__).resolve().parent.parent / "spec" / "MC_prepared.cfg"
+    res = conform(str(cfg))
+    assert res.equal, res.to_json()["examples"]
+    # kvsm explore of its config: 12,133 states, 47,422 distinct labelled edges
+    assert (res.tlc_states, res.tlc_edges) == (12133, 47422) == (res.model_states, res.model_edges)
