@@ -33,6 +33,16 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
 _DEFAULT_KNOBS = {"commit_call": "fixed"}
+# The two-valued fidelity knobs (`fixed` or `reference`):
+KNOB_VALUES = ("fixed", "reference")
+KNOBS = (
+    # device eviction of an unbacked write-through node whose children are all L2-only:
+    # "reference" deletes it and orphans them (their L2 objects leak)
+    "unbacked_evict",
+    # the durable flag of the lower part of a split and at a spill's ack: "reference"
+    # keeps it on the lower part and sets it at the ack whatever the split offset
+    "durable_split",
+)
 BUGS = (
     "none",
     "skip_collective",
@@ -80,6 +90,12 @@ class Config:
     # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
     max_disk_faults: int = 0
     commit_call: str = "fixed"
+    unbacked_evict: str = "fixed"
+    durable_split: str = "fixed"
+    # The reference's production write-through path: a request's new pages get an L2
+    # object and a node id before its forward pass (`Prepare`), attached at `Insert`
+    # when the new node has that length, rolled back otherwise (docs/model.md).
+    prepared_backups: bool = False
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -169,6 +185,15 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["commit_call"] not in COMMIT_CALLS:
             raise ConfigError(f"{where}: field 'commit_call' must be one of {', '.join(COMMIT_CALLS)}, got {data['commit_call']!r}")
         out["commit_call"] = data["commit_call"]
+    if "prepared_backups" in data:
+        if not isinstance(data["prepared_backups"], bool):
+            raise ConfigError(f"{where}: field 'prepared_backups' must be true or false, got {data['prepared_backups']!r}")
+        out["prepared_backups"] = data["prepared_backups"]
+    for k in KNOBS:
+        if k in data:
+            if data[k] not in KNOB_VALUES:
+                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(KNOB_VALUES)}, got {data[k]!r}")
+            out[k] = data[k]
     if "bug" in data:
         if data["bug"] not in BUGS:
             raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
@@ -294,4 +319,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "BUGS", "KNOBS", "KNOB_VALUES"]

@@ -140,8 +140,10 @@ def violations(s: ClusterState) -> list[str]:
             bad(3, f"node {nid} is locked but not on L1")
 
     # 4. Pending ------------------------------------------------------------------------------------------
-    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()):
-        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} disagree")
+    prepared = prepared_ids(s)
+    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()) | prepared:
+        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} (and prepared {sorted(prepared)}) disagree")
+    out.extend(prepared_violations(s))
     for nid, pend in s.pending.items():
         n = nodes.get(nid)
         if n is None:
@@ -233,6 +235,8 @@ def violations(s: ClusterState) -> list[str]:
         elif key in s.pending:
             if s.pending[key].obj != key:
                 bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif key in prepared:
+            pass
         elif sum(1 for op in s.reloads if op.obj == key) != 1:
             bad(6, f"uncommitted object {key} belongs to no pending backup or reload")
         elif obj.length != len(next(op for op in s.reloads if op.obj == key).hashes):
@@ -363,6 +367,33 @@ def violations(s: ClusterState) -> list[str]:
         bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
     return out
 
+
+
+def prepared_ids(s: ClusterState) -> set[int]:
+    """The node ids of the prepared backups not attached yet (each holds a write and an
+    uncommitted object keyed by that id)."""
+    return {nid for nid in s.prepared.values() if nid is not None}
+
+
+def prepared_violations(s: ClusterState) -> list[str]:
+    """Invariant 4 on the prepared backups: each belongs to a matched request, has an id
+    taken and not used by a node, an uncommitted object of its own, and a write no rank
+    has finished (it waits for the attach). O(prepared backups x writes)."""
+    out = []
+    for rid, nid in s.prepared.items():
+        req = s.requests.get(rid)
+        if req is None or req.phase != MATCHED:
+            out.append(f"4 Pending: request {rid} holds a prepared backup but is not a matched request")
+        if nid is None:
+            continue
+        obj = s.objects.get(nid)
+        if nid in s.nodes or nid in s.pending or nid >= s.next_id:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} is a node already, or an id not taken yet")
+        if obj is None or obj.committed or obj.owner != nid:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} has no uncommitted object of its own")
+        elif nid in s.writes and any(d > s.writes.index(nid) for d in s.write_done):
+            out.append(f"4 Pending: a rank finished the write of prepared backup {nid}, which is not attached")
+    return out
 
 
 def _performer(e: fx.Effect, R: int) -> int | None:

@@ -1,7 +1,8 @@
 """`ClusterState`: one immutable value holding the whole cluster, and its value types.
 
 Replicated part (identical on every rank): `nodes`, `next_id`, `clock`, `next_rid`,
-`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, `loads`, and for L3
+`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, `loads`, `prepared`
+(the prepared write-through backups not attached yet), and for L3
 `spill_queue`, `spills`, `reload_candidates`, `reloads`. Local part (per rank, what
 only that rank knows): `write_done`, `commit_round`, `load_done`, `spill_gathered`,
 `spill_done`, `reload_done`, `disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
@@ -258,6 +259,9 @@ class ClusterState:
     pending: immutables.Map
     writes: tuple[int, ...]
     requests: immutables.Map
+    # rid -> node id taken in advance for its prepared backup (object key = that id),
+    # until Insert attaches it or it is rolled back; empty unless config.prepared_backups
+    prepared: immutables.Map
     write_done: tuple[int, ...]
     dev_content: immutables.Map
     host_content: immutables.Map  # key: payload_index * L2 + page
@@ -373,11 +377,14 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
     backed (it keeps its host copy) or, under write_through, unbacked with no
     children at all (it is deleted; deleting one with host-only children would orphan
-    them). Under write_back an unbacked leaf must be written back first (`Reserve`).
+    them, which the reference does: `unbacked_evict = "reference"` allows it). Under
+    write_back an unbacked leaf must be written back first (`Reserve`).
     """
     if node.id == ROOT_ID or not node.dev or node.lock or is_pending or node.ondev:
         return None
-    if node.host is None and (cfg.policy != "write_through" or len(node.children)):
+    if node.host is None and (
+        cfg.policy != "write_through" or (len(node.children) and cfg.unbacked_evict != "reference")
+    ):
         return None
     return victim_order(node, cfg)
 
@@ -433,6 +440,7 @@ def initial_state(cfg: Config) -> ClusterState:
         pending=immutables.Map(),
         writes=(),
         requests=immutables.Map(),
+        prepared=immutables.Map(),
         write_done=(0,) * cfg.R,
         dev_content=immutables.Map(),
         host_content=immutables.Map(),

@@ -122,6 +122,7 @@ class Tx:
         self.host_content = _MapTx("host_content", s.host_content)
         self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
         self.l3 = _MapTx("l3", s.l3)
+        self.prepared = _MapTx("prepared", s.prepared)
         self.l3_used = list(s.l3_used)
         self.spill_queue = s.spill_queue
         self.spills = s.spills
@@ -379,7 +380,7 @@ class Tx:
             maps.append(m)
             if delta:
                 sums[i] = (sums[i] + delta) % MOD
-        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3 = maps
+        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
         spill_staged = tuple(self.spill_staged)
         if track:
             if self._dev_free_delta:
@@ -437,6 +438,7 @@ class Tx:
             pending=pending,
             writes=self.writes,
             requests=requests,
+            prepared=prepared,
             write_done=tuple(self.write_done),
             dev_content=dev_content,
             host_content=host_content,

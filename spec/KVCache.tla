@@ -27,14 +27,20 @@
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
-(* The constants. Five of them are declared in KVTree, because its operators
+(* The constants. Seven of them are declared in KVTree, because its operators
    depend on them (a module cannot refer to what the module extending it
    declares); a model binds them like the others:
      R              ranks (context-parallel size)
      L2             pages in the shared host pool
      Policy         "write_through" or "write_back"
      L3             pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
-     SpillQueueCap  committed objects queued for a spill at most (more are dropped) *)
+     SpillQueueCap  committed objects queued for a spill at most (more are dropped)
+   and, where the reference breaks an invariant, a knob: "reference" models it,
+   "fixed" the model's repair (docs/model.md, the findings):
+     UnbackedEvict  "reference": an unbacked leaf with L2-only children is a device
+                    victim (evicting it orphans them)
+     DurableSplit   "reference": a split's lower part, and the node a spill's ack
+                    marks, keep or get durable whatever the split offset *)
 CONSTANTS
     P,                  \* tokens per page
     L1,                 \* device pages per rank lane
@@ -47,9 +53,10 @@ CONSTANTS
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
     MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
-    CommitEntry         \* a rank's entry into the commit collective: "fixed" (whenever a
+    CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
+    PreparedBackups     \* TRUE: write-through backups are prepared before the forward pass (Prepare)
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -58,6 +65,8 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
+       /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
+       /\ PreparedBackups \in BOOLEAN
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -87,8 +96,9 @@ VARIABLES
     spill_staged,   \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
     loads,          \* load-backs in flight, issue order: [node, pages: Seq(<<device page, host page>>)]
     load_done,      \* local: rank -> loads at the head of `loads` whose copies it has done
-    commit_round    \* local: rank -> its place in the open round of the commit collective:
+    commit_round,   \* local: rank -> its place in the open round of the commit collective:
                     \* 0 not at its call yet, 1 entered, 2 returned early
+    prepared        \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
 
 l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
             disk_ok, disk_faults, l3, spill_staged>>
@@ -97,7 +107,7 @@ l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, relo
 roundvars == <<loads, load_done, commit_round>>
 
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, roundvars>>
+          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, roundvars, prepared>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -149,6 +159,7 @@ TypeOK ==
     /\ \A j \in DOMAIN loads : loads[j] \in LoadRec
     /\ load_done \in [Ranks -> Nat]
     /\ commit_round \in [Ranks -> {0, 1, 2}]
+    /\ DOMAIN prepared \subseteq Nat /\ \A q \in DOMAIN prepared : prepared[q] \in Int
 
 -----------------------------------------------------------------------------
 Init ==
@@ -180,6 +191,7 @@ Init ==
     /\ loads = <<>>
     /\ load_done = [r \in Ranks |-> 0]
     /\ commit_round = [r \in Ranks |-> 0]
+    /\ prepared = EmptyFn
 
 -----------------------------------------------------------------------------
 (* The whole state as one record, the `s` of KVTree's operators. An action
@@ -196,7 +208,7 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           spill_gathered |-> spill_gathered, spill_done |-> spill_done,
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
           l3 |-> l3, spill_staged |-> spill_staged, loads |-> loads, load_done |-> load_done,
-          commit_round |-> commit_round]
+          commit_round |-> commit_round, prepared |-> prepared]
 
 Become(s) ==
     /\ nodes' = s.nodes
@@ -226,6 +238,7 @@ Become(s) ==
     /\ loads' = s.loads
     /\ load_done' = s.load_done
     /\ commit_round' = s.commit_round
+    /\ prepared' = s.prepared
 
 -----------------------------------------------------------------------------
 (* Actions. Each is its enabling condition, as named conjuncts in the order in
@@ -264,7 +277,7 @@ Arrive(rid, tokens, out_pages) ==
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
-    /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, l3vars, roundvars>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
@@ -276,22 +289,50 @@ AwaitsReload(rid) == rid \in DOMAIN reload_candidates \/ Held(rid)
 
 Matched(s, rid) ==
     LET req == s.requests[rid]
-        kp == KeyPath(s, req.tokens)
-        s1 == TouchPath(kp.s, kp.path)
-        k == OnL1Run(s1.nodes, kp.path)
-        last == IF k = 0 THEN Root ELSE kp.path[k]
+        w == WalkKey(s.nodes, MatchKey(req.tokens))
+        split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
+        \* stamped in the reference's order: the whole nodes, the node the match ends
+        \* inside (before its split), then its new upper part
+        s0 == TouchPath(s, IF w.cut = <<>> THEN w.full ELSE Append(w.full, w.cut[1]))
+        path == IF split THEN Append(w.full, s.next_id) ELSE w.full
+        s1 == IF split THEN TouchPath(SplitNode(s0, w.cut[1], w.cut[2]), <<s.next_id>>) ELSE s0
+        k == OnL1Run(s1.nodes, path)
+        last == IF k = 0 THEN Root ELSE path[k]
     IN [s1 EXCEPT !.nodes = LockPath(@, last, 1),
                   !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]
 
-(* Match the longest cached prefix (L1 or L2), splitting the node the key
-   diverges inside (not when it is unsplittable: the match then stops above
-   it); touch the matched nodes root to leaf; lock the path down to the deepest
-   matched node on L1. *)
+(* Match the longest cached prefix (L1 or L2) of the request's key but its last
+   page (MatchKey), splitting the node the match ends inside (not when it is
+   unsplittable: the match then stops above it); touch the matched nodes root
+   to leaf, the node it ends inside and its upper part; lock the path down to
+   the deepest matched node on L1. *)
 Match(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "queued")
     /\ ~AwaitsReload(rid)
     /\ Become(Matched(State, rid))
+
+\* Take write n out of `writes` (a rank that finished it counts one less) and free
+\* its object: a rollback, of a pending or of a prepared backup.
+DropWrite(s, n) ==
+    LET j == IndexOf(s.writes, n)
+        freed == FreeObject(s, n)
+    IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
+                     !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
+                                                       THEN s.write_done[r] - 1
+                                                       ELSE s.write_done[r]]]
+
+(* Request rid's prepared backup once its insert made node `new` (NoNode: no new
+   node, or an abort): attached if `new` took its id (the reference's
+   _attach_prepared_cp_backup: the backup becomes pending), else rolled back
+   (_rollback_prepared_cp_backup). *)
+Settled(s, rid, new) ==
+    IF rid \notin DOMAIN s.prepared THEN s
+    ELSE LET p == s.prepared[rid]
+             s0 == [s EXCEPT !.prepared = Remove(@, {rid})]
+         IN IF p = NoNode THEN s0
+            ELSE IF p = new THEN [s0 EXCEPT !.pending = @ \cup {p}]
+            ELSE DropWrite(s0, p)
 
 (* Where Insert puts a request's pages, before it takes them: the key's path
    (after the split it needs), the pages it caches (`fresh`), the absolute
@@ -338,11 +379,15 @@ Inserted(s, rid) ==
         pages == got.pages
         filled == 1 .. nReown + Len(fresh)
         last == IF path = <<>> THEN Root ELSE path[Len(path)]
-        newId == s1.next_id
+        \* a prepared backup of the new node's length is attached: the node takes the
+        \* id taken for it in advance, is locked by it and counts no hit
+        prep == IF rid \in DOMAIN s.prepared THEN s.prepared[rid] ELSE NoNode
+        attach == prep # NoNode /\ fresh # <<>> /\ Len(fresh) = s.objects[prep].length
+        newId == IF attach THEN prep ELSE s1.next_id
         newNode == [parent |-> last, key |-> fresh,
                     dev |-> SubSeq(pages, nReown + 1, nReown + Len(fresh)),
-                    host |-> NoObject, durable |-> FALSE, lock |-> 0, pin |-> 0,
-                    hits |-> IF WriteThrough THEN 1 ELSE 0,
+                    host |-> NoObject, durable |-> FALSE, lock |-> Bit(attach), pin |-> 0,
+                    hits |-> IF WriteThrough /\ ~attach THEN 1 ELSE 0,
                     touched |-> s1.clock + Len(path) + 1]
         \* path nodes: re-owned ones get their pages; all are touched root to leaf;
         \* under write_through those already on L1 count a hit
@@ -357,15 +402,16 @@ Inserted(s, rid) ==
                         ELSE s1.nodes[n]]
         grown == IF fresh = <<>> THEN pathNodes ELSE (newId :> newNode) @@ pathNodes
         final == IF fresh = <<>> THEN last ELSE newId
-    IN [s1 EXCEPT
+    IN Settled([s1 EXCEPT
           !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
-          !.next_id = IF fresh = <<>> THEN @ ELSE @ + 1,
+          !.next_id = IF fresh = <<>> \/ attach THEN @ ELSE @ + 1,
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
           !.dev_free = got.free,
           !.dev_content = [p \in {pages[i] : i \in filled} |->
                              SubSeq(req.tokens, 1, lay.positions[IndexOf(pages, p)] + 1)] @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
-                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]]
+                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]],
+               rid, IF attach THEN prep ELSE NoNode)
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
@@ -381,10 +427,10 @@ Insert(rid) ==
     /\ Become(Inserted(State, rid))
 
 \* Release whatever the request holds: its lock (once matched), its pages, its
-\* reload mark and its place among a reload's waiters.
+\* reload mark, its place among a reload's waiters, and its prepared backup.
 Released(s, rid) ==
     LET req == s.requests[rid]
-        freed == FreeDev(s, req.pages)
+        freed == FreeDev(Settled(s, rid, NoNode), req.pages)
     IN [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
                      !.requests = Remove(@, {rid}),
                      !.reload_candidates = Remove(@, {rid}),
@@ -403,11 +449,13 @@ Abort(rid) ==
     /\ Become(Released(State, rid))
 
 -----------------------------------------------------------------------------
-(* Split is demand-driven: a live request's key diverges inside the node after
-   `at` pages (what its Match, or Insert, would split), the node's backup is not
-   pending and no spill pins it. *)
-LiveKeyCuts == {WalkKey(nodes, requests[rid].tokens).cut :
-                   rid \in {q \in DOMAIN requests : requests[q].phase \in {"queued", "matched"}}}
+(* Split is demand-driven: a queued request's match key, or a matched request's
+   whole key, diverges inside the node after `at` pages (what its Match, or
+   Insert, would split), and the node's backup is not pending. *)
+LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens)).cut :
+                   rid \in {q \in DOMAIN requests : requests[q].phase = "queued"}}
+               \cup {WalkKey(nodes, requests[rid].tokens).cut :
+                   rid \in {q \in DOMAIN requests : requests[q].phase = "matched"}}
 
 IsDemandedSplit(n, at) ==
     /\ ~Unsplittable(State, n)
@@ -421,7 +469,10 @@ Split(n, at) ==
 
 -----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
-   it on every rank, commit what every rank finished, or roll it back. *)
+   it on every rank, commit what every rank finished, or roll it back. `fits` is
+   the reserve's outcome, which the state decides: when the snapshot of host
+   victims runs out first, the backup is skipped and the evictions made stay
+   (the reference's evict-to-fit); a failed reserve with no victim is no step. *)
 
 (* Eligible for a backup: on L1, unbacked, not pending, and under write_through
    hit often enough; under write_back an unlocked leaf of L1 (it is written back
@@ -438,23 +489,60 @@ IsBackupCandidate(n) ==
 \* A free run of `len` host pages, once host victims are released (HostRoom).
 HostRoomFor(len) == HostRoomFits(State, len)
 
-Reserved(s, n) ==
+Reserved(s, n, fits) ==
     LET len == Len(s.nodes[n].key)
         s1 == HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s
         base == FirstFit(s1.l2_free, len)
-    IN [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+    IN IF ~fits THEN s1
+       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
                   !.objects = (n :> [base |-> base, length |-> len,
                                      committed |-> FALSE, owner |-> n]) @@ @,
                   !.pending = @ \cup {n},
                   !.writes = Append(@, n),
                   !.nodes[n].lock = @ + 1]
 
-Reserve(n) ==
+Reserve(n, fits) ==
     /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
-    /\ HostRoomFor(Len(nodes[n].key))
-    /\ Become(Reserved(State, n))
+    /\ fits = HostRoomFor(Len(nodes[n].key))
+    /\ ~fits => HostVictims(State) # {}
+    /\ Become(Reserved(State, n, fits))
+
+(* Prepared write-through backups (PreparedBackups, the reference's production
+   path, prepare_write_backups_for_reqs): before a matched request's forward
+   pass, once, the pages its insert will add get a node id taken in advance and
+   an L2 object (evicting host victims to fit, as Reserve does), and their write
+   joins `writes`; when it cannot fit, the id is spent, the evictions stay and
+   the request is marked (NoNode). *)
+
+\* The pages request rid's insert would add as a new node: its key beyond what the
+\* tree holds, the node it diverges inside included (the reference's probe).
+PrepareLen(s, rid) ==
+    LET req == s.requests[rid]
+        w == WalkKey(s.nodes, req.tokens)
+    IN Len(req.tokens) - w.covered - (IF w.cut = <<>> THEN 0 ELSE w.cut[2])
+
+Prepared(s, rid, fits) ==
+    LET len == PrepareLen(s, rid)
+        u == s.next_id
+        s1 == [HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s EXCEPT !.next_id = u + 1]
+        base == FirstFit(s1.l2_free, len)
+    IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
+       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+                       !.objects = (u :> [base |-> base, length |-> len,
+                                          committed |-> FALSE, owner |-> u]) @@ @,
+                       !.prepared = (rid :> u) @@ @,
+                       !.writes = Append(@, u)]
+
+Prepare(rid, fits) ==
+    /\ RoundClosed
+    /\ PreparedBackups /\ WriteThrough
+    /\ InPhase(rid, "matched")
+    /\ rid \notin DOMAIN prepared
+    /\ PrepareLen(State, rid) > 0
+    /\ fits = HostRoomFor(PrepareLen(State, rid))
+    /\ Become(Prepared(State, rid, fits))
 
 (* The rank steps, WriteDone and Commit, assign the variables directly: they are
    what the fairness of the liveness property ranges over, and TLC evaluates
@@ -467,8 +555,9 @@ Stored(r, n) ==
     IN [h \in {base + i - 1 : i \in {i \in DOMAIN dev : Lane(dev[i]) = r}} |->
           dev_content[dev[h - base + 1]]] @@ host_content
 
-\* Rank r has a submitted write it has not finished.
-WriteLeft(r) == write_done[r] < Len(writes)
+\* Rank r has a submitted write it has not finished, and it is attached: the write
+\* of a prepared backup waits for its insert (the reference defers its ack).
+WriteLeft(r) == write_done[r] < Len(writes) /\ writes[write_done[r] + 1] \in pending
 
 \* Rank r finishes its next write: it copies the pages in its lane into the object.
 \* Not while it waits in the commit collective: its count went in when it entered.
@@ -478,7 +567,7 @@ WriteDone(r) ==
     /\ commit_round[r] # 1
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + 1]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
                    writes, requests, dev_content, spill_queue, l3vars, roundvars>>
 
 \* Every rank has finished the write at the head of `writes`.
@@ -496,7 +585,7 @@ CommitFirst(m, done) ==
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ commit_round' = [r \in Ranks |-> 0]
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
                    host_content, l3vars, loads, load_done>>
 
 \* Rank r reaches the commit collective's call (the reference's writing_check MIN
@@ -511,8 +600,9 @@ CommitCall(r) ==
     /\ writes # <<>>
     /\ LET c1 == [commit_round EXCEPT ![r] = IF CommitEntry = "fixed" \/ write_done[r] > 0 THEN 1 ELSE 2]
        IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, l3vars, loads, load_done>>
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+                   writes, requests, write_done, dev_content, host_content, spill_queue, l3vars,
+                   loads, load_done>>
 
 \* The agreement: the commit collective completes once every rank entered it
 \* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
@@ -524,14 +614,7 @@ Commit ==
 
 \* Abandon a pending backup wherever it is in `writes`.
 RolledBack(s, n) ==
-    LET j == IndexOf(s.writes, n)
-        freed == FreeObject(s, n)
-    IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
-                     !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
-                                                       THEN s.write_done[r] - 1
-                                                       ELSE s.write_done[r]],
-                     !.pending = @ \ {n},
-                     !.nodes[n].lock = @ - 1]
+    [DropWrite(s, n) EXCEPT !.pending = @ \ {n}, !.nodes[n].lock = @ - 1]
 
 Rollback(n) ==
     /\ RoundClosed
@@ -625,8 +708,8 @@ LoadDone(r) ==
           /\ nodes' = IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
           /\ loads' = IF pop THEN Tail(loads) ELSE loads
           /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, host_content, spill_queue, l3vars, commit_round>>
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+                   writes, requests, write_done, host_content, spill_queue, l3vars, commit_round>>
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
@@ -660,30 +743,33 @@ SpillSubmit ==
     /\ SpillSlotFree
     /\ LET sub == SubmitFrom(spill_queue)
        IN /\ spill_queue' = sub.rest
-          /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
+          /\ IF sub.node = NoNode THEN UNCHANGED <<prepared, nodes, spills>>
              ELSE /\ nodes' = [nodes EXCEPT ![sub.node].pin = @ + 1]
                   /\ spills' = Append(spills, [node |-> sub.node, hashes |-> NodeHashes(nodes, sub.node),
                                                pinned |-> TRUE])
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
                    spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
 
-\* Rank r gathers the pages it owns of its next spill out of the shared slab.
+(* Rank r gathers the pages it owns of its next spill out of the shared slab,
+   from the run fixed at submit: the node may have been split meanwhile (its
+   lower part keeps the object key and the run's end, and stays pinned until
+   every rank has gathered), so the run starts Len(op.hashes) before the end. *)
 SpillGathered(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ SpillToGather(r)
     /\ LET op == spills[spill_gathered[r] + 1]
-           base == objects[op.node].base
+           base == objects[op.node].base + objects[op.node].length - Len(op.hashes)
            own == OwnedSeq(r, Len(op.hashes))
        IN spill_staged' = [spill_staged EXCEPT ![r] =
                              Append(@, [k \in DOMAIN own |-> <<op.hashes[own[k] + 1],
                                                                host_content[base + own[k]]>>])]
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, roundvars>>
 
@@ -708,7 +794,7 @@ SpillDone(r, ok) ==
                 ELSE l3
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, roundvars>>
 
@@ -730,9 +816,10 @@ SpillAcked(s) ==
             IN /\ n \in DOMAIN s.nodes
                /\ s.nodes[n].host = n
                /\ \A r \in Ranks : s.spill_done[r][j]
-               /\ LET hs == NodeHashes(s.nodes, n)
-                      off == Len(op.hashes) - Len(hs)
-                  IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
+               /\ \/ DurableSplit = "reference"
+                  \/ LET hs == NodeHashes(s.nodes, n)
+                         off == Len(op.hashes) - Len(hs)
+                     IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
         durable == {s.spills[j].node : j \in {j \in 1 .. d : written(j)}}
     IN [s EXCEPT !.nodes = [n \in DOMAIN s.nodes |->
                               [s.nodes[n] EXCEPT !.pin = @ - Cardinality({j \in unpin : s.spills[j].node = n}),
@@ -746,7 +833,8 @@ SpillAcked(s) ==
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
    durable the nodes whose pages every owner wrote. After a split the node keeps
    only a suffix of what was spilled; its pages' owners are the ranks that wrote
-   them only if the offset is a multiple of R. *)
+   them only if the offset is a multiple of R (DurableSplit = "reference", as the
+   reference does, marks the node whatever the offset). *)
 SpillAck ==
     /\ RoundClosed
     /\ L3 > 0
@@ -768,7 +856,7 @@ ReloadMark(rid) ==
     /\ HasReloadTarget(rid)
     /\ reload_candidates' = (rid :> ReloadTarget(nodes, requests[rid])) @@ reload_candidates
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, spills, reloads,
                    spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
@@ -778,7 +866,8 @@ ReloadFloor == Max2(1, LoadBackThreshold \div P)
 (* Decide candidate rid: claim the pages every rank has (at least the
    load-back floor, and a clean attach); join the in-flight reload of the same
    pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
-   Reserve does). Otherwise only the mark is dropped and the request recomputes.
+   Reserve does, and keeping the evictions when it cannot fit). Otherwise only
+   the mark is dropped and the request recomputes.
    Every outcome is a step: the decision is the effect, not a guard. *)
 ReloadReserved(s, rid) ==
     LET cand == s.reload_candidates[rid]
@@ -793,8 +882,11 @@ ReloadReserved(s, rid) ==
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
             IN [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]
-       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~room.ok
+       ELSE IF Len(s.reloads) >= ReloadInflight
        THEN s0
+       \* cannot fit even after evicting the snapshot: the evictions stay
+       ELSE IF ~room.ok
+       THEN room.s
        ELSE [room.s EXCEPT
                !.l2_free = @ \ (base .. base + c - 1),
                !.reloads = Append(@, [key |-> key, anchor |-> cand.anchor,
@@ -828,7 +920,7 @@ ReloadDone(r, ok) ==
                                         l3[r][op.hashes[h - op.base + 1]]] @@ host_content
                           ELSE host_content
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, spill_queue, spills, reload_candidates,
                    reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, roundvars>>
 
@@ -856,13 +948,13 @@ ReloadAdmit ==
                                           owner |-> next_id]) @@ objects
                /\ next_id' = next_id + 1
                /\ clock' = clock + 1
-               /\ UNCHANGED <<l2_free, host_content>>
+               /\ UNCHANGED <<prepared, l2_free, host_content>>
           ELSE /\ l2_free' = l2_free \cup pages
                /\ host_content' = [h \in pages |-> NoContent] @@ host_content
-               /\ UNCHANGED <<nodes, objects, next_id, clock>>
+               /\ UNCHANGED <<prepared, nodes, objects, next_id, clock>>
     /\ reloads' = Tail(reloads)
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
-    /\ UNCHANGED <<next_rid, dev_free, pending, writes, requests, write_done, dev_content,
+    /\ UNCHANGED <<prepared, next_rid, dev_free, pending, writes, requests, write_done, dev_content,
                    spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
                    disk_faults, l3, spill_staged, roundvars>>
 
@@ -878,7 +970,7 @@ ReloadExpire ==
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
                    disk_faults, l3, spill_staged, roundvars>>
@@ -895,7 +987,7 @@ DiskFail(r) ==
     /\ FaultsLeft
     /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
     /\ disk_faults' = disk_faults + 1
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
                    spill_staged, roundvars>>
@@ -905,7 +997,7 @@ DiskRecover(r) ==
     /\ r \in Ranks
     /\ ~disk_ok[r]
     /\ disk_ok' = [disk_ok EXCEPT ![r] = TRUE]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done,
                    disk_faults, l3, spill_staged, roundvars>>
@@ -926,7 +1018,8 @@ Next ==
     \/ \E rid \in RequestIds : Finish(rid)
     \/ \E rid \in RequestIds : Abort(rid)
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
-    \/ \E n \in NodeIds : Reserve(n)
+    \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
+    \/ \E rid \in RequestIds, fits \in BOOLEAN : Prepare(rid, fits)
     \/ \E r \in Ranks : WriteDone(r)
     \/ \E r \in Ranks : CommitCall(r)
     \/ Commit
@@ -947,6 +1040,13 @@ Next ==
     \/ \E r \in Ranks : DiskFail(r)
     \/ \E r \in Ranks : DiskRecover(r)
 
+\* A request with a prepared backup settles it: it is inserted or aborted (the
+\* scheduler runs every forward pass to its insert).
+PreparedSettles(rid) ==
+    /\ rid \in DOMAIN prepared
+    /\ prepared[rid] # NoNode
+    /\ Insert(rid) \/ Abort(rid)
+
 (* The rank steps are fair: a rank with a write to finish finishes it (strongly:
    a rank waiting in a round of the commit collective cannot, so a write is
    enabled only between rounds, as often as they end), every rank enters the
@@ -962,6 +1062,9 @@ Fairness == /\ \A r \in Ranks : SF_vars(WriteDone(r))
             /\ \A r \in Ranks : WF_vars(\E ok \in BOOLEAN : ReloadDone(r, ok))
             /\ WF_vars(ReloadAdmit)
             /\ WF_vars(ReloadExpire)
+            /\ IF PreparedBackups
+               THEN \A rid \in RequestIds : WF_vars(PreparedSettles(rid))
+               ELSE TRUE
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -1009,11 +1112,23 @@ Locks ==
        /\ \A n \in DOMAIN nodes : nodes[n].lock = holders(n)
        /\ \A n \in DOMAIN nodes \ {Root} : nodes[n].lock > 0 => nodes[n].dev # <<>>
 
+\* The node ids of the prepared backups not attached yet.
+PreparedIds == {prepared[q] : q \in DOMAIN prepared} \ {NoNode}
+
 \* 4. A pending backup is in `writes` once, its node locked, on L1, unbacked, not
-\*    evictable and not split (its object still has the node's length).
+\*    evictable and not split (its object still has the node's length). A
+\*    prepared one belongs to a matched request, has an id taken and no node yet,
+\*    an uncommitted object of its own, and a write no rank has finished.
 Pending ==
     /\ Len(writes) = Cardinality(Range(writes))
-    /\ Range(writes) = pending
+    /\ Range(writes) = pending \cup PreparedIds
+    /\ \A q \in DOMAIN prepared :
+          /\ q \in DOMAIN requests /\ requests[q].phase = "matched"
+          /\ prepared[q] # NoNode =>
+                LET p == prepared[q]
+                IN /\ p \notin DOMAIN nodes /\ p \notin pending /\ p < next_id
+                   /\ p \in DOMAIN objects /\ ~objects[p].committed /\ objects[p].owner = p
+                   /\ \A r \in Ranks : write_done[r] < IndexOf(writes, p)
     /\ \A n \in pending :
           /\ n \in DOMAIN nodes
           /\ nodes[n].lock > 0
@@ -1056,7 +1171,7 @@ HostPages ==
           THEN /\ objects[k].owner \in DOMAIN nodes
                /\ nodes[objects[k].owner].host = k
                /\ objects[k].length = Len(nodes[objects[k].owner].key)
-          ELSE k \in pending
+          ELSE k \in pending \cup PreparedIds
     /\ \A n \in DOMAIN nodes :
           (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects) => objects[nodes[n].host].owner = n
 

@@ -60,7 +60,7 @@ def load_back(s: ClusterState, rid: int) -> ClusterState:
 
 def backup(s: ClusterState, nid: int) -> ClusterState:
     """Reserve, every rank's WriteDone, one commit round."""
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     for r in range(s.config.R):
         s = run(s, T("WriteDone", rank=r))
     return commit_round(s)

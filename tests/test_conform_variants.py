@@ -21,7 +21,8 @@ pytestmark = pytest.mark.tlc
 
 BASE = dict(R=2, P=1, L1=1, L2=2, Policy='"write_through"', WriteThreshold=1, LoadBackThreshold=1, MaxRequests=3,
             MaxLive=1, L3=0, SpillQueueCap=8, SpillInflight=1, ReloadInflight=1, ReloadTTL=2, MaxDiskFaults=0,
-            CommitEntry='"fixed"')
+            CommitEntry='"fixed"',
+            UnbackedEvict='"fixed"', DurableSplit='"fixed"', PreparedBackups='FALSE')
 PROMPTS = (((1, 2), 0), ((1, 3), 0), ((4, 5), 0))
 INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", "HostPages", "Content", "Durable",
               "Reload", "Counts", "Collectives", "MC_NodeIdsCovered")
@@ -30,7 +31,9 @@ INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", 
 VARIANTS = {
     "write_back": (dict(Policy='"write_back"'), PROMPTS, {"Reserve", "CommitCall", "Commit", "Rollback", "LoadBack", "LoadDone", "EvictHost"}),
     "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "CommitCall", "Commit", "LoadBack", "LoadDone"}),
-    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), PROMPTS, {"Reserve", "Commit", "LoadBack"}),
+    # three-page prompts: a match covers all but the last page, and a load-back needs two
+    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), (((1, 2, 3), 0), ((1, 2, 4), 0)),
+                     {"Reserve", "Commit", "LoadBack"}),
     "two_tokens_a_page": (dict(P=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
 }

@@ -37,6 +37,8 @@ SAMPLES = {
     "Split": "Split node=3 at=1",
     "WriteDone": "WriteDone r=1",
     "SpillDone": "SpillDone r=0 ok=false",
+    "Reserve": "Reserve node=3 fits=true",
+    "Prepare": "Prepare rid=3 fits=false",
     "ReloadDone": "ReloadDone r=1 ok=true",
     "Commit": "Commit",
 }
@@ -211,7 +213,7 @@ def test_a_bug_case_must_pass_without_its_bug(tmp_path, monkeypatch):
     right = REGISTRY["Commit"]
     monkeypatch.setitem(REGISTRY, "Commit", replace(right, apply=lambda s, t: replace(right.apply(s, t), write_done=s.write_done)))
     monkeypatch.setattr(corpus_run, "config_with_bug", lambda cfg, bug: replace(cfg, bug=bug))
-    steps = "Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nReserve node=1\nWriteDone r=0\nWriteDone r=1\nCommitCall r=0\nCommitCall r=1\nCommit\n"
+    steps = "Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nReserve node=1 fits=true\nWriteDone r=0\nWriteDone r=1\nCommitCall r=0\nCommitCall r=1\nCommit\n"
     p = _write(tmp_path, "c", _case(steps, "case c\nshows s\nconfig small\nbug double_free\n"
                                     "violation 4 Pending: rank 0 has finished 1 of 0 writes\n"
                                     "violation 4 Pending: rank 1 has finished 1 of 0 writes\n"))

@@ -311,8 +311,9 @@ def test_cross_rank_slab_accesses_are_ordered_by_agreements(four_rank_walk, l3_w
 def reload_then_misaligned_load_back() -> list:
     """Two ranks, one page per symbol. Prefix [1] is backed up and stays on L2 only;
     [2, 3] below it is spilled, dropped from L1 and L2, reloaded from L3 (rank 0 reads
-    object page 0, rank 1 page 1) and admitted under [1]. A request for [1, 2, 3] then
-    loads the run [1] + [2, 3] back: run page 1 (the page rank 0 read) goes to lane 1
+    object page 0, rank 1 page 1) and admitted under [1]. A request for [1, 2, 3, 4]
+    (whose match covers [1, 2, 3]: never a prompt's last page) then loads the run
+    [1] + [2, 3] back: run page 1 (the page rank 0 read) goes to lane 1
     and run page 2 (rank 1's) to lane 0, so each rank loads from the slab a page the
     other wrote from its disk."""
     s = fresh(L3=16)
@@ -325,15 +326,15 @@ def reload_then_misaligned_load_back() -> list:
             out.append((t, s))
 
     do(T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0))
-    do(T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), *COMMIT(2))
+    do(T("Reserve", node=1, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), *COMMIT(2))
     do(T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1))
     b = node_by_key(s, (2, 3))
-    do(T("Reserve", node=b), T("WriteDone", rank=0), T("WriteDone", rank=1), *COMMIT(2))
+    do(T("Reserve", node=b, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), *COMMIT(2))
     for _ in range(2):  # the spill queue holds [1], then [2, 3]
         do(T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1))
         do(T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"))
     do(T("EvictDevice", node=b), T("EvictHost", node=b), T("EvictDevice", node=1))
-    do(T("Arrive", rid=2, tokens=[1, 2, 3], out_pages=0), T("ReloadMark", rid=2), T("ReloadReserve", rid=2))
+    do(T("Arrive", rid=2, tokens=[1, 2, 3, 4], out_pages=0), T("ReloadMark", rid=2), T("ReloadReserve", rid=2))
     do(T("ReloadDone", rank=0, ok=True), T("ReloadDone", rank=1, ok=True), T("ReloadAdmit"))
     do(T("Match", rid=2), T("LoadBack", rid=2), T("LoadDone", rank=0), T("LoadDone", rank=1))
     return out

@@ -179,8 +179,8 @@ def test_check_passes_on_ci_with_the_state_count_of_the_python_model():
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["violation"] is None
-    # kvsm explore --config small: 102,327 states, depth 41
-    assert out["distinct_states"] == 102327 and out["depth"] == 41
+    # kvsm explore --config small: 224,863 states, depth 42
+    assert out["distinct_states"] == 224863 and out["depth"] == 42
     assert out["states_generated"] >= out["distinct_states"] and out["seconds"] > 0
 
 

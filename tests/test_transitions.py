@@ -55,6 +55,16 @@ def test_insert_allocates_page_k_in_lane_k_mod_R_and_takes_out_pages():
     assert [s.dev_content[p] for p in n.dev] == list(content.prefix_content((1, 2, 3)))
 
 
+def test_a_full_prompt_hit_leaves_its_last_page_to_be_recomputed():
+    s = serve(fresh(), 0, [1, 2, 3])
+    whole = node_by_key(s, (1, 2, 3))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1))
+    # the match covers the prompt but its last page, and splits the node there
+    upper, last = node_by_key(s, (1, 2)), node_by_key(s, (3,))
+    assert last == whole and s.requests[1].node == upper and s.nodes[last].lock == 0
+    s = run(s, T("Insert", rid=1))
+    # the forward pass recomputed page 3; the insert finds it cached and counts a hit
+    assert s.requests[1].node == last and s.nodes[last].hits == 2 and s.nodes[upper].hits == 2
 
 
 def test_match_touches_nodes_root_to_leaf_with_increasing_clock():
@@ -62,14 +72,14 @@ def test_match_touches_nodes_root_to_leaf_with_increasing_clock():
     s = serve(s, 1, [1, 2])
     s = serve(s, 2, [1, 2, 3])
     a, b, c = (node_by_key(s, k) for k in [(1,), (2,), (3,)])
-    s = run(s, T("Arrive", rid=3, tokens=[1, 2, 3], out_pages=0), T("Match", rid=3))
+    s = run(s, T("Arrive", rid=3, tokens=[1, 2, 3, 4], out_pages=0), T("Match", rid=3))
     assert s.nodes[a].touched < s.nodes[b].touched < s.nodes[c].touched == s.clock
 
 
 def test_match_stops_above_a_node_whose_backup_is_pending():
     s = serve(fresh(), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     s = run(s, T("Arrive", rid=1, tokens=[1, 2, 9], out_pages=0), T("Match", rid=1))
     assert s.nodes[nid].key == (1, 2, 3)  # not split
     assert s.requests[1].node == ROOT_ID
@@ -79,8 +89,8 @@ def test_match_stops_above_a_node_whose_backup_is_pending():
 
 def test_insert_counts_a_hit_on_nodes_already_on_l1():
     s = serve(fresh(), 0, [1, 2])
-    s = serve(s, 1, [1, 2])
-    assert s.nodes[node_by_key(s, (1, 2))].hits == 2
+    s = serve(s, 1, [1, 2])  # its match split (1, 2) after one page; both parts hit
+    assert s.nodes[node_by_key(s, (1,))].hits == 2 and s.nodes[node_by_key(s, (2,))].hits == 2
 
 
 
@@ -147,7 +157,7 @@ def test_split_is_enabled_only_where_a_request_needs_it():
 def test_split_never_splits_a_pending_backup():
     s = serve(fresh(), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid), T("Arrive", rid=1, tokens=[1, 9], out_pages=0))
+    s = run(s, T("Reserve", node=nid, fits=True), T("Arrive", rid=1, tokens=[1, 9], out_pages=0))
     rejects(s, T("Split", node=nid, at=1), "no live request")
     assert not [t for t in enabled(s) if t.name == "Split"]
 
@@ -158,7 +168,7 @@ def test_split_never_splits_a_pending_backup():
 def test_reserve_takes_the_lowest_free_run_and_locks_the_node():
     s = serve(fresh(), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     assert s.objects[nid].base == 0 and not s.objects[nid].committed
     assert s.pending[nid].locked and s.writes == (nid,) and s.nodes[nid].lock == 1
 
@@ -166,28 +176,47 @@ def test_reserve_takes_the_lowest_free_run_and_locks_the_node():
 def test_reserve_respects_the_write_through_threshold():
     s = serve(fresh(write_threshold=2), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
-    rejects(s, T("Reserve", node=nid), "not eligible")
+    rejects(s, T("Reserve", node=nid, fits=True), "not eligible")
     s = serve(s, 1, [1, 2])
-    run(s, T("Reserve", node=nid))
+    run(s, T("Reserve", node=nid, fits=True))
 
 
 
 
 
 
-def test_reserve_rejects_when_even_evicting_every_host_leaf_is_not_enough():
+def test_reserve_that_cannot_fit_changes_nothing_without_host_leaves():
     s = serve(fresh(L2=2), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
     before = s.digest()
-    rejects(s, T("Reserve", node=nid), "no free run of 3 host pages")
-    # recomputed from the whole state (not the memo): the evictions tried were not kept
+    rejects(s, T("Reserve", node=nid, fits=True), "no free run of 3 host pages")
+    rejects(s, T("Reserve", node=nid, fits=False), "no host leaf to evict")
+    # recomputed from the whole state (not the memo): nothing was written in place
     assert s.untracked().digest() == before and violations(s) == []
+    assert not [t for t in enabled(s) if t.name == "Reserve"]
+
+
+def test_reserve_that_cannot_fit_keeps_the_evictions_it_made():
+    s = fresh(L2=3)
+    s, a = _host_only(s, 0, [1])
+    s = serve(s, 1, [2, 3], finish=False)  # decoding: (2, 3) stays on L1
+    b = node_by_key(s, (2, 3))
+    s = backup(s, b)  # host pages 1-2, a node on L1: not a host leaf
+    s = serve(s, 2, [4, 5])
+    c = node_by_key(s, (4, 5))
+    assert [t for t in enabled(s) if t.name == "Reserve"] == [T("Reserve", node=c, fits=False)]
+    rejects(s, T("Reserve", node=c, fits=True), "fits is false")
+    s = run(s, T("Reserve", node=c, fits=False))
+    # the reference's evict-to-fit released host leaf (1) before it gave up, and that stays
+    assert a not in s.nodes and a not in s.objects and c not in s.pending
+    assert list(s.l2_free[0]) == [(0, 1)]
+    assert [e.kind for e in s.effects] == ["poison_host"]
 
 
 def test_write_done_copies_only_the_ranks_own_pages():
     s = serve(fresh(R=2), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid), T("WriteDone", rank=1))
+    s = run(s, T("Reserve", node=nid, fits=True), T("WriteDone", rank=1))
     obj = s.objects[nid]
     written = {p for p in range(obj.base, obj.base + obj.length) if p in s.host_content}
     assert written == {obj.base + 1}  # page index 1 sits in lane 1
@@ -284,6 +313,18 @@ def test_unbacked_node_with_host_children_is_not_evicted_from_l1():
     assert all(k[2] != parent for k in s.dev_index)
 
 
+def test_unbacked_evict_reference_orphans_the_l2_only_children_and_leaks_their_objects():
+    s = serve(fresh(unbacked_evict="reference"), 0, [1])
+    s = serve(s, 1, [1, 2])
+    parent, child = node_by_key(s, (1,)), node_by_key(s, (2,))
+    s = run(backup(s, child), T("EvictDevice", node=child))
+    assert s.dev_index.first()[2] == parent  # the reference's `evict` takes it
+    s = run(s, T("EvictDevice", node=parent), check=False)
+    assert parent not in s.nodes and child not in s.nodes  # unreachable from the root
+    assert s.objects[child].committed  # its L2 pages stay allocated, owned by no node
+    assert [v for v in violations(s) if v.startswith("6 ")] == [f"6 HostPages: committed object {child} belongs to no node"]
+
+
 def test_evict_host_frees_the_object_and_removes_the_node():
     s = serve(fresh(), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
@@ -350,7 +391,7 @@ def test_a_page_written_while_its_load_is_in_flight_breaks_content():
 
 def test_load_back_respects_the_threshold_in_tokens():
     s, nid = _host_only(fresh(P=16, load_back_threshold=64), 0, [1, 2, 3])
-    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3, 4], out_pages=0), T("Match", rid=1))
     rejects(s, T("LoadBack", rid=1), "48 tokens is below the load-back threshold 64")
 
 

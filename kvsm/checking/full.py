@@ -13,7 +13,7 @@ from typing import Any
 from .. import content
 from ..digest import MOD, free_page_hash, memo_hash, page_weight
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
-from ..invariants import NAMES, violations
+from ..invariants import NAMES, prepared_ids, prepared_violations, violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key
 
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
@@ -320,7 +320,10 @@ def holds(s: ClusterState) -> bool:
 
     # 4 Pending
     writes = s.writes
-    if len(writes) != len(set(writes)) or set(writes) != set(pending.keys()):
+    prepared = prepared_ids(s)
+    if len(writes) != len(set(writes)) or set(writes) != set(pending.keys()) | prepared:
+        return False
+    if s.prepared and prepared_violations(s):
         return False
     for nid, pend in pending.items():
         n = nodes.get(nid)
@@ -377,6 +380,8 @@ def holds(s: ClusterState) -> bool:
         elif key in pending:
             if pending[key].obj != key:
                 return False
+        elif key in prepared:
+            pass
         else:
             ops = [op for op in s.reloads if op.obj == key]
             if len(ops) != 1 or obj.length != len(ops[0].hashes):

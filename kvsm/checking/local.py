@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from .. import effects as fx
-from ..invariants import NAMES
+from ..invariants import NAMES, prepared_ids, prepared_violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
 from .full import INVARIANTS, STATE_INVARIANTS, _chain
 
@@ -294,9 +294,13 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             bad(3, f"node {nid} is locked but not on L1")
 
     # ---- 4 Pending ---------------------------------------------------------------------------
-    if pending_w or A.writes is not B.writes:
-        if len(A.writes) != len(set(A.writes)) or set(A.writes) != set(Ap.keys()):
-            bad(4, f"writes {list(A.writes)} and pending {sorted(Ap.keys())} disagree")
+    prepared = prepared_ids(A)
+    if pending_w or A.writes is not B.writes or A.prepared is not B.prepared:
+        if len(A.writes) != len(set(A.writes)) or set(A.writes) != set(Ap.keys()) | prepared:
+            bad(4, f"writes {list(A.writes)} and pending {sorted(Ap.keys())} (and prepared {sorted(prepared)}) disagree")
+    if A.prepared and (A.prepared is not B.prepared or A.writes is not B.writes or A.write_done is not B.write_done
+                       or requests_w or objects_w or nodes_w):
+        out.extend(prepared_violations(A))
     for nid in nodes:
         pend = Ap.get(nid)
         if pend is None:
@@ -386,6 +390,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
         elif key in Ap:
             if Ap[key].obj != key:
                 bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif key in prepared:
+            pass
         else:
             ops = [op for op in A.reloads if op.obj == key]
             if len(ops) != 1:

@@ -447,6 +447,15 @@ def _reloads(s: ClusterState, names: Names) -> Section:
     return Section("reloads", "reloads", tuple(items))
 
 
+def _prepared(s: ClusterState, rid: int) -> str:
+    """A request's prepared write-through backup: the node id taken for it, or that its
+    reserve did not fit; "" when it has none."""
+    if rid not in s.prepared:
+        return ""
+    nid = s.prepared[rid]
+    return "prepared backup did not fit" if nid is None else f"prepared backup {_nid(nid)}"
+
+
 def _requests(s: ClusterState) -> Section:
     R = s.config.R
     held = {w for op in s.reloads for w in op.waiters}
@@ -464,6 +473,7 @@ def _requests(s: ClusterState) -> Section:
                     Field("holds", _pages(q.pages, R), "-"),
                     Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
                     Field("held by a reload", "yes" if rid in held else "", "", "flag"),
+                    Field("prepared backup", _prepared(s, rid), "", "bare"),
                 ),
                 order=(rid,),
             )

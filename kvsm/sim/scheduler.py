@@ -79,6 +79,10 @@ class Simulation:
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
+        # the reference's production write-through path: backups prepared before the
+        # forward pass (Prepare), attached or rolled back at the insert
+        self.prepared_path = self.wt_backup and prep.cfg.prepared_backups
+        self.prepared: dict[int, int] = {}  # rid -> node id of its prepared backup
         n = len(prep.workload.requests)
         self.sample_every = max(1, n // 400)
         self.applied = 0  # transitions applied to the log's state
@@ -125,6 +129,7 @@ class Simulation:
     def _admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
+        self._prepare(rid, len(req.hash_ids))
         self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
         return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
 
@@ -138,9 +143,34 @@ class Simulation:
         if self.on_progress is not None:
             self.on_progress(m.requests)
 
+    def _prepare(self, rid: int, pages: int) -> None:
+        """Under `prepared_backups`, before the forward pass: the backup of the pages the
+        request's insert will add, handed to the copy engines (its writes wait for the
+        insert to attach it)."""
+        if not self.prepared_path:
+            return
+        nid = self.cluster.run(proc.prepare, rid)
+        if nid is not None:
+            self.prepared[rid] = nid
+            if self.copies is not None:
+                length = self.cluster.state.objects[nid].length
+                self.copies.submit_prepared(nid, range(pages - length, pages), self.cluster.tick)
+
+    def _settle(self, rid: int) -> None:
+        """After request `rid`'s insert or abort: its prepared backup was attached (its
+        writes may go on) or rolled back (it leaves the copy engines)."""
+        nid = self.prepared.pop(rid, None)
+        if nid is None or self.copies is None:
+            return
+        if nid in self.cluster.state.pending:
+            self.copies.attach(nid, self.cluster.tick)
+        else:
+            self.copies.cancel({nid})
+
     def _uncached(self, live: _Live) -> None:
         """The pages did not fit: the request is not cached (its pages count as recomputed)."""
         self.cluster.run(proc.abort, live.rid)
+        self._settle(live.rid)
         self.metrics.requests_uncached += 1
         self.metrics.pages_uncached += len(live.tokens) - live.hits
 
@@ -206,10 +236,12 @@ class Simulation:
             self._drain_loads()
             if abort_p and self.rng_faults.random() < abort_p:
                 c.run(proc.abort, index)
+                self._settle(index)
                 self.metrics.requests_aborted += 1
                 self.metrics.faults["abort"] += 1
                 continue
             ok, _ = c.run(proc.insert, index, self.wt_backup)
+            self._settle(index)
             while not ok and self.wb:
                 if not c.run(proc.write_back, index):
                     break
@@ -316,6 +348,7 @@ class Simulation:
             return  # aborted meanwhile
         ok, reserved = self.cluster.run(proc.insert, rid, self.wt_backup)
         if ok:
+            self._settle(rid)
             self._decode(live, tick)
             self.copies.submit(reserved, tick)  # type: ignore[union-attr]
         elif self.wb:
@@ -369,6 +402,7 @@ class Simulation:
             return False
         self.waiting.pop(rid, None)
         self.cluster.run(proc.abort, rid)
+        self._settle(rid)
         if not live.matched:
             # aborted while it waited for the L3 collective or a reload: it counts as a
             # request that hit nothing, so that every request is counted once
@@ -405,6 +439,7 @@ class Simulation:
                 continue
             live = self.live[rid]
             hit_l1, hit_l2, refused = c.run(proc.match, rid, self.prep.l2)
+            self._prepare(rid, len(live.tokens))
             live.matched = True
             live.hits = hit_l1 + hit_l2
             self._admitted(rid, live.index, hit_l1, hit_l2, refused, tick * self.timing.tick_ms)

@@ -111,6 +111,9 @@ CONSTANT_FIELDS = (
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
     ("commit_call", "CommitEntry"),
+    ("unbacked_evict", "UnbackedEvict"),
+    ("durable_split", "DurableSplit"),
+    ("prepared_backups", "PreparedBackups"),
 )
 
 

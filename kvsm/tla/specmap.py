@@ -60,9 +60,11 @@ SPEC_VARIABLES = (
     "loads",
     "load_done",
     "commit_round",
+    "prepared",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
+NO_NODE = -1  # the spec's prepared backup of a request whose reserve did not fit
 
 
 class MappingError(ValueError):
@@ -97,6 +99,7 @@ class Canon(NamedTuple):
     loads: tuple  # (node, ((device page, host page), ...))
     load_done: tuple
     commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early
+    prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
 
 
 assert Canon._fields == SPEC_VARIABLES
@@ -148,6 +151,7 @@ def canon_model(s: ClusterState) -> Canon:
         loads=tuple((op.node, tuple(op.pages)) for op in s.loads),
         load_done=tuple(s.load_done),
         commit_round=tuple(s.commit_round),
+        prepared=frozenset(s.prepared.items()),
     )
 
 
@@ -244,6 +248,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return tuple((o["node"], tuple(tuple(_seq(c)) for c in _seq(o["pages"]))) for o in _seq(v))
     if name in ("load_done", "commit_round"):
         return tuple(_per_rank(v, cfg))
+    if name == "prepared":
+        return frozenset((rid, None if nid == NO_NODE else nid) for rid, nid in as_fcn(v).items())
     raise MappingError(f"the spec has no variable '{name}'")
 
 
@@ -321,6 +327,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         out["load_done"] = list(c.load_done)
     if any(c.commit_round):
         out["commit_round"] = list(c.commit_round)
+    if c.prepared:
+        out["prepared"] = {str(r): n for r, n in sorted(c.prepared)}
     if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
             or any(c.spill_gathered) or any(c.spill_done) or any(c.reload_done) or any(c.spill_staged):
         hs = lambda xs: [names.show(h) for h in xs]  # noqa: E731
@@ -439,4 +447,5 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "loads": tuple(Record(node=op.node, pages=tuple(tuple(x) for x in op.pages)) for op in s.loads),
         "load_done": Fcn({r: x for r, x in enumerate(s.load_done)}),
         "commit_round": Fcn({r: x for r, x in enumerate(s.commit_round)}),
+        "prepared": Fcn({rid: NO_NODE if nid is None else nid for rid, nid in s.prepared.items()}),
     }

@@ -24,7 +24,7 @@ from typing import Iterable
 
 from ..state import ROUND_IDLE, ROUND_IN, ROUND_SKIPPED, ClusterState, Rejected, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, enqueue_spill, rank_of, register
+from .base import Spec, Transition, drop_write, enqueue_spill, rank_of, register
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -33,12 +33,16 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     done = s.write_done[r]
     if done >= len(s.writes):
         raise Rejected(f"rank {r} has finished all {len(s.writes)} submitted writes")
+    nid = s.writes[done]
+    if nid not in s.pending:
+        # the reference's writing_check defers the ack of a prepared backup until its
+        # insert attaches it (or rolls it back): it holds the commit frontier
+        raise Rejected(f"rank {r}'s next write is node {nid}'s prepared backup, not attached yet")
     if s.commit_round[r] == ROUND_IN:
         # its count went into the collective when it entered; a copy that completes
         # meanwhile counts in the next round (as if it had completed after this one)
         raise Rejected(f"rank {r} waits in the commit collective with its count of finished writes")
     tx = Tx(s)
-    nid = s.writes[done]
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
     for i, p in enumerate(n.dev):
@@ -50,7 +54,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
 
 def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
     for r in range(s.config.R):
-        if s.write_done[r] < len(s.writes) and s.commit_round[r] != ROUND_IN:
+        if s.write_done[r] < len(s.writes) and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != ROUND_IN:
             yield Transition.make("WriteDone", rank=r)
 
 
@@ -122,10 +126,7 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"node {nid} has no pending backup")
     tx = Tx(s)
     pend = tx.pending[nid]
-    j = s.writes.index(nid)
-    tx.writes = s.writes[:j] + s.writes[j + 1 :]
-    tx.write_done = [d - 1 if d > j else d for d in s.write_done]
-    tx.free_object(pend.obj)
+    drop_write(tx, nid)
     tx.pending.delete(nid)
     if pend.locked:
         n = tx.node(nid)
@@ -135,7 +136,8 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
 
 def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
     for nid in s.writes:
-        yield Transition.make("Rollback", node=nid)
+        if nid in s.pending:
+            yield Transition.make("Rollback", node=nid)
 
 
 register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))

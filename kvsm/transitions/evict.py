@@ -19,7 +19,7 @@ from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
 from ..tx import Tx
 from .base import Spec, Transition, evict_device_node, evict_host_node, rank_of, register
-from .request import request_in
+from .request import match_key, request_in
 
 
 def _evict_first(s: ClusterState, t: Transition, tier: str) -> ClusterState:
@@ -56,14 +56,15 @@ def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
 
 def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     """The nodes a load-back for request `rid` would bring back: the whole nodes directly
-    below its lock that are only on L2, following its key. Returns them and their pages."""
+    below its lock that are only on L2, following its match key (the key but its last
+    page: what its match covered). Returns them and their pages."""
     req = s.requests[rid]
     depth = sum(s.nodes[n].pages for n in s.path_to_root(req.node))
     run: list[int] = []
     pages = 0
     cur = s.nodes[req.node]
     i = depth
-    tokens = req.tokens
+    tokens = match_key(req.tokens)
     while i < len(tokens):
         cid = cur.children.get(tokens[i])
         if cid is None:
