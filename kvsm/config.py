@@ -20,6 +20,29 @@ POLICIES = ("write_through", "write_back")
 # Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
 # "lru" ignores the hit count (key `(False, touched, id)`).
 EVICTIONS = ("slru", "lru")
+# Fidelity knobs: where the reference's behaviour breaks an invariant, `reference` models it
+# as the reference does and `fixed` as the invariant needs (docs/model.md, Findings). The
+# shipped models keep `fixed`.
+# commit_call: a rank's entry into the commit collective. `fixed` enters whenever a backup
+# is in flight (a replicated condition); `reference` also returns early when the rank's
+# own ack queue is empty (a local condition), as the reference's writing_check does.
+# `atomic` takes the collective as one step (every rank's call and the MIN at once): the
+# same replicated behaviour as `fixed` without its per-rank states, for models too large
+# to hold them.
+COMMIT_CALLS = ("fixed", "reference", "atomic")
+# Knobs left out of a config's JSON (and so of a log header) while at their default, so
+# that logs of configs that do not set them keep their bytes.
+_DEFAULT_KNOBS = {"commit_call": "fixed"}
+# The two-valued fidelity knobs (`fixed` or `reference`):
+KNOB_VALUES = ("fixed", "reference")
+KNOBS = (
+    # device eviction of an unbacked write-through node whose children are all L2-only:
+    # "reference" deletes it and orphans them (their L2 objects leak)
+    "unbacked_evict",
+    # the durable flag of the lower part of a split and at a spill's ack: "reference"
+    # keeps it on the lower part and sets it at the ack whatever the split offset
+    "durable_split",
+)
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
 BUGS = (
@@ -75,6 +98,13 @@ class Config:
     spill_queue_cap: int = 8
     # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
     max_disk_faults: int = 0
+    commit_call: str = "fixed"
+    unbacked_evict: str = "fixed"
+    durable_split: str = "fixed"
+    # The reference's production write-through path: a request's new pages get an L2
+    # object and a node id before its forward pass (`Prepare`), attached at `Insert`
+    # when the new node has that length, rolled back otherwise (docs/model.md).
+    prepared_backups: bool = False
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -87,11 +117,16 @@ class Config:
     def device_pages(self) -> int:
         return self.R * self.L1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, all_fields: bool = False) -> dict[str, Any]:
+        """The config as JSON; a fidelity knob at its default is left out unless
+        `all_fields` (logs of configs that do not set it keep their bytes)."""
         d = asdict(self)
         d["payloads"] = list(self.payloads)
         d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages} for p in self.prompts]
         d["walk_weights"] = {k: v for k, v in self.walk_weights}
+        for k, v in _DEFAULT_KNOBS.items():
+            if d[k] == v and not all_fields:
+                del d[k]
         return d
 
     @classmethod
@@ -155,6 +190,19 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["eviction"] not in EVICTIONS:
             raise ConfigError(f"{where}: field 'eviction' must be one of {', '.join(EVICTIONS)}, got {data['eviction']!r}")
         out["eviction"] = data["eviction"]
+    if "commit_call" in data:
+        if data["commit_call"] not in COMMIT_CALLS:
+            raise ConfigError(f"{where}: field 'commit_call' must be one of {', '.join(COMMIT_CALLS)}, got {data['commit_call']!r}")
+        out["commit_call"] = data["commit_call"]
+    if "prepared_backups" in data:
+        if not isinstance(data["prepared_backups"], bool):
+            raise ConfigError(f"{where}: field 'prepared_backups' must be true or false, got {data['prepared_backups']!r}")
+        out["prepared_backups"] = data["prepared_backups"]
+    for k in KNOBS:
+        if k in data:
+            if data[k] not in KNOB_VALUES:
+                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(KNOB_VALUES)}, got {data[k]!r}")
+            out[k] = data[k]
     if "bug" in data:
         if data["bug"] not in BUGS:
             raise ConfigError(f"{where}: field 'bug' must be one of {', '.join(BUGS)}, got {data['bug']!r}")
@@ -280,4 +328,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES"]

@@ -15,9 +15,9 @@ from .digest import MOD, content_hash, entry_hash, memo_hash
 
 # digest components: maps are summed incrementally, free sets by their deltas, and the
 # short sequences (bounded by caps) are re-summed when they change
-MAP_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
+MAP_COMPONENTS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3", "prepared")
 SET_COMPONENTS = ("dev_free", "l2_free")
-SEQ_COMPONENTS = ("writes", "spill_queue", "spills", "reloads", "spill_staged")
+SEQ_COMPONENTS = ("writes", "spill_queue", "spills", "reloads", "spill_staged", "loads")
 COMPONENTS = MAP_COMPONENTS + SET_COMPONENTS + SEQ_COMPONENTS
 I_DEV_FREE = COMPONENTS.index("dev_free")
 I_L2_FREE = COMPONENTS.index("l2_free")
@@ -25,6 +25,7 @@ I_WRITES = COMPONENTS.index("writes")
 assert COMPONENTS[I_WRITES:] == SEQ_COMPONENTS
 REPLICATED_COMPONENTS = (
     "nodes", "objects", "pending", "requests", "reload_candidates", "dev_free", "l2_free", "writes", "spill_queue", "spills", "reloads",
+    "loads", "prepared",
 )
 
 def component_items(s: Any, name: str) -> Iterable[tuple[Any, Any]]:

@@ -1,6 +1,6 @@
 """The invariants (docs/model.md), checked from scratch.
 
-`violations(state)` checks invariants 1-10 and 13 of a state and returns a list of readable
+`violations(state)` checks invariants 1-10, 12 and 13 of a state and returns a list of readable
 strings, empty when every one holds. It recomputes everything it checks from the tree
 itself and never trusts a running structure (those are what invariant 10 checks), so
 it is O(size of state).
@@ -22,6 +22,9 @@ from . import content
 from . import effects as fx
 from .digest_sums import recompute_sums
 from .state import (
+    ROUND_IDLE,
+    ROUND_IN,
+    ROUND_SKIPPED,
     MATCHED,
     PHASES,
     QUEUED,
@@ -45,6 +48,7 @@ NAMES = {
     9: "Reload",
     10: "Counts",
     11: "Ownership",
+    12: "Collectives",
     13: "Agreement",
 }
 
@@ -128,6 +132,12 @@ def violations(s: ClusterState) -> list[str]:
     for nid, pend in s.pending.items():
         if pend.locked:
             holders[nid] += 1
+    for op in s.loads:
+        if op.node not in nodes:
+            bad(3, f"a load-back in flight locks missing node {op.node}")
+            continue
+        for a in s.path_to_root(op.node):
+            holders[a] += 1
     for nid, n in nodes.items():
         if n.lock != holders.get(nid, 0):
             bad(3, f"node {nid} has lock {n.lock} but {holders.get(nid, 0)} holders")
@@ -135,8 +145,10 @@ def violations(s: ClusterState) -> list[str]:
             bad(3, f"node {nid} is locked but not on L1")
 
     # 4. Pending ------------------------------------------------------------------------------------------
-    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()):
-        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} disagree")
+    prepared = prepared_ids(s)
+    if len(s.writes) != len(set(s.writes)) or set(s.writes) != set(s.pending.keys()) | prepared:
+        bad(4, f"writes {list(s.writes)} and pending {sorted(s.pending.keys())} (and prepared {sorted(prepared)}) disagree")
+    out.extend(prepared_violations(s))
     for nid, pend in s.pending.items():
         n = nodes.get(nid)
         if n is None:
@@ -182,6 +194,19 @@ def violations(s: ClusterState) -> list[str]:
     if len(owner) != cfg.device_pages and not any(v.startswith("5 ") for v in out):
         missing = sorted(set(range(cfg.device_pages)) - set(owner))
         bad(5, f"device pages {missing[:8]} are neither used nor free (leak)")
+    # an in-flight load-back copies each host page into the device page its node holds at
+    # the same index, and that node is still the page's holder
+    held_at = {p: (nid, i) for nid, n in nodes.items() for i, p in enumerate(n.dev)}
+    for op in s.loads:
+        for p, hp in op.pages:
+            where = held_at.get(p)
+            if where is None:
+                bad(5, f"a load-back in flight targets device page {p}, which {owner.get(p, 'nobody')} holds, not a node")
+                continue
+            n = nodes[where[0]]
+            obj = s.objects.get(n.host) if n.host is not None else None
+            if obj is None or obj.base + where[1] != hp:
+                bad(5, f"a load-back in flight copies host page {hp} into device page {p}, page {where[1]} of node {n.id}, which is not that page's copy")
 
     # 6. Host pages ------------------------------------------------------------------------------------------
     for region, runs in enumerate(s.l2_free):
@@ -215,6 +240,8 @@ def violations(s: ClusterState) -> list[str]:
         elif key in s.pending:
             if s.pending[key].obj != key:
                 bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif key in prepared:
+            pass
         elif sum(1 for op in s.reloads if op.obj == key) != 1:
             bad(6, f"uncommitted object {key} belongs to no pending backup or reload")
         elif obj.length != len(next(op for op in s.reloads if op.obj == key).hashes):
@@ -224,6 +251,9 @@ def violations(s: ClusterState) -> list[str]:
             bad(6, f"node {nid} and object {n.host} disagree on ownership")
 
     # 7. Content ------------------------------------------------------------------------------------------------
+    # pages a load-back still copies on their owner rank hold nothing yet (they were free,
+    # so poisoned, and nothing else writes them until the copy lands)
+    copying = {p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[lane_of(p, R)]}
     for nid, n in nodes.items():
         if nid == ROOT_ID:
             continue
@@ -231,7 +261,10 @@ def violations(s: ClusterState) -> list[str]:
         if n.hashes != expect:
             bad(7, f"node {nid} carries page hashes that are not its prefix's")
         for i, p in enumerate(n.dev):
-            if s.dev_content.get(p) != expect[i]:
+            if p in copying:
+                if p in s.dev_content:
+                    bad(7, f"device page {p} of node {nid} (page {i}) holds content while rank {lane_of(p, R)}'s load-back copy into it is in flight")
+            elif s.dev_content.get(p) != expect[i]:
                 bad(7, f"device page {p} of node {nid} (page {i}) does not hold its prefix's KV")
         if n.host is not None and n.host in s.objects:
             obj = s.objects[n.host]
@@ -314,11 +347,29 @@ def violations(s: ClusterState) -> list[str]:
             bad(10, f"rank {r} stages {len(s.spill_staged[r])} spills, not gathered minus written")
         if len(s.reload_done[r]) > len(s.reloads):
             bad(10, f"rank {r} has read more reloads than are in flight")
+        if not 0 <= s.load_done[r] <= len(s.loads):
+            bad(10, f"rank {r} has finished {s.load_done[r]} of {len(s.loads)} loads in flight")
         used = sum(1 for (rank, _h) in s.l3.keys() if rank == r)
         if used != s.l3_used[r]:
             bad(10, f"rank {r}'s disk holds {used} pages but counts {s.l3_used[r]}")
         if used > cfg.L3:
             bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
+    if s.loads and min(s.load_done) > 0:
+        bad(10, f"the oldest load-back is done on every rank {list(s.load_done)} but still in flight")
+
+    # 12. Collectives ------------------------------------------------------------------------------------------------
+    # Call k of the commit collective on every rank is one collective: within a round, no
+    # rank returns early from a call another rank entered (that rank would wait in the MIN
+    # for a call that never comes, or pair it with another collective).
+    rounds = s.commit_round
+    if any(c not in (ROUND_IDLE, ROUND_IN, ROUND_SKIPPED) for c in rounds):
+        bad(12, f"commit round {list(rounds)} holds an unknown position")
+    entered = [r for r, c in enumerate(rounds) if c == ROUND_IN]
+    skipped = [r for r, c in enumerate(rounds) if c == ROUND_SKIPPED]
+    if entered and skipped:
+        bad(12, f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
+    if any(rounds) and not s.writes:
+        bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
 
     # 13. Agreement ----------------------------------------------------------------------------------------------
     disagreement = agreement_violation(s)
@@ -343,6 +394,33 @@ def contract(cfg: Config) -> Config:
     invariant 10 checks)."""
     return replace(cfg, bug="none") if cfg.bug != "none" else cfg
 
+
+
+def prepared_ids(s: ClusterState) -> set[int]:
+    """The node ids of the prepared backups not attached yet (each holds a write and an
+    uncommitted object keyed by that id)."""
+    return {nid for nid in s.prepared.values() if nid is not None}
+
+
+def prepared_violations(s: ClusterState) -> list[str]:
+    """Invariant 4 on the prepared backups: each belongs to a matched request, has an id
+    taken and not used by a node, an uncommitted object of its own, and a write no rank
+    has finished (it waits for the attach). O(prepared backups x writes)."""
+    out = []
+    for rid, nid in s.prepared.items():
+        req = s.requests.get(rid)
+        if req is None or req.phase != MATCHED:
+            out.append(f"4 Pending: request {rid} holds a prepared backup but is not a matched request")
+        if nid is None:
+            continue
+        obj = s.objects.get(nid)
+        if nid in s.nodes or nid in s.pending or nid >= s.next_id:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} is a node already, or an id not taken yet")
+        if obj is None or obj.committed or obj.owner != nid:
+            out.append(f"4 Pending: prepared backup {nid} of request {rid} has no uncommitted object of its own")
+        elif nid in s.writes and any(d > s.writes.index(nid) for d in s.write_done):
+            out.append(f"4 Pending: a rank finished the write of prepared backup {nid}, which is not attached")
+    return out
 
 
 def _performer(e: fx.Effect, R: int) -> int | None:

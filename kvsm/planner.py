@@ -44,6 +44,7 @@ class TreeView:
         self.R = cfg.R
         self.write_through = cfg.policy == "write_through"
         self.cfg = cfg
+        self.orphans = cfg.unbacked_evict == "reference"
         self._counts: dict[int, tuple[int, ...]] = {}
 
     def counts(self, nid: int) -> tuple[int, ...]:
@@ -73,15 +74,18 @@ class TreeView:
 
     def after_plan(self, nid: int, planned: set[int] | frozenset[int]) -> bool:
         """Evictable once the planned victims are gone: every child on L1 is planned, and
-        an unbacked node (deleted when evicted) keeps no child at all."""
+        an unbacked node (deleted when evicted) keeps no child at all; under
+        `unbacked_evict = "reference"` it may keep L2-only children (the reference's
+        rule, which orphans them)."""
         if not self.base(nid):
             return False
         n = self.get(nid)
+        strict = n.host is None and not self.orphans
         for cid in n.children.values():
             if cid in planned:
-                if n.host is None and self.get(cid).host is not None:
+                if strict and self.get(cid).host is not None:
                     return False
-            elif self.get(cid).dev or n.host is None:
+            elif self.get(cid).dev or strict:
                 return False
         return True
 

@@ -1,10 +1,11 @@
 """`ClusterState`: one immutable value holding the whole cluster, and its value types.
 
 Replicated part (identical on every rank): `nodes`, `next_id`, `clock`, `next_rid`,
-`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, and for L3
+`dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, `loads`, `prepared`
+(the prepared write-through backups not attached yet), and for L3
 `spill_queue`, `spills`, `reload_candidates`, `reloads`. Local part (per rank, what
-only that rank knows): `write_done`, `spill_gathered`, `spill_done`, `reload_done`,
-`disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
+only that rank knows): `write_done`, `commit_round`, `load_done`, `spill_gathered`,
+`spill_done`, `reload_done`, `disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
 an input to a decision): `dev_content`, `host_content`, the content held in `l3` and
 `spill_staged`: the identity of the prefix whose KV each page holds (absent =
 poisoned/free), and `diverged`: where the ranks first decided a replicated step
@@ -41,6 +42,10 @@ NO_PARENT = -1
 
 QUEUED, MATCHED, DECODING = "queued", "matched", "decoding"
 PHASES = (QUEUED, MATCHED, DECODING)
+
+# Where a rank stands in the current round of the commit collective (`commit_round[r]`):
+# not at its call yet, entered (waiting in the MIN), or returned early without entering.
+ROUND_IDLE, ROUND_IN, ROUND_SKIPPED = 0, 1, 2
 
 
 def lane_of(page: int, R: int) -> int:
@@ -218,6 +223,20 @@ class ReloadOp(_Record):
         return f"L{self.key}|{self.obj}|{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}|{_tup(self.waiters)}|{self.ttl}"
 
 
+@dataclass(frozen=True, slots=True)
+class LoadOp(_Record):
+    """An in-flight load-back: device page `page` receives host page `host_page` for each
+    `(page, host_page)` in `pages`, copied by the page's owner rank (lane). The load locks
+    the path from `node` (the deepest loaded node) up to the root until every rank's copy
+    is done."""
+
+    node: int
+    pages: tuple[tuple[int, int], ...]
+
+    def encode(self) -> str:
+        return f"D{self.node}|" + ",".join(f"{p}:{h}" for p, h in self.pages)
+
+
 class Rejected(Exception):
     """A transition's guard is false; the state is unchanged. The message says why."""
 
@@ -242,6 +261,9 @@ class ClusterState:
     pending: immutables.Map
     writes: tuple[int, ...]
     requests: immutables.Map
+    # rid -> node id taken in advance for its prepared backup (object key = that id),
+    # until Insert attaches it or it is rolled back; empty unless config.prepared_backups
+    prepared: immutables.Map
     write_done: tuple[int, ...]
     dev_content: immutables.Map
     host_content: immutables.Map  # key: payload_index * L2 + page
@@ -258,6 +280,9 @@ class ClusterState:
     l3: immutables.Map  # local: (rank, page hash) -> content held on that rank's disk
     l3_used: tuple[int, ...]  # derived: entries of `l3` per rank
     spill_staged: tuple[tuple[tuple[tuple[int, int | None], ...], ...], ...]  # ghost: per rank, gathered copies not yet written
+    loads: tuple[LoadOp, ...]  # in-flight load-backs, issue order
+    load_done: tuple[int, ...]  # local: loads at the head of `loads` rank r has copied
+    commit_round: tuple[int, ...]  # local: where rank r stands in the open commit round (ROUND_*)
     dev_index: PSortedSet
     host_index: PSortedSet
     backup_index: PSortedSet
@@ -286,6 +311,12 @@ class ClusterState:
         }
         if not replicated_only:
             s["write_done"] = self.write_done
+            # the newer local scalars count only when set, so that states which never use
+            # them keep the digests they had before these existed
+            if any(self.load_done):
+                s["load_done"] = self.load_done
+            if any(self.commit_round):
+                s["commit_round"] = self.commit_round
             if self.config.L3:
                 s["spill_gathered"] = self.spill_gathered
                 s["spill_done"] = self.spill_done
@@ -318,6 +349,15 @@ class ClusterState:
         a transition then skips hashing what it changed. For a run that reads no digest
         until the end (one rank, no log); `digest` still gives the same value."""
         return replace(self, sums=None, _digest=None)
+
+    def round_open(self) -> bool:
+        """Whether some rank has reached the commit collective of the current round and
+        the round has not completed: replicated steps wait until it does."""
+        return any(self.commit_round)
+
+    def loading_pages(self) -> frozenset[int]:
+        """Device pages that an in-flight load-back still targets on some rank."""
+        return frozenset(p for op in self.loads for p, _ in op.pages)
 
     def path_to_root(self, nid: int) -> list[int]:
         """Ids from `nid` up to (excluding) the root."""
@@ -374,11 +414,14 @@ def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
     Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
     backed (it keeps its host copy) or, under write_through, unbacked with no
     children at all (it is deleted; deleting one with host-only children would orphan
-    them). Under write_back an unbacked leaf must be written back first (`Reserve`).
+    them, which the reference does: `unbacked_evict = "reference"` allows it). Under
+    write_back an unbacked leaf must be written back first (`Reserve`).
     """
     if node.id == ROOT_ID or not node.dev or node.ondev or held_on_l1(node, is_pending, cfg):
         return None
-    if node.host is None and (cfg.policy != "write_through" or len(node.children)):
+    if node.host is None and (
+        cfg.policy != "write_through" or (len(node.children) and cfg.unbacked_evict != "reference")
+    ):
         return None
     return victim_order(node, cfg)
 
@@ -434,6 +477,7 @@ def initial_state(cfg: Config) -> ClusterState:
         pending=immutables.Map(),
         writes=(),
         requests=immutables.Map(),
+        prepared=immutables.Map(),
         write_done=(0,) * cfg.R,
         dev_content=immutables.Map(),
         host_content=immutables.Map(),
@@ -449,6 +493,9 @@ def initial_state(cfg: Config) -> ClusterState:
         l3=immutables.Map(),
         l3_used=(0,) * cfg.R,
         spill_staged=((),) * cfg.R,
+        loads=(),
+        load_done=(0,) * cfg.R,
+        commit_round=(ROUND_IDLE,) * cfg.R,
         dev_index=PSortedSet(),
         host_index=PSortedSet(),
         backup_index=PSortedSet(),

@@ -122,10 +122,14 @@ class Tx:
         self.host_content = _MapTx("host_content", s.host_content)
         self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
         self.l3 = _MapTx("l3", s.l3)
+        self.prepared = _MapTx("prepared", s.prepared)
         self.l3_used = list(s.l3_used)
         self.spill_queue = s.spill_queue
         self.spills = s.spills
         self.reloads = s.reloads
+        self.loads = s.loads
+        self.load_done = list(s.load_done)
+        self.commit_round = list(s.commit_round)
         self.spill_staged = list(s.spill_staged)
         self.spill_gathered = list(s.spill_gathered)
         self.spill_done = list(s.spill_done)
@@ -377,7 +381,7 @@ class Tx:
             maps.append(m)
             if delta:
                 sums[i] = (sums[i] + delta) % MOD
-        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3 = maps
+        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
         spill_staged = tuple(self.spill_staged)
         if track:
             if self._dev_free_delta:
@@ -390,6 +394,7 @@ class Tx:
                 (I_WRITES + 2, "spills", self.spills),
                 (I_WRITES + 3, "reloads", self.reloads),
                 (I_WRITES + 4, "spill_staged", spill_staged),
+                (I_WRITES + 5, "loads", self.loads),
             ):
                 old = getattr(s, name)
                 if seq is not old and seq != old:
@@ -434,6 +439,7 @@ class Tx:
             pending=pending,
             writes=self.writes,
             requests=requests,
+            prepared=prepared,
             write_done=tuple(self.write_done),
             dev_content=dev_content,
             host_content=host_content,
@@ -449,6 +455,9 @@ class Tx:
             l3=l3,
             l3_used=tuple(self.l3_used),
             spill_staged=spill_staged,
+            loads=self.loads,
+            load_done=tuple(self.load_done),
+            commit_round=tuple(self.commit_round),
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,

@@ -29,9 +29,12 @@ def _candidates(state: ClusterState, name: str, rng: random.Random) -> Iterator[
     if name == "Reserve" and len(state.backup_index) > 16:
         # a large tree can have thousands of backup candidates: try a few drawn at
         # random before enumerating them all
+        from .transitions.reserve import reserve_fits
+
         pool = state.backup_index
         for _ in range(8):
-            yield Transition.make("Reserve", node=pool[rng.randrange(len(pool))])
+            nid = pool[rng.randrange(len(pool))]
+            yield Transition.make("Reserve", node=nid, fits=reserve_fits(state, nid))
     cands = list(spec.candidates(state))
     rng.shuffle(cands)
     yield from cands

@@ -5,7 +5,8 @@
 (* its own (L3, addressed by page hash). The KV of token prefixes lives in *)
 (* a radix tree that every rank holds identically; the only cross-rank     *)
 (* agreements are MINs (and ANDs) over per-rank progress counters: at      *)
-(* Commit, SpillAck, ReloadReserve and ReloadAdmit.                        *)
+(* Commit (the completion of the commit collective every rank enters with  *)
+(* CommitCall), SpillAck, ReloadReserve and ReloadAdmit.                   *)
 (*                                                                         *)
 (* The contract is ../shared/design/MODEL.md. The pure Python model in     *)
 (* kvsm/ implements the same rules with the same names; `kvsm conform`     *)
@@ -26,14 +27,20 @@
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
-(* The constants. Five of them are declared in KVTree, because its operators
+(* The constants. Seven of them are declared in KVTree, because its operators
    depend on them (a module cannot refer to what the module extending it
    declares); a model binds them like the others:
      R              ranks (context-parallel size)
      L2             pages in the shared host pool
      Policy         "write_through" or "write_back"
      L3             pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
-     SpillQueueCap  committed objects queued for a spill at most (more are dropped) *)
+     SpillQueueCap  committed objects queued for a spill at most (more are dropped)
+   and, where the reference breaks an invariant, a knob: "reference" models it,
+   "fixed" the model's repair (docs/model.md, the findings):
+     UnbackedEvict  "reference": an unbacked leaf with L2-only children is a device
+                    victim (evicting it orphans them)
+     DurableSplit   "reference": a split's lower part, and the node a spill's ack
+                    marks, keep or get durable whatever the split offset *)
 CONSTANTS
     P,                  \* tokens per page
     L1,                 \* device pages per rank lane
@@ -45,7 +52,11 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults       \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
+                        \* backup is in flight), "reference" (and not when its own ack queue
+                        \* is empty: it returns early), "atomic" (the collective as one step)
+    PreparedBackups     \* TRUE: write-through backups are prepared before the forward pass (Prepare)
     \* (and, declared in KVTree: Bug, an injected defect (docs/defects.md), or "none")
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
@@ -54,6 +65,9 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ CommitEntry \in {"fixed", "reference", "atomic"}
+       /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
+       /\ PreparedBackups \in BOOLEAN
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak"}
@@ -84,14 +98,23 @@ VARIABLES
     disk_faults,    \* DiskFail steps so far
     l3,             \* local: rank -> (page hash -> the prefix whose KV its disk holds there)
     spill_staged,   \* ghost: rank -> gathered, not yet written spills: Seq(<<hash, content>>) each
+    loads,          \* load-backs in flight, issue order: [node, pages: Seq(<<device page, host page>>)]
+    load_done,      \* local: rank -> loads at the head of `loads` whose copies it has done
+    commit_round,   \* local: rank -> its place in the open round of the commit collective:
+                    \* 0 not at its call yet, 1 entered, 2 returned early
+    prepared,       \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
     diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
                     \* (only under a defect in RankViewBugs): [action, ranks]
 
 l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
             disk_ok, disk_faults, l3, spill_staged>>
 
+\* the asynchronous load-back and the commit collective's round
+roundvars == <<loads, load_done, commit_round>>
+
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, diverged>>
+          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, roundvars, prepared,
+          diverged>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -111,6 +134,7 @@ SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
 CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
 ReloadRec == [key: ContentValues, anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues),
               waiters: Seq(Nat), ttl: Nat, base: HostPool, length: Nat \ {0}]
+LoadRec == [node: Nat, pages: Seq(DevicePool \X HostPool)]
 
 TypeOK ==
     /\ Root \in DOMAIN nodes
@@ -139,6 +163,10 @@ TypeOK ==
     /\ disk_faults \in Nat
     /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] \in ContentValues
     /\ \A r \in Ranks : spill_staged[r] \in Seq(Seq(ContentValues \X ContentValues))
+    /\ \A j \in DOMAIN loads : loads[j] \in LoadRec
+    /\ load_done \in [Ranks -> Nat]
+    /\ commit_round \in [Ranks -> {0, 1, 2}]
+    /\ DOMAIN prepared \subseteq Nat /\ \A q \in DOMAIN prepared : prepared[q] \in Int
     /\ diverged = <<>> \/ diverged \in [action: STRING, ranks: SUBSET Ranks]
 
 -----------------------------------------------------------------------------
@@ -168,6 +196,10 @@ Init ==
     /\ disk_faults = 0
     /\ l3 = [r \in Ranks |-> EmptyFn]
     /\ spill_staged = [r \in Ranks |-> <<>>]
+    /\ loads = <<>>
+    /\ load_done = [r \in Ranks |-> 0]
+    /\ commit_round = [r \in Ranks |-> 0]
+    /\ prepared = EmptyFn
     /\ diverged = <<>>
 
 -----------------------------------------------------------------------------
@@ -184,7 +216,8 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           reload_candidates |-> reload_candidates, reloads |-> reloads,
           spill_gathered |-> spill_gathered, spill_done |-> spill_done,
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
-          l3 |-> l3, spill_staged |-> spill_staged, diverged |-> diverged]
+          l3 |-> l3, spill_staged |-> spill_staged, loads |-> loads, load_done |-> load_done,
+          commit_round |-> commit_round, prepared |-> prepared, diverged |-> diverged]
 
 Become(s) ==
     /\ nodes' = s.nodes
@@ -211,6 +244,10 @@ Become(s) ==
     /\ disk_faults' = s.disk_faults
     /\ l3' = s.l3
     /\ spill_staged' = s.spill_staged
+    /\ loads' = s.loads
+    /\ load_done' = s.load_done
+    /\ commit_round' = s.commit_round
+    /\ prepared' = s.prepared
     /\ diverged' = s.diverged
 
 (* A deciding action (its victims, its host room, its L3 claim) is decided by
@@ -226,7 +263,7 @@ NoOutcome == [refused |-> TRUE]
 \* The replicated part of a state record: what every rank holds identically.
 Replicated(s) == <<s.nodes, s.next_id, s.clock, s.next_rid, s.dev_free, s.l2_free, s.objects,
                    s.pending, s.writes, s.requests, s.reload_candidates, s.spill_queue,
-                   s.spills, s.reloads>>
+                   s.spills, s.reloads, s.loads, s.prepared>>
 
 Decided(name, out) ==
     LET first == out[ClusterView]
@@ -249,6 +286,12 @@ Decided(name, out) ==
    evaluates them as one value: a set that is not empty, a membership, an IF or
    an implication. *)
 
+(* The commit collective is entered by each rank from its own state
+   (CommitCall(r)); a rank that entered waits in it, so no replicated step is
+   taken while a round is open: every action that is not a rank's own step, and
+   not the collective's completion (Commit), starts with RoundClosed. *)
+RoundClosed == \A r \in Ranks : commit_round[r] = 0
+
 (* Requests. A request's lock covers its node and every ancestor (lock + 1 on
    each); page k of a request (counting from the root) lives in lane k mod R. *)
 
@@ -258,6 +301,7 @@ ArrivalsLeft == MaxRequests = 0 \/ next_rid < MaxRequests
 LiveRoom == MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
 
 Arrive(rid, tokens, out_pages) ==
+    /\ RoundClosed
     /\ rid = next_rid
     /\ ArrivalsLeft
     /\ LiveRoom
@@ -265,8 +309,8 @@ Arrive(rid, tokens, out_pages) ==
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
-    /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content, spill_queue, l3vars, diverged>>
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
+                   write_done, dev_content, host_content, spill_queue, l3vars, roundvars, diverged>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
@@ -277,21 +321,50 @@ AwaitsReload(rid) == rid \in DOMAIN reload_candidates \/ Held(rid)
 
 Matched(s, rid) ==
     LET req == s.requests[rid]
-        kp == KeyPath(s, req.tokens)
-        s1 == TouchPath(kp.s, kp.path)
-        k == OnL1Run(s1.nodes, kp.path)
-        last == IF k = 0 THEN Root ELSE kp.path[k]
+        w == WalkKey(s.nodes, MatchKey(req.tokens))
+        split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
+        \* stamped in the reference's order: the whole nodes, the node the match ends
+        \* inside (before its split), then its new upper part
+        s0 == TouchPath(s, IF w.cut = <<>> THEN w.full ELSE Append(w.full, w.cut[1]))
+        path == IF split THEN Append(w.full, s.next_id) ELSE w.full
+        s1 == IF split THEN TouchPath(SplitNode(s0, w.cut[1], w.cut[2]), <<s.next_id>>) ELSE s0
+        k == OnL1Run(s1.nodes, path)
+        last == IF k = 0 THEN Root ELSE path[k]
     IN [s1 EXCEPT !.nodes = LockPath(@, last, 1),
                   !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]
 
-(* Match the longest cached prefix (L1 or L2), splitting the node the key
-   diverges inside (not when it is unsplittable: the match then stops above
-   it); touch the matched nodes root to leaf; lock the path down to the deepest
-   matched node on L1. *)
+(* Match the longest cached prefix (L1 or L2) of the request's key but its last
+   page (MatchKey), splitting the node the match ends inside (not when it is
+   unsplittable: the match then stops above it); touch the matched nodes root
+   to leaf, the node it ends inside and its upper part; lock the path down to
+   the deepest matched node on L1. *)
 Match(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "queued")
     /\ ~AwaitsReload(rid)
     /\ Become(Matched(State, rid))
+
+\* Take write n out of `writes` (a rank that finished it counts one less) and free
+\* its object: a rollback, of a pending or of a prepared backup.
+DropWrite(s, n) ==
+    LET j == IndexOf(s.writes, n)
+        freed == FreeObject(s, n)
+    IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
+                     !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
+                                                       THEN s.write_done[r] - 1
+                                                       ELSE s.write_done[r]]]
+
+(* Request rid's prepared backup once its insert made node `new` (NoNode: no new
+   node, or an abort): attached if `new` took its id (the reference's
+   _attach_prepared_cp_backup: the backup becomes pending), else rolled back
+   (_rollback_prepared_cp_backup). *)
+Settled(s, rid, new) ==
+    IF rid \notin DOMAIN s.prepared THEN s
+    ELSE LET p == s.prepared[rid]
+             s0 == [s EXCEPT !.prepared = Remove(@, {rid})]
+         IN IF p = NoNode THEN s0
+            ELSE IF p = new THEN [s0 EXCEPT !.pending = @ \cup {p}]
+            ELSE DropWrite(s0, p)
 
 (* Where Insert puts a request's pages, before it takes them: the key's path
    (after the split it needs), the pages it caches (`fresh`), the absolute
@@ -317,6 +390,13 @@ InsertLayout(s, rid, v) ==
 \* Every lane gets the pages Insert takes from it, once device victims are evicted.
 InsertFits(rid, v) == InsertLayout(State, rid, v).room.ok
 
+\* Device pages a load-back in flight still copies on some rank.
+LoadingPages == UNION {{loads[j].pages[k][1] : k \in 1 .. Len(loads[j].pages)} : j \in DOMAIN loads}
+
+\* The request matched a node whose load-back is in flight: its forward pass reads
+\* those pages, so it waits for their copies.
+ReadsLoading(rid) == \E n \in PathToRoot(nodes, requests[rid].node) : Range(nodes[n].dev) \cap LoadingPages # {}
+
 Inserted(s, rid, v) ==
     LET req == s.requests[rid]
         lay == InsertLayout(s, rid, v)
@@ -331,11 +411,15 @@ Inserted(s, rid, v) ==
         pages == got.pages
         filled == 1 .. nReown + Len(fresh)
         last == IF path = <<>> THEN Root ELSE path[Len(path)]
-        newId == s1.next_id
+        \* a prepared backup of the new node's length is attached: the node takes the
+        \* id taken for it in advance, is locked by it and counts no hit
+        prep == IF rid \in DOMAIN s.prepared THEN s.prepared[rid] ELSE NoNode
+        attach == prep # NoNode /\ fresh # <<>> /\ Len(fresh) = s.objects[prep].length
+        newId == IF attach THEN prep ELSE s1.next_id
         newNode == [parent |-> last, key |-> fresh,
                     dev |-> SubSeq(pages, nReown + 1, nReown + Len(fresh)),
-                    host |-> NoObject, durable |-> FALSE, lock |-> 0, pin |-> 0,
-                    hits |-> IF WriteThrough THEN 1 ELSE 0,
+                    host |-> NoObject, durable |-> FALSE, lock |-> Bit(attach), pin |-> 0,
+                    hits |-> IF WriteThrough /\ ~attach THEN 1 ELSE 0,
                     touched |-> s1.clock + Len(path) + 1]
         \* path nodes: re-owned ones get their pages; all are touched root to leaf;
         \* under write_through those already on L1 count a hit
@@ -350,15 +434,16 @@ Inserted(s, rid, v) ==
                         ELSE s1.nodes[n]]
         grown == IF fresh = <<>> THEN pathNodes ELSE (newId :> newNode) @@ pathNodes
         final == IF fresh = <<>> THEN last ELSE newId
-    IN [s1 EXCEPT
+    IN Settled([s1 EXCEPT
           !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
-          !.next_id = IF fresh = <<>> THEN @ ELSE @ + 1,
+          !.next_id = IF fresh = <<>> \/ attach THEN @ ELSE @ + 1,
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
           !.dev_free = got.free,
           !.dev_content = [p \in {pages[i] : i \in filled} |->
                              SubSeq(req.tokens, 1, lay.positions[IndexOf(pages, p)] + 1)] @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
-                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]]
+                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]],
+               rid, IF attach THEN prep ELSE NoNode)
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
@@ -367,15 +452,17 @@ Inserted(s, rid, v) ==
    victims in victim order; the request also takes its out_pages. Its lock
    moves to the deepest node of its key. *)
 Insert(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "matched")
+    /\ ~ReadsLoading(rid)
     /\ InsertFits(rid, ClusterView)
     /\ Become(Decided("Insert", [v \in Views |-> IF InsertFits(rid, v) THEN Inserted(State, rid, v) ELSE NoOutcome]))
 
 \* Release whatever the request holds: its lock (once matched), its pages, its
-\* reload mark and its place among a reload's waiters.
+\* reload mark, its place among a reload's waiters, and its prepared backup.
 Released(s, rid) ==
     LET req == s.requests[rid]
-        freed == FreeDev(s, req.pages)
+        freed == FreeDev(Settled(s, rid, NoNode), req.pages)
     IN [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
                      !.requests = Remove(@, {rid}),
                      !.reload_candidates = Remove(@, {rid}),
@@ -383,33 +470,41 @@ Released(s, rid) ==
                                     [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]
 
 Finish(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "decoding")
     /\ Become(Released(State, rid))
 
 \* A request may be aborted in any phase.
 Abort(rid) ==
+    /\ RoundClosed
     /\ rid \in DOMAIN requests
     /\ Become(Released(State, rid))
 
 -----------------------------------------------------------------------------
-(* Split is demand-driven: a live request's key diverges inside the node after
-   `at` pages (what its Match, or Insert, would split), the node's backup is not
-   pending and no spill pins it. *)
-LiveKeyCuts == {WalkKey(nodes, requests[rid].tokens).cut :
-                   rid \in {q \in DOMAIN requests : requests[q].phase \in {"queued", "matched"}}}
+(* Split is demand-driven: a queued request's match key, or a matched request's
+   whole key, diverges inside the node after `at` pages (what its Match, or
+   Insert, would split), and the node's backup is not pending. *)
+LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens)).cut :
+                   rid \in {q \in DOMAIN requests : requests[q].phase = "queued"}}
+               \cup {WalkKey(nodes, requests[rid].tokens).cut :
+                   rid \in {q \in DOMAIN requests : requests[q].phase = "matched"}}
 
 IsDemandedSplit(n, at) ==
     /\ ~Unsplittable(State, n)
     /\ <<n, at>> \in LiveKeyCuts
 
 Split(n, at) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDemandedSplit(n, at)
     /\ Become(SplitNode(State, n, at))
 
 -----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
-   it on every rank, commit what every rank finished, or roll it back. *)
+   it on every rank, commit what every rank finished, or roll it back. `fits` is
+   the reserve's outcome, which the state decides: when the snapshot of host
+   victims runs out first, the backup is skipped and the evictions made stay
+   (the reference's evict-to-fit); a failed reserve with no victim is no step. *)
 
 (* Eligible for a backup: on L1, unbacked, not pending, and under write_through
    hit often enough; under write_back an unlocked leaf of L1 (it is written back
@@ -433,23 +528,61 @@ HostRoomFor(len, v) ==
     IF RoomNeed(len, v) = len THEN HostRoomFits(State, len)
     ELSE HasRun(ReserveRoom(State, len, v).l2_free, len)
 
-Reserved(s, n, v) ==
+Reserved(s, n, fits, v) ==
     LET len == Len(s.nodes[n].key)
         s1 == ReserveRoom(s, len, v)
         base == FirstFit(s1.l2_free, len)
-    IN [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+    IN IF ~fits THEN s1
+       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
                   !.objects = (n :> [base |-> base, length |-> len,
                                      committed |-> FALSE, owner |-> n]) @@ @,
                   !.pending = @ \cup {n},
                   !.writes = Append(@, n),
                   !.nodes[n].lock = @ + 1]
 
-Reserve(n) ==
+Reserve(n, fits) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
-    /\ HostRoomFor(Len(nodes[n].key), ClusterView)
-    /\ Become(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) THEN Reserved(State, n, v)
-                                                 ELSE NoOutcome]))
+    /\ fits = HostRoomFor(Len(nodes[n].key), ClusterView)
+    /\ ~fits => HostVictims(State) # {}
+    /\ Become(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) = fits
+                                                 THEN Reserved(State, n, fits, v) ELSE NoOutcome]))
+
+(* Prepared write-through backups (PreparedBackups, the reference's production
+   path, prepare_write_backups_for_reqs): before a matched request's forward
+   pass, once, the pages its insert will add get a node id taken in advance and
+   an L2 object (evicting host victims to fit, as Reserve does), and their write
+   joins `writes`; when it cannot fit, the id is spent, the evictions stay and
+   the request is marked (NoNode). *)
+
+\* The pages request rid's insert would add as a new node: its key beyond what the
+\* tree holds, the node it diverges inside included (the reference's probe).
+PrepareLen(s, rid) ==
+    LET req == s.requests[rid]
+        w == WalkKey(s.nodes, req.tokens)
+    IN Len(req.tokens) - w.covered - (IF w.cut = <<>> THEN 0 ELSE w.cut[2])
+
+Prepared(s, rid, fits) ==
+    LET len == PrepareLen(s, rid)
+        u == s.next_id
+        s1 == [HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s EXCEPT !.next_id = u + 1]
+        base == FirstFit(s1.l2_free, len)
+    IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
+       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+                       !.objects = (u :> [base |-> base, length |-> len,
+                                          committed |-> FALSE, owner |-> u]) @@ @,
+                       !.prepared = (rid :> u) @@ @,
+                       !.writes = Append(@, u)]
+
+Prepare(rid, fits) ==
+    /\ RoundClosed
+    /\ PreparedBackups /\ WriteThrough
+    /\ InPhase(rid, "matched")
+    /\ rid \notin DOMAIN prepared
+    /\ PrepareLen(State, rid) > 0
+    /\ fits = HostRoomFor(PrepareLen(State, rid), NoView)
+    /\ Become(Prepared(State, rid, fits))
 
 (* The rank steps, WriteDone and Commit, assign the variables directly: they are
    what the fairness of the liveness property ranges over, and TLC evaluates
@@ -462,20 +595,23 @@ Stored(r, n) ==
     IN [h \in {base + i - 1 : i \in {i \in DOMAIN dev : Lane(dev[i]) = r}} |->
           dev_content[dev[h - base + 1]]] @@ host_content
 
-\* Rank r has a submitted write it has not finished.
-WriteLeft(r) == write_done[r] < Len(writes)
+\* Rank r has a submitted write it has not finished, and it is attached: the write
+\* of a prepared backup waits for its insert (the reference defers its ack).
+WriteLeft(r) == write_done[r] < Len(writes) /\ writes[write_done[r] + 1] \in pending
 
 (* Rank r finishes its next write: it copies the pages in its lane into the object.
+   Not while it waits in the commit collective: its count went in when it entered.
    Under duplicate_ack the rank's ack of the write completes twice: the second
    completion is counted against the next write in the queue, whose pages the
    rank has not copied. *)
 WriteDone(r) ==
     /\ r \in Ranks
     /\ WriteLeft(r)
+    /\ commit_round[r] # 1
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + (IF Bug = "duplicate_ack" /\ @ + 1 < Len(writes) THEN 2 ELSE 1)]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, dev_content, spill_queue, l3vars, diverged>>
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+                   writes, requests, dev_content, spill_queue, l3vars, roundvars, diverged>>
 
 \* Every rank has finished the write at the head of `writes`.
 WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
@@ -491,12 +627,31 @@ CommitFirst(m, done) ==
     /\ writes' = SubSeq(writes, m + 1, Len(writes))
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
-                   host_content, l3vars, diverged>>
+    /\ commit_round' = [r \in Ranks |-> 0]
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
+                   host_content, l3vars, loads, load_done, diverged>>
 
-\* The one agreement: the MIN over ranks of the writes each finished.
+\* Rank r reaches the commit collective's call (the reference's writing_check MIN
+\* all-reduce) while a backup is in flight. It enters, or under "reference", when
+\* its own ack queue is empty (a rank's final ack of a backup enters its queue with
+\* its copy: write_done[r] = 0), returns early. When every rank has returned early
+\* there was no collective and the round is over.
+CommitCall(r) ==
+    /\ CommitEntry # "atomic"
+    /\ r \in Ranks
+    /\ commit_round[r] = 0
+    /\ writes # <<>>
+    /\ LET c1 == [commit_round EXCEPT ![r] = IF CommitEntry = "fixed" \/ write_done[r] > 0 THEN 1 ELSE 2]
+       IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+                   writes, requests, write_done, dev_content, host_content, spill_queue, l3vars,
+                   loads, load_done, diverged>>
+
+\* The agreement: the commit collective completes once every rank entered it
+\* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
+\* over ranks of the writes each finished are committed (none when it is 0).
 Commit ==
-    /\ WrittenEverywhere
+    /\ IF CommitEntry = "atomic" THEN WrittenEverywhere ELSE \A r \in Ranks : commit_round[r] = 1
     /\ CommitFirst(Min({write_done[r] : r \in Ranks}),
                    Range(SubSeq(writes, 1, Min({write_done[r] : r \in Ranks}))))
 
@@ -505,19 +660,13 @@ Commit ==
    backup stays pending with its write and its object, which the next rollback
    (or anything else that frees it) frees a second time. *)
 RolledBack(s, n) ==
-    LET j == IndexOf(s.writes, n)
-        freed == FreeObject(s, n)
-        gone == ObjectPages(s.objects[n])
-    IN IF Bug = "double_free"
-       THEN [s EXCEPT !.l2_free = @ \cup gone, !.host_content = [h \in gone |-> NoContent] @@ @]
-       ELSE [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
-                          !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
-                                                            THEN s.write_done[r] - 1
-                                                            ELSE s.write_done[r]],
-                          !.pending = @ \ {n},
-                          !.nodes[n].lock = @ - 1]
+    IF Bug = "double_free"
+    THEN LET gone == ObjectPages(s.objects[n])
+         IN [s EXCEPT !.l2_free = @ \cup gone, !.host_content = [h \in gone |-> NoContent] @@ @]
+    ELSE [DropWrite(s, n) EXCEPT !.pending = @ \ {n}, !.nodes[n].lock = @ - 1]
 
 Rollback(n) ==
+    /\ RoundClosed
     /\ n \in pending
     /\ Become(RolledBack(State, n))
 
@@ -535,12 +684,14 @@ IsHostVictim(n, v) ==
     /\ n = FirstVictimAs(nodes, HostVictims(State), v)
 
 EvictDevice(n) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDeviceVictim(n, ClusterView)
     /\ Become(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
                                                      ELSE NoOutcome]))
 
 EvictHost(n) ==
+    /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsHostVictim(n, ClusterView)
     /\ Become(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
@@ -572,23 +723,47 @@ LoadedBack(s, rid, v) ==
                           IN [s1.nodes[n] EXCEPT !.dev = SubSeq(got.pages, start[k] + 1, start[k] + sizes[k])]
                      ELSE s1.nodes[n]]
     IN [s1 EXCEPT
-          !.nodes = LockPath(LockPath(loaded, last, 1), req.node, -1),
+          !.nodes = LockPath(LockPath(loaded, last, 2), req.node, -1),
           !.dev_free = got.free,
-          !.dev_content = [p \in Range(got.pages) |->
-                             s1.host_content[source[IndexOf(got.pages, p)]]] @@ @,
+          !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
           !.requests[rid].node = last]
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
    run goes to lane i mod R, and the owner-lane planner frees what the lanes
-   lack. The lock moves to the deepest loaded node. *)
+   lack. The copies are issued, not done (LoadDone): the load locks the path
+   down to the deepest loaded node, and the request's lock moves there. *)
 LoadBack(rid) ==
+    /\ RoundClosed
     /\ InPhase(rid, "matched")
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
     /\ LoadBackFits(rid, ClusterView)
     /\ Become(Decided("LoadBack", [v \in Views |-> IF LoadBackFits(rid, v) THEN LoadedBack(State, rid, v)
                                                   ELSE NoOutcome]))
+
+\* Rank r has a load-back in flight whose copies it has not done.
+LoadLeft(r) == load_done[r] < Len(loads)
+
+(* Rank r's copies of its oldest load-back it has not done complete (the
+   reference's loading_check, per rank, no MIN): the pages in its lane receive
+   the host pages' content. Once every rank has done the oldest load, it leaves
+   `loads` and its lock is released. *)
+LoadDone(r) ==
+    /\ r \in Ranks
+    /\ LoadLeft(r)
+    /\ LET op == loads[load_done[r] + 1]
+           mine == {k \in 1 .. Len(op.pages) : Lane(op.pages[k][1]) = r}
+           done == [load_done EXCEPT ![r] = @ + 1]
+           pop == \A q \in Ranks : done[q] > 0
+       IN /\ dev_content' = [p \in {op.pages[k][1] : k \in mine} |->
+                               host_content[op.pages[CHOOSE k \in mine : op.pages[k][1] = p][2]]] @@ dev_content
+          /\ nodes' = IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
+          /\ loads' = IF pop THEN Tail(loads) ELSE loads
+          /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
+                   writes, requests, write_done, host_content, spill_queue, l3vars, commit_round,
+                   diverged>>
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
@@ -616,37 +791,41 @@ SubmitFrom(q) ==
 SpillSlotFree == Len(spills) < SpillInflight
 
 SpillSubmit ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ spill_queue # <<>>
     /\ SpillSlotFree
     /\ LET sub == SubmitFrom(spill_queue)
        IN /\ spill_queue' = sub.rest
-          /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
+          /\ IF sub.node = NoNode THEN UNCHANGED <<prepared, nodes, spills>>
              ELSE /\ nodes' = [nodes EXCEPT ![sub.node].pin = @ + 1]
                   /\ spills' = Append(spills, [node |-> sub.node, hashes |-> NodeHashes(nodes, sub.node),
                                                pinned |-> TRUE])
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
+    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
-                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
+                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
 
-\* Rank r gathers the pages it owns of its next spill out of the shared slab.
+(* Rank r gathers the pages it owns of its next spill out of the shared slab,
+   from the run fixed at submit: the node may have been split meanwhile (its
+   lower part keeps the object key and the run's end, and stays pinned until
+   every rank has gathered), so the run starts Len(op.hashes) before the end. *)
 SpillGathered(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ SpillToGather(r)
     /\ LET op == spills[spill_gathered[r] + 1]
-           base == objects[op.node].base
+           base == objects[op.node].base + objects[op.node].length - Len(op.hashes)
            own == OwnedSeq(r, Len(op.hashes))
        IN spill_staged' = [spill_staged EXCEPT ![r] =
                              Append(@, [k \in DOMAIN own |-> <<op.hashes[own[k] + 1],
                                                                host_content[base + own[k]]>>])]
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, diverged>>
+                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, roundvars, diverged>>
 
 \* Rank r has a gathered spill it has not written.
 SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
@@ -669,9 +848,9 @@ SpillDone(r, ok) ==
                 ELSE l3
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, diverged>>
+                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, roundvars, diverged>>
 
 \* The ops every rank has gathered, and those every rank has written.
 SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
@@ -691,9 +870,10 @@ SpillAcked(s) ==
             IN /\ n \in DOMAIN s.nodes
                /\ s.nodes[n].host = n
                /\ \A r \in Ranks : s.spill_done[r][j]
-               /\ LET hs == NodeHashes(s.nodes, n)
-                      off == Len(op.hashes) - Len(hs)
-                  IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
+               /\ \/ DurableSplit = "reference"
+                  \/ LET hs == NodeHashes(s.nodes, n)
+                         off == Len(op.hashes) - Len(hs)
+                     IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
         durable == {s.spills[j].node : j \in {j \in 1 .. d : written(j)}}
     IN [s EXCEPT !.nodes = [n \in DOMAIN s.nodes |->
                               [s.nodes[n] EXCEPT !.pin = @ - Cardinality({j \in unpin : s.spills[j].node = n}),
@@ -707,8 +887,10 @@ SpillAcked(s) ==
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
    durable the nodes whose pages every owner wrote. After a split the node keeps
    only a suffix of what was spilled; its pages' owners are the ranks that wrote
-   them only if the offset is a multiple of R. *)
+   them only if the offset is a multiple of R (DurableSplit = "reference", as the
+   reference does, marks the node whatever the offset). *)
 SpillAck ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ spills # <<>>
     /\ SpillAckDue
@@ -721,15 +903,16 @@ SpillAck ==
 HasReloadTarget(rid) == ReloadTarget(nodes, requests[rid]).anchor # NoNode
 
 ReloadMark(rid) ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ InPhase(rid, "queued")
     /\ ~requests[rid].tried
     /\ HasReloadTarget(rid)
     /\ reload_candidates' = (rid :> ReloadTarget(nodes, requests[rid])) @@ reload_candidates
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, spills, reloads,
-                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
+                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
 
 \* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
@@ -737,7 +920,8 @@ ReloadFloor == Max2(1, LoadBackThreshold \div P)
 (* Decide candidate rid: claim the pages every rank has (at least the
    load-back floor, and a clean attach); join the in-flight reload of the same
    pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
-   Reserve does). Otherwise only the mark is dropped and the request recomputes.
+   Reserve does, and keeping the evictions when it cannot fit). Otherwise only
+   the mark is dropped and the request recomputes.
    Every outcome is a step: the decision is the effect, not a guard. *)
 ReloadReserved(s, rid, v) ==
     LET cand == s.reload_candidates[rid]
@@ -752,8 +936,12 @@ ReloadReserved(s, rid, v) ==
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
             IN [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]
-       ELSE IF Len(s.reloads) >= ReloadInflight \/ ~HasRun(room.s.l2_free, c)
+       ELSE IF Len(s.reloads) >= ReloadInflight
        THEN s0
+       \* cannot fit even after evicting the snapshot: the evictions stay (the run is
+       \* the whole claim's; under local_host_alloc rank v made room for its own pages)
+       ELSE IF ~HasRun(room.s.l2_free, c)
+       THEN room.s
        ELSE [room.s EXCEPT
                !.l2_free = @ \ (base .. base + c - 1),
                !.reloads = Append(@, [key |-> key, anchor |-> cand.anchor,
@@ -763,6 +951,7 @@ ReloadReserved(s, rid, v) ==
                                       base |-> base, length |-> c])]
 
 ReloadReserve(rid) ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ rid \in DOMAIN reload_candidates
     /\ Become(Decided("ReloadReserve", [v \in Views |-> ReloadReserved(State, rid, v)]))
@@ -786,9 +975,9 @@ ReloadDone(r, ok) ==
                                         l3[r][op.hashes[h - op.base + 1]]] @@ host_content
                           ELSE host_content
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, spill_queue, spills, reload_candidates,
-                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, diverged>>
+                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
 
 \* Every rank has read the reload at the head of `reloads`.
 HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
@@ -801,6 +990,7 @@ HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
    the check made at reserve: the node attaches under the anchor as it was then,
    still in the tree with a clean miss below it or not. *)
 ReloadAdmit ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ HeadReloadRead
     /\ LET op == Head(reloads)
@@ -815,15 +1005,15 @@ ReloadAdmit ==
                                           owner |-> next_id]) @@ objects
                /\ next_id' = next_id + 1
                /\ clock' = clock + 1
-               /\ UNCHANGED <<l2_free, host_content>>
+               /\ UNCHANGED <<prepared, l2_free, host_content>>
           ELSE /\ l2_free' = l2_free \cup pages
                /\ host_content' = [h \in pages |-> NoContent] @@ host_content
-               /\ UNCHANGED <<nodes, objects, next_id, clock>>
+               /\ UNCHANGED <<prepared, nodes, objects, next_id, clock>>
     /\ reloads' = Tail(reloads)
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
-    /\ UNCHANGED <<next_rid, dev_free, pending, writes, requests, write_done, dev_content,
+    /\ UNCHANGED <<prepared, next_rid, dev_free, pending, writes, requests, write_done, dev_content,
                    spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
-                   disk_faults, l3, spill_staged, diverged>>
+                   disk_faults, l3, spill_staged, roundvars, diverged>>
 
 \* Some reload holds a request: the reload clock has something to release.
 SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
@@ -831,15 +1021,16 @@ SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
 \* One tick of the reload clock: the waiters of a reload whose ttl runs out are
 \* released to recompute; its reservation stays until it is admitted or aborted.
 ReloadExpire ==
+    /\ RoundClosed
     /\ L3 > 0
     /\ SomeReloadHolds
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
-                   disk_faults, l3, spill_staged, diverged>>
+                   disk_faults, l3, spill_staged, roundvars, diverged>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
@@ -853,20 +1044,20 @@ DiskFail(r) ==
     /\ FaultsLeft
     /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
     /\ disk_faults' = disk_faults + 1
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
-                   spill_staged, diverged>>
+                   spill_staged, roundvars, diverged>>
 
 DiskRecover(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ ~disk_ok[r]
     /\ disk_ok' = [disk_ok EXCEPT ![r] = TRUE]
-    /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
+    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, spill_done, reload_done,
-                   disk_faults, l3, spill_staged, diverged>>
+                   disk_faults, l3, spill_staged, roundvars, diverged>>
 
 -----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,
@@ -884,13 +1075,16 @@ Next ==
     \/ \E rid \in RequestIds : Finish(rid)
     \/ \E rid \in RequestIds : Abort(rid)
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
-    \/ \E n \in NodeIds : Reserve(n)
+    \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
+    \/ \E rid \in RequestIds, fits \in BOOLEAN : Prepare(rid, fits)
     \/ \E r \in Ranks : WriteDone(r)
+    \/ \E r \in Ranks : CommitCall(r)
     \/ Commit
     \/ \E n \in NodeIds : Rollback(n)
     \/ \E n \in NodeIds : EvictDevice(n)
     \/ \E n \in NodeIds : EvictHost(n)
     \/ \E rid \in RequestIds : LoadBack(rid)
+    \/ \E r \in Ranks : LoadDone(r)
     \/ SpillSubmit
     \/ \E r \in Ranks : SpillGathered(r)
     \/ \E r \in Ranks, ok \in BOOLEAN : SpillDone(r, ok)
@@ -903,17 +1097,31 @@ Next ==
     \/ \E r \in Ranks : DiskFail(r)
     \/ \E r \in Ranks : DiskRecover(r)
 
-(* The rank steps are fair: a rank with a write to finish finishes it, and what
-   every rank finished is committed; a rank with a reload to read reads it, and
+\* A request with a prepared backup settles it: it is inserted or aborted (the
+\* scheduler runs every forward pass to its insert).
+PreparedSettles(rid) ==
+    /\ rid \in DOMAIN prepared
+    /\ prepared[rid] # NoNode
+    /\ Insert(rid) \/ Abort(rid)
+
+(* The rank steps are fair: a rank with a write to finish finishes it (strongly:
+   a rank waiting in a round of the commit collective cannot, so a write is
+   enabled only between rounds, as often as they end), every rank enters the
+   commit collective while a backup is in flight, and what every rank finished
+   is committed; a rank with a reload to read reads it, and
    what every rank read is admitted or aborted. The reload clock is fair too:
    while a reload holds a request, it ticks (ReloadExpire), which alone
    releases every held request within ReloadTTL ticks. Nothing else is fair:
    requests, evictions, spills and faults may stop at any point. *)
-Fairness == /\ \A r \in Ranks : WF_vars(WriteDone(r))
+Fairness == /\ \A r \in Ranks : SF_vars(WriteDone(r))
+            /\ \A r \in Ranks : WF_vars(CommitCall(r))
             /\ WF_vars(Commit)
             /\ \A r \in Ranks : WF_vars(\E ok \in BOOLEAN : ReloadDone(r, ok))
             /\ WF_vars(ReloadAdmit)
             /\ WF_vars(ReloadExpire)
+            /\ IF PreparedBackups
+               THEN \A rid \in RequestIds : WF_vars(PreparedSettles(rid))
+               ELSE TRUE
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -945,25 +1153,40 @@ Residency ==
         /\ nd.dev = <<>> => nd.host # NoObject /\ nd.host \in DOMAIN objects /\ objects[nd.host].committed
         /\ (nd.dev # <<>> /\ nd.parent # Root) => nodes[nd.parent].dev # <<>>
 
-\* 3. `lock` counts the holders (requests whose lock covers the node, and its
-\*    pending backup); a locked node is on L1.
+\* 3. `lock` counts the holders (requests whose lock covers the node, its
+\*    pending backup, and load-backs in flight whose lock covers it); a locked
+\*    node is on L1.
 Locks ==
     LET holders(n) == Cardinality({q \in DOMAIN requests :
                                      requests[q].phase # "queued" /\ n \in PathToRoot(nodes, requests[q].node)})
                       + Bit(n \in pending)
-    IN /\ \A q \in DOMAIN requests :
+                      + Cardinality({j \in DOMAIN loads : n \in PathToRoot(nodes, loads[j].node)})
+    IN /\ \A j \in DOMAIN loads : loads[j].node \in DOMAIN nodes
+       /\ \A q \in DOMAIN requests :
               /\ requests[q].phase = "queued" => requests[q].node = Root
               /\ requests[q].node \in DOMAIN nodes
               /\ (requests[q].phase = "matched" /\ requests[q].node # Root) => nodes[requests[q].node].dev # <<>>
        /\ \A n \in DOMAIN nodes : nodes[n].lock = holders(n)
        /\ \A n \in DOMAIN nodes \ {Root} : nodes[n].lock > 0 => nodes[n].dev # <<>>
 
+\* The node ids of the prepared backups not attached yet.
+PreparedIds == {prepared[q] : q \in DOMAIN prepared} \ {NoNode}
+
 \* 4. A pending backup is in `writes` once, its node locked, on L1, unbacked, not
 \*    evictable (as the contract defines it, whatever defect the model has) and not
-\*    split (its object still has the node's length).
+\*    split (its object still has the node's length). A prepared one belongs to a
+\*    matched request, has an id taken and no node yet, an uncommitted object of
+\*    its own, and a write no rank has finished.
 Pending ==
     /\ Len(writes) = Cardinality(Range(writes))
-    /\ Range(writes) = pending
+    /\ Range(writes) = pending \cup PreparedIds
+    /\ \A q \in DOMAIN prepared :
+          /\ q \in DOMAIN requests /\ requests[q].phase = "matched"
+          /\ prepared[q] # NoNode =>
+                LET p == prepared[q]
+                IN /\ p \notin DOMAIN nodes /\ p \notin pending /\ p < next_id
+                   /\ p \in DOMAIN objects /\ ~objects[p].committed /\ objects[p].owner = p
+                   /\ \A r \in Ranks : write_done[r] < IndexOf(writes, p)
     /\ \A n \in pending :
           /\ n \in DOMAIN nodes
           /\ nodes[n].lock > 0
@@ -976,13 +1199,20 @@ Pending ==
     /\ \A r \in Ranks : write_done[r] \in 0 .. Len(writes)
 
 \* 5. The device pages of the nodes, of the requests and the free set partition
-\*    the device pool: no leak, no double use.
+\*    the device pool: no leak, no double use. A load-back in flight copies each
+\*    host page into the page its node holds at that page's index in its object.
 DevicePages ==
     /\ UNION {Range(nodes[n].dev) : n \in DOMAIN nodes}
          \cup UNION {Range(requests[q].pages) : q \in DOMAIN requests} \cup dev_free = DevicePool
     /\ SumFn([n \in DOMAIN nodes |-> Len(nodes[n].dev)])
          + SumFn([q \in DOMAIN requests |-> Len(requests[q].pages)])
          + Cardinality(dev_free) = Cardinality(DevicePool)
+    /\ \A j \in DOMAIN loads : \A k \in 1 .. Len(loads[j].pages) :
+          LET p == loads[j].pages[k][1]
+          IN \E n \in DOMAIN nodes :
+                /\ p \in Range(nodes[n].dev)
+                /\ nodes[n].host \in DOMAIN objects
+                /\ objects[nodes[n].host].base + IndexOf(nodes[n].dev, p) - 1 = loads[j].pages[k][2]
 
 \* 6. The object ranges, the reloads' reservations and the free set partition
 \*    the host pool; each object belongs to exactly one committed node or pending
@@ -999,19 +1229,26 @@ HostPages ==
           THEN /\ objects[k].owner \in DOMAIN nodes
                /\ nodes[objects[k].owner].host = k
                /\ objects[k].length = Len(nodes[objects[k].owner].key)
-          ELSE k \in pending
+          ELSE k \in pending \cup PreparedIds
     /\ \A n \in DOMAIN nodes :
           (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects) => objects[nodes[n].host].owner = n
 
+\* Device pages whose load-back copy is still in flight on their owner rank.
+Copying == UNION {{loads[j].pages[k][1] : k \in {k \in 1 .. Len(loads[j].pages) :
+                                                     j > load_done[Lane(loads[j].pages[k][1])]}} : j \in DOMAIN loads}
+
 \* 7. Every page on L1, every page of a committed object and every L3 entry
-\*    (and every page staged for a spill) holds the KV of the prefix it claims;
-\*    free device pages are poisoned.
+\*    (and every page staged for a spill) holds the KV of the prefix it claims,
+\*    but a page whose load-back copy is in flight holds nothing yet; free device
+\*    pages are poisoned.
 Content ==
     /\ \A n \in DOMAIN nodes \ {Root} :
           LET pre == Prefix(nodes, n)
               above == Len(pre) - Len(nodes[n].key)
               h == nodes[n].host
-          IN /\ \A i \in DOMAIN nodes[n].dev : dev_content[nodes[n].dev[i]] = SubSeq(pre, 1, above + i)
+          IN /\ \A i \in DOMAIN nodes[n].dev :
+                   dev_content[nodes[n].dev[i]] = IF nodes[n].dev[i] \in Copying THEN NoContent
+                                                  ELSE SubSeq(pre, 1, above + i)
              /\ (h # NoObject /\ h \in DOMAIN objects) =>
                    \A i \in 1 .. Min2(objects[h].length, Len(nodes[n].key)) :
                        host_content[objects[h].base + i - 1] = SubSeq(pre, 1, above + i)
@@ -1053,8 +1290,9 @@ Reload ==
     /\ Len(spill_queue) <= SpillQueueCap
 
 \* 10. The counters the spec keeps: ids and stamps never run ahead of them; a
-\*     node's pin counts the spills that pin it; each rank's spill and reload
-\*     progress is within what is in flight; no disk holds more than L3 pages.
+\*     node's pin counts the spills that pin it; each rank's spill, reload and
+\*     load-back progress is within what is in flight (a load every rank has
+\*     done is no longer in flight); no disk holds more than L3 pages.
 Counts ==
     /\ \A n \in DOMAIN nodes : n < next_id /\ nodes[n].touched <= clock
     /\ \A q \in DOMAIN requests : q < next_rid
@@ -1065,6 +1303,15 @@ Counts ==
           /\ Len(spill_staged[r]) = spill_gathered[r] - Len(spill_done[r])
           /\ Len(reload_done[r]) <= Len(reloads)
           /\ Cardinality(DOMAIN l3[r]) <= L3
+          /\ load_done[r] <= Len(loads)
+    /\ loads # <<>> => \E r \in Ranks : load_done[r] = 0
+
+\* 12. Call k of the commit collective on every rank is one collective: in an
+\*     open round no rank has returned early from the call another rank
+\*     entered, and a round is open only while a backup is in flight.
+Collectives ==
+    /\ ~(\E r, q \in Ranks : commit_round[r] = 1 /\ commit_round[q] = 2)
+    /\ (\E r \in Ranks : commit_round[r] # 0) => writes # <<>>
 
 \* 13. Every rank takes the same decision at every replicated step: the model is
 \*     collective-free (only a defect in RankViewBugs lets a rank decide otherwise).

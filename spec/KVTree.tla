@@ -22,6 +22,8 @@ CONSTANTS
     Policy,         \* "write_through" or "write_back"
     L3,             \* pages each rank's disk holds; 0 = no L3 tier
     SpillQueueCap,  \* committed objects queued for a spill at most
+    UnbackedEvict,  \* "reference": an unbacked leaf with L2-only children is a device victim (orphans them)
+    DurableSplit,   \* "reference": a split's lower part keeps durable whatever the offset
     Bug             \* an injected defect (docs/defects.md), or "none"
 
 Root == 0
@@ -141,27 +143,30 @@ TouchPath(s, path) ==
 Enqueue(q, ns) == IF L3 = 0 THEN q
                   ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
 
-\* A node that cannot be split: its backup is pending or an in-flight spill pins it.
-\* (Under split_pending the split does not look for a backup in flight.)
-Unsplittable(s, n) == (n \in s.pending /\ Bug # "split_pending") \/ s.nodes[n].pin > 0
+\* A node that cannot be split: its backup is pending (the reference splits a node
+\* an in-flight spill pins). Under split_pending the split does not look for a
+\* backup in flight.
+Unsplittable(s, n) == n \in s.pending /\ Bug # "split_pending"
 
-(* Split n after `at` pages. The upper part is a new node (id next_id) with the
-   first `at` pages, their device pages and, when backed, their host pages as a
-   new object (queued for a spill); it inherits durable, lock, pin, hits and
-   stamp. The lower part keeps its id, its stamp and its object key, and stays
-   durable only if `at` is a multiple of R (else its pages' owners are not the
-   ranks that wrote them to disk). Never called on an unsplittable node. *)
+(* Split n after `at` pages, as the reference does. The upper part is a new node
+   (id next_id) with the first `at` pages, their device pages and, when backed,
+   their host pages as a new object (queued for a spill); it inherits lock, hits
+   and stamp, and is neither pinned nor durable (a new node of the reference has
+   neither). The lower part keeps its id, its stamp, its object key and its pin;
+   with DurableSplit = "fixed" it stays durable only if `at` is a multiple of R
+   (else its pages' owners are not the ranks that wrote them to disk), the
+   reference keeps the flag. Never called on an unsplittable node. *)
 SplitNode(s, n, at) ==
     LET nd == s.nodes[n]
         u == s.next_id
         upper == [parent |-> nd.parent, key |-> SubSeq(nd.key, 1, at),
                   dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
                   host |-> IF nd.host # NoObject THEN u ELSE NoObject,
-                  durable |-> nd.durable, lock |-> nd.lock, pin |-> nd.pin,
+                  durable |-> FALSE, lock |-> nd.lock, pin |-> 0,
                   hits |-> nd.hits, touched |-> nd.touched]
         lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
                             !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
-                            !.durable = nd.durable /\ at % R = 0]
+                            !.durable = nd.durable /\ (DurableSplit = "reference" \/ at % R = 0)]
         objs == IF nd.host = NoObject THEN s.objects
                 ELSE LET o == s.objects[nd.host]
                      IN (u :> [o EXCEPT !.length = at, !.owner = u])
@@ -172,7 +177,12 @@ SplitNode(s, n, at) ==
                  !.next_id = u + 1,
                  !.spill_queue = IF nd.host = NoObject THEN @ ELSE Enqueue(@, <<u>>)]
 
-(* Where a request's key meets the tree, as Match and Insert take it: the walk,
+(* A match covers a prompt but its last page: the reference matches at most
+   input_len - 1 tokens, floored to a page, which is one page short of the
+   prompt's pages whatever its sub-page tail. *)
+MatchKey(tokens) == SubSeq(tokens, 1, Len(tokens) - 1)
+
+(* Where a request's key meets the tree, as Insert takes it: the walk,
    whether the node the key diverges inside is split (it is unless it is
    unsplittable, and then the request stops above it), the state after that
    split, and the path of whole nodes down to where the key leaves the tree. *)
@@ -224,14 +234,15 @@ HeldOnL1(s, n, bug) ==
 (* Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and
    either backed (it keeps its host copy) or, under write_through, unbacked with
    no children at all (it is deleted; one with host-only children would orphan
-   them). Under write_back an unbacked leaf is written back first. *)
+   them, which the reference does: UnbackedEvict = "reference"). Under
+   write_back an unbacked leaf is written back first. *)
 DevEvictableUnder(s, n, bug) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
        /\ nd.dev # <<>>
        /\ ~HeldOnL1(s, n, bug)
        /\ ~ChildOnL1(s.nodes, n)
-       /\ nd.host = NoObject => WriteThrough /\ Children(s.nodes, n) = {}
+       /\ nd.host = NoObject => WriteThrough /\ (UnbackedEvict = "reference" \/ Children(s.nodes, n) = {})
 
 DevEvictable(s, n) == DevEvictableUnder(s, n, Bug)
 
@@ -289,11 +300,18 @@ FreeObject(s, k) ==
                  !.host_content = [h \in gone |-> NoContent] @@ @,
                  !.objects = Remove(@, {k})]
 
-\* Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted.
+\* n and every node below it.
+RECURSIVE Subtree(_, _)
+Subtree(ns, n) == {n} \cup UNION {Subtree(ns, c) : c \in Children(ns, n)}
+
+(* Drop a device victim: a backed node keeps its host copy, an unbacked one is
+   deleted. An unbacked one with (L2-only) children is a victim only under
+   UnbackedEvict = "reference": the subtree below it becomes unreachable and
+   leaves the tree, its objects stay allocated and owned by no node (leaked). *)
 EvictDeviceNode(s, n) ==
     LET freed == FreeDev(s, s.nodes[n].dev)
     IN IF s.nodes[n].host # NoObject THEN [freed EXCEPT !.nodes[n].dev = <<>>]
-       ELSE [freed EXCEPT !.nodes = Remove(@, {n})]
+       ELSE [freed EXCEPT !.nodes = Remove(@, Subtree(s.nodes, n))]
 
 \* Drop a host victim: free its object and delete the node.
 EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
@@ -343,12 +361,14 @@ PlanBase(s, n) ==
        /\ (nd.host # NoObject \/ WriteThrough)
 
 \* Evictable once the planned victims are gone; an unbacked node (deleted when
-\* evicted) must lose every child, and only to unbacked planned victims.
+\* evicted) must lose every child, and only to unbacked planned victims (under
+\* UnbackedEvict = "reference", as in the reference, it may keep L2-only ones).
 AfterPlan(s, n, planned) ==
-    /\ PlanBase(s, n)
-    /\ \A c \in Children(s.nodes, n) :
-         IF c \in planned THEN ~(s.nodes[n].host = NoObject /\ s.nodes[c].host # NoObject)
-         ELSE ~(s.nodes[c].dev # <<>> \/ s.nodes[n].host = NoObject)
+    LET strict == s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed"
+    IN /\ PlanBase(s, n)
+       /\ \A c \in Children(s.nodes, n) :
+            IF c \in planned THEN ~(strict /\ s.nodes[c].host # NoObject)
+            ELSE ~(s.nodes[c].dev # <<>> \/ strict)
 
 \* What evicting n would unlock: the contribution of its nearest ancestor on L1.
 RECURSIVE UnlockFrom(_, _, _, _)
@@ -397,8 +417,8 @@ EvictAll(s, victims) ==
     IF victims = <<>> THEN s ELSE EvictAll(EvictDeviceNode(s, Head(victims)), Tail(victims))
 
 -----------------------------------------------------------------------------
-(* Load-back: the whole nodes directly below a request's lock, along its key,
-   that are only on L2. *)
+(* Load-back: the whole nodes directly below a request's lock, along its match
+   key, that are only on L2. *)
 
 RECURSIVE HostRunFrom(_, _, _, _, _)
 HostRunFrom(ns, tokens, cur, i, run) ==
@@ -411,7 +431,7 @@ HostRunFrom(ns, tokens, cur, i, run) ==
             THEN run
        ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c))
 
-HostRun(ns, req) == HostRunFrom(ns, req.tokens, req.node, Len(Prefix(ns, req.node)), <<>>)
+HostRun(ns, req) == HostRunFrom(ns, MatchKey(req.tokens), req.node, Len(Prefix(ns, req.node)), <<>>)
 
 \* The pages of a run of nodes.
 RunPages(ns, run) == SumSeq([k \in DOMAIN run |-> Len(ns[run[k]].key)])

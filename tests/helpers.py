@@ -41,12 +41,29 @@ def serve(s: ClusterState, rid: int, tokens: list[int], out_pages: int = 0, fini
     return s
 
 
+def commit_round(s: ClusterState) -> ClusterState:
+    """One round of the commit collective: every rank's CommitCall, then Commit."""
+    s = run(s, *(T("CommitCall", rank=r) for r in range(s.config.R)))
+    return run(s, T("Commit"))
+
+
+def COMMIT(R: int) -> tuple[Transition, ...]:
+    """The transitions of one round of the commit collective on R ranks, for a log."""
+    return tuple(T("CommitCall", rank=r) for r in range(R)) + (T("Commit"),)
+
+
+def load_back(s: ClusterState, rid: int) -> ClusterState:
+    """LoadBack, then every rank's LoadDone."""
+    s = run(s, T("LoadBack", rid=rid))
+    return run(s, *(T("LoadDone", rank=r) for r in range(s.config.R)))
+
+
 def backup(s: ClusterState, nid: int) -> ClusterState:
-    """Reserve, every rank's WriteDone, Commit."""
-    s = run(s, T("Reserve", node=nid))
+    """Reserve, every rank's WriteDone, one commit round."""
+    s = run(s, T("Reserve", node=nid, fits=True))
     for r in range(s.config.R):
         s = run(s, T("WriteDone", rank=r))
-    return run(s, T("Commit"))
+    return commit_round(s)
 
 
 def fresh(**kw: Any) -> ClusterState:

@@ -29,9 +29,9 @@ def ci_graph():
 def test_conform_finds_the_graphs_equal_on_ci(ci_graph):
     res = conform("ci", tlc=ci_graph)
     assert res.equal, res.to_json()["examples"]
-    # kvsm explore --config small: 31,473 states, 128,084 distinct labelled edges
-    assert (res.tlc_states, res.model_states) == (31473, 31473)
-    assert (res.tlc_edges, res.model_edges) == (128084, 128084)
+    # kvsm explore --config small: 224,863 states, 591,682 distinct labelled edges
+    assert (res.tlc_states, res.model_states) == (224863, 224863)
+    assert (res.tlc_edges, res.model_edges) == (591682, 591682)
     assert res.examples == []
 
 
@@ -62,6 +62,19 @@ def test_ci_has_a_reservation_that_must_evict_host_leaves(ci_graph):
     a, b = evicting[0]
     gone = {n[0] for n in a.nodes} - {n[0] for n in b.nodes}
     assert all(n[4] is not None and not n[3] for n in a.nodes if n[0] in gone)  # host-only nodes
+
+
+def test_ci_has_a_reserve_that_cannot_fit_and_keeps_its_evictions(ci_graph):
+    # Reserve(n, fits = false): host leaves gone, no backup started
+    failed = [(a, b) for a, b in _edges(ci_graph, "Reserve") if a.pending == b.pending]
+    assert failed
+    assert all({n[0] for n in a.nodes} > {n[0] for n in b.nodes} for a, b in failed)
+
+
+def test_ci_splits_a_node_at_a_full_prompt_hit(ci_graph):
+    # a request whose whole prompt is one cached node matches all but its last page,
+    # which splits the node: a Match that adds a node
+    assert any(len(b.nodes) == len(a.nodes) + 1 for a, b in _edges(ci_graph, "Match"))
 
 
 def test_ci_commits_with_ranks_out_of_step(ci_graph):

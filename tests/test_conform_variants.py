@@ -20,23 +20,28 @@ from kvsm.tla.runner import spec_dir
 pytestmark = pytest.mark.tlc
 
 BASE = dict(R=2, P=1, L1=1, L2=2, Policy='"write_through"', WriteThreshold=1, LoadBackThreshold=1, MaxRequests=3,
-            MaxLive=1, L3=0, SpillQueueCap=8, SpillInflight=1, ReloadInflight=1, ReloadTTL=2, MaxDiskFaults=0, Bug='"none"')
+            MaxLive=1, L3=0, SpillQueueCap=8, SpillInflight=1, ReloadInflight=1, ReloadTTL=2, MaxDiskFaults=0,
+            CommitEntry='"fixed"',
+            UnbackedEvict='"fixed"', DurableSplit='"fixed"', PreparedBackups='FALSE', Bug='"none"')
 PROMPTS = (((1, 2), 0), ((1, 3), 0), ((4, 5), 0))
 INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", "HostPages", "Content", "Durable",
-              "Reload", "Counts", "Agreement", "MC_NodeIdsCovered")
+              "Reload", "Counts", "Collectives", "Agreement", "MC_NodeIdsCovered")
 
 # name: (constants that differ from BASE, prompts, transitions the variant must reach)
 VARIANTS = {
-    "write_back": (dict(Policy='"write_back"'), PROMPTS, {"Reserve", "Commit", "Rollback", "LoadBack", "EvictHost"}),
-    "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "Commit", "LoadBack"}),
-    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), PROMPTS, {"Reserve", "Commit", "LoadBack"}),
+    "write_back": (dict(Policy='"write_back"'), PROMPTS, {"Reserve", "CommitCall", "Commit", "Rollback", "LoadBack", "LoadDone", "EvictHost"}),
+    "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "CommitCall", "Commit", "LoadBack", "LoadDone"}),
+    # three-page prompts: a match covers all but the last page, and a load-back needs two
+    "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), (((1, 2, 3), 0), ((1, 2, 4), 0)),
+                     {"Reserve", "Commit", "LoadBack"}),
     "two_tokens_a_page": (dict(P=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
 }
 
 
 def _write_model(d: Path, name: str, consts: dict, prompts: tuple) -> Path:
-    shutil.copy(spec_dir() / "KVCache.tla", d / "KVCache.tla")
+    for module in spec_dir().glob("KV*.tla"):  # the spec and the modules it extends or instantiates
+        shutil.copy(module, d / module.name)
     ps = ", ".join(f"[pages |-> <<{', '.join(map(str, pages))}>>, out_pages |-> {out}]" for pages, out in prompts)
     (d / f"MC_{name}.tla").write_text(
         f"---- MODULE MC_{name} ----\nEXTENDS KVCache\nMC_Prompts == {{{ps}}}\nMC_NodeIds == 1 .. 8\n"

@@ -37,6 +37,8 @@ SAMPLES = {
     "Split": "Split node=3 at=1",
     "WriteDone": "WriteDone r=1",
     "SpillDone": "SpillDone r=0 ok=false",
+    "Reserve": "Reserve node=3 fits=true",
+    "Prepare": "Prepare rid=3 fits=false",
     "ReloadDone": "ReloadDone r=1 ok=true",
     "Commit": "Commit",
 }
@@ -211,14 +213,14 @@ def test_a_bug_case_must_pass_without_its_bug(tmp_path, monkeypatch):
     right = REGISTRY["Commit"]
     monkeypatch.setitem(REGISTRY, "Commit", replace(right, apply=lambda s, t: replace(right.apply(s, t), write_done=s.write_done)))
     monkeypatch.setattr(corpus_run, "config_with_bug", lambda cfg, bug: replace(cfg, bug=bug))
-    steps = "Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nReserve node=1\nWriteDone r=0\nWriteDone r=1\nCommit\n"
+    steps = "Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nReserve node=1 fits=true\nWriteDone r=0\nWriteDone r=1\nCommitCall r=0\nCommitCall r=1\nCommit\n"
     p = _write(tmp_path, "c", _case(steps, "case c\nshows s\nconfig small\nbug double_free\n"
                                     "violation 4 Pending: rank 0 has finished 1 of 0 writes\n"
                                     "violation 4 Pending: rank 1 has finished 1 of 0 writes\n"))
     fails, _ = verify_case(read_case(str(p)))
     # the patched Commit is wrong with and without the "bug": the buggy run is as the case
     # says, but the run without the bug violates too, which the verifier names
-    assert [(f.line, f.why.split(":")[0]) for f in fails] == [(14, "without bug double_free the model still violates an invariant after Commit")]
+    assert [(f.line, f.why.split(":")[0]) for f in fails] == [(16, "without bug double_free the model still violates an invariant after Commit")]
 
 
 # ---- add -------------------------------------------------------------------------------------------------
@@ -245,13 +247,15 @@ def test_add_shrinks_a_violating_log_to_a_case_no_single_removal_keeps_failing(t
     log = _long_violating_walk(tmp_path)
     res = runner.invoke(app, ["corpus", "add", str(log), "--name", "commit-forgets", "--dir", str(tmp_path / "traces")])
     assert res.exit_code == 0, res.output
-    assert "shrunk" in res.output and "to 7" in res.output
+    assert "shrunk" in res.output and "to 9" in res.output
     case = read_case(str(tmp_path / "traces" / "commit-forgets.txt"))
     steps = case.steps
-    assert [t.name for t in steps] == ["Arrive", "Match", "Insert", "Reserve", "WriteDone", "WriteDone", "Commit"]
+    # a round of the commit collective: the calls and the copies in some order, then Commit
+    assert [t.name for t in steps[:4]] == ["Arrive", "Match", "Insert", "Reserve"] and steps[-1].name == "Commit"
+    assert sorted(t.name for t in steps[4:-1]) == ["CommitCall", "CommitCall", "WriteDone", "WriteDone"]
     cfg = case.config
     target = first_failure(cfg, steps)
-    assert target is not None and target[0] == 7
+    assert target is not None and target[0] == 9
     for i in range(len(steps)):  # no single removal keeps the same failure
         got = first_failure(cfg, steps[:i] + steps[i + 1 :])
         assert got is None or got[1].key != target[1].key

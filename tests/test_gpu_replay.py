@@ -75,7 +75,7 @@ def logs(tmp_path_factory) -> dict[str, Path]:
         # the built-in two-rank config, at the first seed whose walk backs pages up
         "small": _first_walk_with("small", 100, d / "small.jsonl", {"store"}),
         # four ranks, two payload regions, many commits and load-backs
-        "four": _write_walk(d / "four.toml", 300, 3, d / "four.jsonl"),
+        "four": _write_walk(d / "four.toml", 300, 6, d / "four.jsonl"),
         # a simulated run: the scheduler's interleavings, timing and evictions
         "sim": first_sim_with(d / "sim.jsonl", 2, "l1,l2", {"store", "load", "poison_dev"}),
     }

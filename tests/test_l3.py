@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from kvsm import content
+from kvsm.invariants import violations
 from kvsm.state import Rejected
 from kvsm.transitions import apply, enabled
 from kvsm.transitions.reload import claimable
 
-from .helpers import T, backup, fresh, node_by_key, run, serve
+from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
 
 
 def l3(**kw):
@@ -76,7 +77,7 @@ def test_spill_then_reload_round_trip():
     new = node_by_key(s, (1, 2, 3))
     n = s.nodes[new]
     assert n.durable and not n.dev and n.host == new and s.objects[new].committed
-    s = run(s, T("Match", rid=rid), T("LoadBack", rid=rid))
+    s = load_back(run(s, T("Match", rid=rid)), rid)
     assert [s.dev_content[p] for p in s.nodes[new].dev] == list(content.prefix_content((1, 2, 3)))
 
 
@@ -92,9 +93,11 @@ def test_identical_reloads_piggyback_on_one_op():
 def test_owner_misalignment_after_a_split_lowers_the_claim_instead_of_claiming_absent_pages():
     s, nid = durable_prefix(l3(R=2), [1, 2, 3, 4])
     # a request diverging after page 1 splits the node at an odd offset
-    s = run(s, T("Arrive", rid=s.next_rid, tokens=[1, 9], out_pages=0), T("Match", rid=s.next_rid))
+    s = run(s, T("Arrive", rid=s.next_rid, tokens=[1, 9, 9], out_pages=0), T("Match", rid=s.next_rid))
     upper = node_by_key(s, (1,))
-    assert s.nodes[upper].durable and not s.nodes[nid].durable  # lower part's owners moved
+    # the upper part is a new node, not durable (as in the reference); the lower part's
+    # owners moved, so under durable_split = "fixed" it is not durable either
+    assert not s.nodes[upper].durable and not s.nodes[nid].durable
     s = run(s, T("Insert", rid=s.next_rid - 1), T("Finish", rid=s.next_rid - 1))
     # drop the lower part [2, 3, 4] from both tiers; its pages are still on the disks
     s = drop_everywhere(s, nid)
@@ -110,8 +113,8 @@ def test_owner_misalignment_after_a_split_lowers_the_claim_instead_of_claiming_a
 
 def test_an_aligned_split_keeps_both_parts_claimable():
     s, nid = durable_prefix(l3(R=2), [1, 2, 3, 4])
-    s = run(s, T("Arrive", rid=s.next_rid, tokens=[1, 2, 9], out_pages=0), T("Match", rid=s.next_rid))
-    assert s.nodes[nid].durable and s.nodes[node_by_key(s, (1, 2))].durable
+    s = run(s, T("Arrive", rid=s.next_rid, tokens=[1, 2, 9, 9], out_pages=0), T("Match", rid=s.next_rid))
+    assert s.nodes[nid].durable and not s.nodes[node_by_key(s, (1, 2))].durable
     s = run(s, T("Insert", rid=s.next_rid - 1), T("Finish", rid=s.next_rid - 1))
     s = drop_everywhere(s, nid)
     rid = s.next_rid
@@ -176,10 +179,10 @@ def test_spill_queue_is_capped_and_stale_entries_are_dropped():
     s = serve(s, 0, [1])
     s = serve(s, 1, [2])
     a, b = node_by_key(s, (1,)), node_by_key(s, (2,))
-    s = run(s, T("Reserve", node=a), T("Reserve", node=b))
+    s = run(s, T("Reserve", node=a, fits=True), T("Reserve", node=b, fits=True))
     for r in range(2):
         s = run(s, T("WriteDone", rank=r), T("WriteDone", rank=r))
-    s = run(s, T("Commit"))
+    s = commit_round(s)
     assert s.spill_queue == (a,)  # b was dropped: the queue was full
     s = run(s, T("EvictDevice", node=a), T("EvictHost", node=a), T("SpillSubmit"))
     assert s.spill_queue == () and s.spills == ()  # a was gone: dropped, nothing submitted
@@ -214,3 +217,53 @@ def test_load_back_keeps_the_request_s_reload_mark():
     assert after.reload_tried and after.node != before.node
     assert (after.id, after.tokens, after.out_pages, after.phase, after.pages) == (
         before.id, before.tokens, before.out_pages, before.phase, before.pages)
+
+
+def test_a_pinned_node_is_split_and_its_spill_reads_the_pages_it_pinned():
+    s = serve(l3(), 0, [1, 2, 3])
+    nid = node_by_key(s, (1, 2, 3))
+    s = run(backup(s, nid), T("SpillSubmit"), T("SpillGathered", rank=0))
+    assert s.nodes[nid].pin == 1
+    # the reference splits a node an in-flight spill pins (only a pending backup blocks)
+    s = run(s, T("Arrive", rid=1, tokens=[1, 9, 9], out_pages=0), T("Match", rid=1))
+    upper = node_by_key(s, (1,))
+    assert s.nodes[upper].pin == 0 and s.nodes[nid].pin == 1 and s.nodes[nid].key == (2, 3)
+    assert s.spill_queue == (upper,)  # the new upper object is queued for its own spill
+    # rank 1 gathers after the split: still the three pages the op pinned, from the start
+    s = run(s, T("SpillGathered", rank=1))
+    assert [e.pages for e in s.effects] == [((s.objects[upper].base + 1, s.spills[0].hashes[1]),)]
+    s = run(s, T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"))
+    # offset 1 is not a multiple of R = 2: the lower part's pages are not on their owners
+    assert not s.nodes[nid].durable and s.nodes[nid].pin == 0
+
+
+def test_durable_split_reference_keeps_a_misaligned_lower_part_durable():
+    s, nid = durable_prefix(l3(R=2, durable_split="reference"), [1, 2, 3])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 9, 9], out_pages=0), T("Match", rid=1), check=False)
+    assert s.nodes[nid].durable and s.nodes[nid].key == (2, 3)
+    assert any(v.startswith("8 Durable") for v in violations(s)), violations(s)
+
+
+def test_durable_split_reference_marks_a_misaligned_lower_part_at_the_ack():
+    s = serve(l3(R=2, durable_split="reference"), 0, [1, 2, 3])
+    nid = node_by_key(s, (1, 2, 3))
+    s = run(backup(s, nid), T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 9, 9], out_pages=0), T("Match", rid=1))
+    s = run(s, T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"), check=False)
+    assert s.nodes[nid].durable
+    assert any(v.startswith("8 Durable") for v in violations(s)), violations(s)
+
+
+def test_a_reload_that_cannot_fit_keeps_the_evictions_it_made():
+    s, nid = durable_prefix(l3(L2=3), [1, 2])
+    s = drop_everywhere(s, nid)
+    s = serve(s, 1, [6])
+    six = node_by_key(s, (6,))
+    s = run(backup(s, six), T("EvictDevice", node=six))  # (6): an L2-only leaf on host page 0
+    s = serve(s, 2, [5], finish=False)
+    s = backup(s, node_by_key(s, (5,)))  # (5) holds host page 1, on L1: not a host leaf
+    rid = s.next_rid
+    s = run(s, T("Arrive", rid=rid, tokens=[1, 2, 7], out_pages=0), T("ReloadMark", rid=rid))
+    s = run(s, T("ReloadReserve", rid=rid))
+    # two pages do not fit even without (6): no reload, the mark is dropped, (6) is gone
+    assert s.reloads == () and rid not in s.reload_candidates and six not in s.nodes

@@ -20,8 +20,9 @@ from kvsm.transitions import REGISTRY
 
 pytestmark = pytest.mark.tlc
 
-# kvsm explore --config l3: 520,793 states, 2,471,659 distinct labelled edges, depth 50
-L3_STATES, L3_EDGES, L3_DEPTH = 520793, 2471659, 50
+# kvsm explore --config l3: 577,784 states, 2,728,667 distinct labelled edges, depth 52
+# (520,793, 2,471,659 and 50 before the load-back became asynchronous)
+L3_STATES, L3_EDGES, L3_DEPTH = 577784, 2728667, 52
 
 
 def test_the_l3_model_has_the_constants_of_the_l3_config():
@@ -234,11 +235,11 @@ def _three_request_log(path, steps):
 
 def _spilled_then_split(T):
     """[1, 2] spilled to both disks (rank 0: page [1], rank 1: page [1, 2]); then [1, 3]
-    splits it after one page: node 2 = [1] (durable), node 1 = [2] (no longer durable:
-    its page's owner moved), node 3 = [3] below node 2."""
+    splits it after one page: node 2 = [1] (a new node: not durable), node 1 = [2] (no
+    longer durable: its page's owner moved), node 3 = [3] below node 2."""
     return [
         T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0),
-        T("Reserve", node=1), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"), T("Finish", rid=0),
+        T("Reserve", node=1, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"), T("Finish", rid=0),
         T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1),
         T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"),
         T("Arrive", rid=1, tokens=[1, 3], out_pages=0), T("Match", rid=1), T("Insert", rid=1),
@@ -271,8 +272,10 @@ def test_the_spec_aborts_a_reload_at_admit_when_its_anchor_changed(tmp_path):
 
     T = Transition.make
     steps = _spilled_then_split(T) + [
-        T("Reserve", node=3), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"), T("Finish", rid=1),
-        # the queue holds node 2 (the split's upper object, already durable: dropped) and node 3
+        T("Reserve", node=3, fits=True), T("WriteDone", rank=0), T("WriteDone", rank=1), T("Commit"), T("Finish", rid=1),
+        # the queue holds node 2 (the split's upper object) and node 3: both are spilled
+        T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1),
+        T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"),
         T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1),
         T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=True), T("SpillAck"),
         T("EvictDevice", node=3), T("EvictHost", node=3),  # (Reserve evicted node 1 from L2 to fit)

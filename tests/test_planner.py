@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import immutables
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +16,10 @@ from kvsm.state import ROOT_ID, Node, dev_victim_key
 from .helpers import config
 
 
-def random_tree(rng: random.Random, n: int, R: int, policy: str):
+def random_tree(rng: random.Random, n: int, R: int, policy: str, unbacked_evict: str = "fixed"):
     """A tree obeying the model's residency rule, with random locks, pending backups,
     hit counts, stamps and lane layouts."""
-    cfg = config(R=R, policy=policy)
+    cfg = config(R=R, policy=policy, unbacked_evict=unbacked_evict)
     raw = {ROOT_ID: dict(parent=-1, dev=True, host=False, lock=0, hits=0, touched=0, pages=0)}
     pending: set[int] = set()
     next_page = [0] * R
@@ -65,21 +66,37 @@ def random_tree(rng: random.Random, n: int, R: int, policy: str):
     R=st.integers(1, 4),
     policy=st.sampled_from(["write_through", "write_back"]),
     deficits=st.lists(st.integers(0, 40), min_size=4, max_size=4),
+    knob=st.sampled_from(["fixed", "reference"]),
 )
-def test_fast_planner_matches_the_reference(seed, n, R, policy, deficits):
-    view, candidates = random_tree(random.Random(seed), n, R, policy)
+def test_fast_planner_matches_the_reference(seed, n, R, policy, deficits, knob):
+    view, candidates = random_tree(random.Random(seed), n, R, policy, knob)
     d = deficits[:R]
     ref = plan_reference(view, d, candidates)
-    fast = plan(TreeView(view.get, view.is_pending, config(R=R, policy=policy)), d, candidates)
+    fast = plan(TreeView(view.get, view.is_pending, config(R=R, policy=policy, unbacked_evict=knob)), d, candidates)
     assert fast == ref
 
 
-def test_candidates_agree_with_the_models_evictability():
-    view, candidates = random_tree(random.Random(5), 60, 2, "write_through")
+@pytest.mark.parametrize("knob", ["fixed", "reference"])
+def test_candidates_agree_with_the_models_evictability(knob):
+    view, candidates = random_tree(random.Random(5), 60, 2, "write_through", knob)
     for nid in candidates:
         assert view.after_plan(nid, set())
     others = [i for i in range(61) if i not in candidates]
     assert not any(view.after_plan(i, set()) for i in others)
+
+
+def test_under_unbacked_evict_reference_an_unbacked_parent_of_l2_only_children_is_a_candidate():
+    # the reference's `_cp_device_node_is_load_back_victim_after_plan` asks only that
+    # every child be evicted or planned; the fixed model keeps such a parent (it would
+    # orphan its children)
+    found = {}
+    for knob in ("fixed", "reference"):
+        view, candidates = random_tree(random.Random(1), 60, 2, "write_through", knob)
+        found[knob] = {
+            i for i in candidates
+            if view.get(i).host is None and any(not view.get(c).dev for c in view.get(i).children.values())
+        }
+    assert not found["fixed"] and found["reference"]
 
 
 def test_unlock_contribution_picks_a_leaf_that_frees_a_contributing_parent():

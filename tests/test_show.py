@@ -45,9 +45,9 @@ def test_show_prints_the_state_after_a_step_of_a_log_or_a_case(tmp_path):
         "state after step 17  Insert rid=1\n"
         "tree\n"
         "  #0  root\n"
-        "  └─ #2  [1]  L1 p0(l0)  L2 h0  durable  lock 1  hits 2  touched 3\n"
-        "     ├─ #1  [2]  L2 h1  hits 1  touched 1\n"
-        "     └─ #3  [3]  L1 p1(l1)  lock 1  hits 1  touched 4\n"
+        "  └─ #2  [1]  L1 p0(l0)  L2 h0  lock 1  hits 2  touched 4\n"
+        "     ├─ #1  [2]  L2 h1  hits 1  touched 2\n"
+        "     └─ #3  [3]  L1 p1(l1)  lock 1  hits 1  touched 5\n"
     )
     log = tmp_path / "w.jsonl"
     assert runner.invoke(app, ["walk", "--config", "l3", "--steps", "40", "--seed", "2", "-o", str(log)]).exit_code == 0
@@ -57,18 +57,18 @@ def test_show_prints_the_state_after_a_step_of_a_log_or_a_case(tmp_path):
 
 
 def test_show_diff_prints_only_what_step_n_changed():
-    res = runner.invoke(app, ["show", str(ANCHOR), "--at", "38", "--diff"])
+    res = runner.invoke(app, ["show", str(ANCHOR), "--at", "44", "--diff"])
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("step 38  ReloadAdmit\nhost\n  ~ used 1/2 → 0/2  free h0 → h0..1\nreloads\n  - [1,3]")
+    assert res.output.startswith("step 44  ReloadAdmit\nhost\n  ~ used 1/2 → 0/2  free h0 → h0..1\nreloads\n  - [1,3]")
 
 
 def test_show_all_tells_every_step_as_a_story():
     res = runner.invoke(app, ["show", str(ANCHOR), "--all"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[0] == f"{ANCHOR}: config l3-three: R=2 P=1 L1=1/lane L2=2 L3=2/rank write_through slru, 38 steps"
+    assert lines[0] == f"{ANCHOR}: config l3-three: R=2 P=1 L1=1/lane L2=2 L3=2/rank write_through slru, 44 steps"
     assert [x for x in lines if x.startswith("step ")][:2] == ["step 1  Arrive rid=0 tokens=[1,2] out_pages=0", "step 2  Match rid=0"]
-    assert "initial state" in lines and "state after step 38" in lines
+    assert "initial state" in lines and "state after step 44" in lines
 
 
 def test_show_marks_a_violation_at_its_step(tmp_path, monkeypatch):
@@ -82,7 +82,7 @@ def test_show_marks_a_violation_at_its_step(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--at", "99"], "step 99 is beyond the 38 steps"),
+    (["--at", "99"], "step 99 is beyond the 44 steps"),
     (["--at", "3", "--all"], "--at and --all are alternatives"),
     (["--at", "0", "--diff"], "--diff needs a step N >= 1"),
     (["--sections", "tree,nosuch"], "unknown section 'nosuch'"),
@@ -101,7 +101,7 @@ def test_show_names_the_line_of_a_log_it_cannot_read(tmp_path):
 
 def test_the_viewer_holds_each_step_s_changes_and_violations(tmp_path, monkeypatch):
     d = data(read_run(ANCHOR), "anchor")
-    assert len(d["steps"]) == 39 and len(d["patches"]) == 38
+    assert len(d["steps"]) == 45 and len(d["patches"]) == 44
     assert d["steps"][17]["t"] == "Insert rid=1" and d["steps"][17]["line"] == 29
     # step 16 (Match rid=1) splits #1: it adds #2 and changes #1, removes nothing
     p = d["patches"][15]
@@ -115,7 +115,7 @@ def test_the_viewer_holds_each_step_s_changes_and_violations(tmp_path, monkeypat
 def test_the_viewer_is_one_file_that_loads_nothing_from_elsewhere(tmp_path):
     out = tmp_path / "v.html"
     res = runner.invoke(app, ["show", str(ANCHOR), "--html", str(out)])
-    assert res.exit_code == 0 and f"open {out}#step=38" in res.output
+    assert res.exit_code == 0 and f"open {out}#step=44" in res.output
     text = out.read_text()
     assert "<script src" not in text and "<link" not in text and "http://" not in text and "https://" not in text
     assert "@import" not in text and "url(" not in text
@@ -141,7 +141,7 @@ def test_the_viewer_opens_at_the_step_in_its_url_and_highlights_what_changed(tmp
     out = tmp_path / "anchor.html"
     assert runner.invoke(app, ["show", str(ANCHOR), "--html", str(out)]).exit_code == 0
     dom = _browse("--dump-dom", f"file://{out}#step=16").stdout
-    assert "step 16: Match rid=1   (line 28)" in dom and "step 16 / 38" in dom
+    assert "step 16: Match rid=1   (line 28)" in dom and "step 16 / 44" in dom
     # the split: #2 is new (green), #1 changed (yellow) with its changed fields marked
     assert 'class="node added" data-key="node 2"' in dom
     assert 'class="node changed" data-key="node 1"' in dom and 'class="f fchanged"' in dom

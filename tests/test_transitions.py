@@ -10,7 +10,7 @@ from kvsm.invariants import violations
 from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected
 from kvsm.transitions import apply, enabled
 
-from .helpers import T, backup, fresh, node_by_key, run, serve
+from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
 
 
 def rejects(s, t, fragment: str) -> None:
@@ -55,6 +55,16 @@ def test_insert_allocates_page_k_in_lane_k_mod_R_and_takes_out_pages():
     assert [s.dev_content[p] for p in n.dev] == list(content.prefix_content((1, 2, 3)))
 
 
+def test_a_full_prompt_hit_leaves_its_last_page_to_be_recomputed():
+    s = serve(fresh(), 0, [1, 2, 3])
+    whole = node_by_key(s, (1, 2, 3))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1))
+    # the match covers the prompt but its last page, and splits the node there
+    upper, last = node_by_key(s, (1, 2)), node_by_key(s, (3,))
+    assert last == whole and s.requests[1].node == upper and s.nodes[last].lock == 0
+    s = run(s, T("Insert", rid=1))
+    # the forward pass recomputed page 3; the insert finds it cached and counts a hit
+    assert s.requests[1].node == last and s.nodes[last].hits == 2 and s.nodes[upper].hits == 2
 
 
 def test_match_touches_nodes_root_to_leaf_with_increasing_clock():
@@ -62,14 +72,14 @@ def test_match_touches_nodes_root_to_leaf_with_increasing_clock():
     s = serve(s, 1, [1, 2])
     s = serve(s, 2, [1, 2, 3])
     a, b, c = (node_by_key(s, k) for k in [(1,), (2,), (3,)])
-    s = run(s, T("Arrive", rid=3, tokens=[1, 2, 3], out_pages=0), T("Match", rid=3))
+    s = run(s, T("Arrive", rid=3, tokens=[1, 2, 3, 4], out_pages=0), T("Match", rid=3))
     assert s.nodes[a].touched < s.nodes[b].touched < s.nodes[c].touched == s.clock
 
 
 def test_match_stops_above_a_node_whose_backup_is_pending():
     s = serve(fresh(), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     s = run(s, T("Arrive", rid=1, tokens=[1, 2, 9], out_pages=0), T("Match", rid=1))
     assert s.nodes[nid].key == (1, 2, 3)  # not split
     assert s.requests[1].node == ROOT_ID
@@ -79,8 +89,8 @@ def test_match_stops_above_a_node_whose_backup_is_pending():
 
 def test_insert_counts_a_hit_on_nodes_already_on_l1():
     s = serve(fresh(), 0, [1, 2])
-    s = serve(s, 1, [1, 2])
-    assert s.nodes[node_by_key(s, (1, 2))].hits == 2
+    s = serve(s, 1, [1, 2])  # its match split (1, 2) after one page; both parts hit
+    assert s.nodes[node_by_key(s, (1,))].hits == 2 and s.nodes[node_by_key(s, (2,))].hits == 2
 
 
 
@@ -147,7 +157,7 @@ def test_split_is_enabled_only_where_a_request_needs_it():
 def test_split_never_splits_a_pending_backup():
     s = serve(fresh(), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid), T("Arrive", rid=1, tokens=[1, 9], out_pages=0))
+    s = run(s, T("Reserve", node=nid, fits=True), T("Arrive", rid=1, tokens=[1, 9], out_pages=0))
     rejects(s, T("Split", node=nid, at=1), "no live request")
     assert not [t for t in enabled(s) if t.name == "Split"]
 
@@ -158,7 +168,7 @@ def test_split_never_splits_a_pending_backup():
 def test_reserve_takes_the_lowest_free_run_and_locks_the_node():
     s = serve(fresh(), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
-    s = run(s, T("Reserve", node=nid))
+    s = run(s, T("Reserve", node=nid, fits=True))
     assert s.objects[nid].base == 0 and not s.objects[nid].committed
     assert s.pending[nid].locked and s.writes == (nid,) and s.nodes[nid].lock == 1
 
@@ -166,28 +176,47 @@ def test_reserve_takes_the_lowest_free_run_and_locks_the_node():
 def test_reserve_respects_the_write_through_threshold():
     s = serve(fresh(write_threshold=2), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
-    rejects(s, T("Reserve", node=nid), "not eligible")
+    rejects(s, T("Reserve", node=nid, fits=True), "not eligible")
     s = serve(s, 1, [1, 2])
-    run(s, T("Reserve", node=nid))
+    run(s, T("Reserve", node=nid, fits=True))
 
 
 
 
 
 
-def test_reserve_rejects_when_even_evicting_every_host_leaf_is_not_enough():
+def test_reserve_that_cannot_fit_changes_nothing_without_host_leaves():
     s = serve(fresh(L2=2), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
     before = s.digest()
-    rejects(s, T("Reserve", node=nid), "no free run of 3 host pages")
-    # recomputed from the whole state (not the memo): the evictions tried were not kept
+    rejects(s, T("Reserve", node=nid, fits=True), "no free run of 3 host pages")
+    rejects(s, T("Reserve", node=nid, fits=False), "no host leaf to evict")
+    # recomputed from the whole state (not the memo): nothing was written in place
     assert s.untracked().digest() == before and violations(s) == []
+    assert not [t for t in enabled(s) if t.name == "Reserve"]
+
+
+def test_reserve_that_cannot_fit_keeps_the_evictions_it_made():
+    s = fresh(L2=3)
+    s, a = _host_only(s, 0, [1])
+    s = serve(s, 1, [2, 3], finish=False)  # decoding: (2, 3) stays on L1
+    b = node_by_key(s, (2, 3))
+    s = backup(s, b)  # host pages 1-2, a node on L1: not a host leaf
+    s = serve(s, 2, [4, 5])
+    c = node_by_key(s, (4, 5))
+    assert [t for t in enabled(s) if t.name == "Reserve"] == [T("Reserve", node=c, fits=False)]
+    rejects(s, T("Reserve", node=c, fits=True), "fits is false")
+    s = run(s, T("Reserve", node=c, fits=False))
+    # the reference's evict-to-fit released host leaf (1) before it gave up, and that stays
+    assert a not in s.nodes and a not in s.objects and c not in s.pending
+    assert list(s.l2_free[0]) == [(0, 1)]
+    assert [e.kind for e in s.effects] == ["poison_host"]
 
 
 def test_write_done_copies_only_the_ranks_own_pages():
     s = serve(fresh(R=2), 0, [1, 2, 3])
     nid = node_by_key(s, (1, 2, 3))
-    s = run(s, T("Reserve", node=nid), T("WriteDone", rank=1))
+    s = run(s, T("Reserve", node=nid, fits=True), T("WriteDone", rank=1))
     obj = s.objects[nid]
     written = {p for p in range(obj.base, obj.base + obj.length) if p in s.host_content}
     assert written == {obj.base + 1}  # page index 1 sits in lane 1
@@ -195,6 +224,55 @@ def test_write_done_copies_only_the_ranks_own_pages():
     rejects(s, T("WriteDone", rank=1), "finished all 1")
 
 
+def test_a_commit_round_with_an_unfinished_rank_commits_nothing():
+    s = serve(fresh(R=2), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0))
+    before = s.digest()
+    s = commit_round(s)  # the MIN is 0: the collective returns and changes nothing
+    assert s.digest() == before and a in s.pending
+
+
+def test_commit_calls_pair_up_and_block_replicated_steps():
+    s = serve(fresh(R=2), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("CommitCall", rank=1))
+    assert s.commit_round == (0, 1)
+    rejects(s, T("CommitCall", rank=1), "already reached the commit call")
+    # rank 1 waits in the collective: no replicated step until the round completes, and its
+    # count of finished writes is the one it entered with
+    rejects(s, T("Rollback", node=a), "replicated steps wait for the round")
+    rejects(s, T("Arrive", rid=1, tokens=[2], out_pages=0), "replicated steps wait for the round")
+    rejects(s, T("WriteDone", rank=1), "waits in the commit collective")
+    rejects(s, T("Commit"), "every rank has entered")
+    s = run(s, T("WriteDone", rank=0), T("CommitCall", rank=0), T("Commit"))
+    assert s.commit_round == (0, 0) and a in s.pending and s.write_done == (1, 0)
+
+
+def test_commit_call_needs_a_backup_in_flight():
+    s = serve(fresh(R=2), 0, [1])
+    rejects(s, T("CommitCall", rank=0), "no backup is in flight")
+
+
+def test_reference_commit_call_returns_early_on_an_empty_ack_queue():
+    """Under commit_call = "reference" a rank whose own ack queue is empty returns before
+    the collective; a rank whose queue holds an ack enters it: the calls no longer pair."""
+    s = serve(fresh(R=2, commit_call="reference"), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0), T("CommitCall", rank=0))
+    s = apply(s, T("CommitCall", rank=1))
+    assert s.commit_round == (1, 2)
+    assert violations(s) == ["12 Collectives: ranks [0] entered the commit collective and ranks [1] returned early from the same call"]
+    rejects(s, T("Commit"), "every rank has entered")
+
+
+def test_reference_commit_calls_that_all_return_early_issue_no_collective():
+    s = serve(fresh(R=2, commit_call="reference"), 0, [1])
+    a = node_by_key(s, (1,))
+    s = run(s, T("Reserve", node=a), T("CommitCall", rank=0))
+    assert s.commit_round == (2, 0)
+    s = run(s, T("CommitCall", rank=1))
+    assert s.commit_round == (0, 0)
 
 
 
@@ -235,6 +313,18 @@ def test_unbacked_node_with_host_children_is_not_evicted_from_l1():
     assert all(k[2] != parent for k in s.dev_index)
 
 
+def test_unbacked_evict_reference_orphans_the_l2_only_children_and_leaks_their_objects():
+    s = serve(fresh(unbacked_evict="reference"), 0, [1])
+    s = serve(s, 1, [1, 2])
+    parent, child = node_by_key(s, (1,)), node_by_key(s, (2,))
+    s = run(backup(s, child), T("EvictDevice", node=child))
+    assert s.dev_index.first()[2] == parent  # the reference's `evict` takes it
+    s = run(s, T("EvictDevice", node=parent), check=False)
+    assert parent not in s.nodes and child not in s.nodes  # unreachable from the root
+    assert s.objects[child].committed  # its L2 pages stay allocated, owned by no node
+    assert [v for v in violations(s) if v.startswith("6 ")] == [f"6 HostPages: committed object {child} belongs to no node"]
+
+
 def test_evict_host_frees_the_object_and_removes_the_node():
     s = serve(fresh(), 0, [1, 2])
     nid = node_by_key(s, (1, 2))
@@ -255,9 +345,53 @@ def _host_only(s, rid, key):
 
 
 
+def test_load_back_is_asynchronous_each_rank_copies_its_own_lane():
+    s, nid = _host_only(fresh(R=2), 0, [1, 2, 3])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1))
+    n = s.nodes[nid]
+    expect = content.prefix_content((1, 2, 3))
+    # issued: the pages are the node's and locked (the load's lock and the request's), empty
+    assert n.dev and n.lock == 2 and s.load_done == (0, 0)
+    assert not any(p in s.dev_content for p in n.dev) and not s.effects
+    rejects(s, T("Insert", rid=1), "load-back is still in flight")
+    s = run(s, T("LoadDone", rank=1))
+    assert [e.page for e in s.effects] == [n.dev[1]] and s.dev_content[n.dev[1]] == expect[1]
+    assert n.dev[0] not in s.dev_content and s.load_done == (0, 1) and s.nodes[nid].lock == 2
+    rejects(s, T("LoadDone", rank=1), "finished all 1 loads")
+    s = run(s, T("LoadDone", rank=0))
+    assert [s.dev_content[p] for p in n.dev] == list(expect)
+    assert s.loads == () and s.load_done == (0, 0) and s.nodes[nid].lock == 1
+    s = run(s, T("Insert", rid=1))
+
+
+def test_an_aborted_request_leaves_its_load_back_locked_until_every_copy_lands():
+    s, nid = _host_only(fresh(R=2), 0, [1, 2])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1),
+            T("LoadDone", rank=0), T("Abort", rid=1))
+    assert s.nodes[nid].lock == 1 and all(k[2] != nid for k in s.dev_index)
+    rejects(s, T("EvictDevice", node=nid), "no node can be evicted from L1")
+    s = run(s, T("LoadDone", rank=1))
+    assert s.nodes[nid].lock == 0 and s.dev_index.first()[2] == nid
+    s = run(s, T("EvictDevice", node=nid))
+
+
+def test_a_page_written_while_its_load_is_in_flight_breaks_content():
+    """What the load's lock prevents (the ground of the injected defect load_uaf): a page
+    that a load still targets is written by someone else (freed and reused by an insert's
+    forward pass), and the Content invariant says so."""
+    from kvsm.tx import Tx
+
+    s, nid = _host_only(fresh(R=1, L1=2), 0, [1, 2])
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1), T("Abort", rid=1))
+    tx = Tx(s)
+    tx.fill_dev(s.nodes[nid].dev[0], 12345)
+    bad = violations(tx.commit())
+    assert bad == [f"7 Content: device page {s.nodes[nid].dev[0]} of node {nid} (page 0) holds content while rank 0's load-back copy into it is in flight"]
+
+
 def test_load_back_respects_the_threshold_in_tokens():
     s, nid = _host_only(fresh(P=16, load_back_threshold=64), 0, [1, 2, 3])
-    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3, 4], out_pages=0), T("Match", rid=1))
     rejects(s, T("LoadBack", rid=1), "48 tokens is below the load-back threshold 64")
 
 

@@ -1,4 +1,4 @@
-"""The from-scratch check of invariants 1-10, decided fast (`kvsm.checking`): `holds`
+"""The from-scratch check of invariants 1-10 and 12, decided fast (`kvsm.checking`): `holds`
 recomputes every invariant from the state's values, remembering pure functions for the
 value they were last computed from; `full_violations` asks `kvsm.invariants.violations`
 to name what fails."""
@@ -13,11 +13,11 @@ from typing import Any
 from .. import content
 from ..digest import MOD, free_page_hash, memo_hash, page_weight
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
-from ..invariants import NAMES, contract, violations
+from ..invariants import NAMES, contract, prepared_ids, prepared_violations, violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key
 
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
-# the invariants of a state (all but 11, Ownership, which is of a transition's effects)
+# the invariants of a state (every one but 11, Ownership, which is of a transition)
 STATE_INVARIANTS = tuple(k for k in INVARIANTS if not k.startswith("11 "))
 
 _CHAIN: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
@@ -145,8 +145,48 @@ def _l3_facts(m: Any) -> tuple[bool, Counter, set]:
     return ok, Counter(map(_FIRST, keys)), keys
 
 
+def _copying(s: ClusterState) -> frozenset[int]:
+    """Device pages a load-back still copies on their owner rank (they hold nothing yet)."""
+    R = s.config.R
+    return frozenset(p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[p % R])
+
+
+def _loads_hold(s: ClusterState) -> bool:
+    """5: each in-flight copy targets the page its node holds at the copied page's index;
+    10: per-rank load progress in range and in normal form; 12: the commit round pairs."""
+    nodes, R = s.nodes, s.config.R
+    if s.loads:
+        held_at = {}
+        for op in s.loads:
+            for p, _ in op.pages:
+                held_at[p] = None
+        for nid, n in nodes.items():
+            for i, p in enumerate(n.dev):
+                if p in held_at:
+                    held_at[p] = (nid, i)
+        for op in s.loads:
+            for p, hp in op.pages:
+                w = held_at[p]
+                if w is None:
+                    return False
+                n = nodes[w[0]]
+                obj = s.objects.get(n.host) if n.host is not None else None
+                if obj is None or obj.base + w[1] != hp:
+                    return False
+        if min(s.load_done) > 0:
+            return False
+    for r in range(R):
+        if not 0 <= s.load_done[r] <= len(s.loads):
+            return False
+    rounds = s.commit_round
+    if any(rounds):
+        if any(c not in (0, 1, 2) for c in rounds) or (1 in rounds and 2 in rounds) or not s.writes:
+            return False
+    return True
+
+
 def holds(s: ClusterState) -> bool:
-    """Whether invariants 1-10 and 13 all hold in `s`: exactly `violations(s) == []`."""
+    """Whether invariants 1-10, 12 and 13 all hold in `s`: exactly `violations(s) == []`."""
     cfg = s.config
     nodes = s.nodes
     R, L2 = cfg.R, cfg.L2
@@ -198,6 +238,7 @@ def holds(s: ClusterState) -> bool:
 
     # 2 Residency, 7 Content, 8 Durable, 9 node-object lengths, 10 ondev, stamps, ids
     clock = s.clock
+    copying = _copying(s) if s.loads else frozenset()
     max_id = -1
     used: list[int] = []
     for nid, n in nodes.items():
@@ -229,7 +270,8 @@ def holds(s: ClusterState) -> bool:
         if n.hashes != expect:
             return False
         if dev and tuple(map(dc.get, dev)) != expect[: len(dev)]:
-            return False
+            if not copying or any(dc.get(p) != (None if p in copying else expect[i]) for i, p in enumerate(dev)):
+                return False
         if obj is not None:
             if obj.owner != nid or not (n.pages == obj.length == len(n.hashes)):
                 return False
@@ -266,6 +308,13 @@ def holds(s: ClusterState) -> bool:
     for nid, pend in pending.items():
         if pend.locked:
             holders[nid] += 1
+    for op in s.loads:
+        cur = op.node
+        if cur not in nodes:
+            return False
+        while cur != ROOT_ID:
+            holders[cur] += 1
+            cur = nodes[cur].parent
     for nid, n in nodes.items():
         if n.lock != holders.get(nid, 0):
             return False
@@ -274,7 +323,10 @@ def holds(s: ClusterState) -> bool:
 
     # 4 Pending
     writes = s.writes
-    if len(writes) != len(set(writes)) or set(writes) != set(pending.keys()):
+    prepared = prepared_ids(s)
+    if len(writes) != len(set(writes)) or set(writes) != set(pending.keys()) | prepared:
+        return False
+    if s.prepared and prepared_violations(s):
         return False
     for nid, pend in pending.items():
         n = nodes.get(nid)
@@ -331,6 +383,8 @@ def holds(s: ClusterState) -> bool:
         elif key in pending:
             if pending[key].obj != key:
                 return False
+        elif key in prepared:
+            pass
         else:
             ops = [op for op in s.reloads if op.obj == key]
             if len(ops) != 1 or obj.length != len(ops[0].hashes):
@@ -384,6 +438,8 @@ def holds(s: ClusterState) -> bool:
             return False
         if per_rank.get(r, 0) != s.l3_used[r] or per_rank.get(r, 0) > cfg.L3:
             return False
+    if not _loads_hold(s):
+        return False
     if s.sums is not None and s.sums != recompute_sums_fast(s):
         return False
     return True

@@ -9,9 +9,9 @@ from collections import Counter
 from typing import Any
 
 from .. import effects as fx
-from ..invariants import NAMES, agreement_violation, contract
+from ..invariants import NAMES, agreement_violation, contract, prepared_ids, prepared_violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
-from .full import STATE_INVARIANTS, _chain
+from .full import INVARIANTS, STATE_INVARIANTS, _chain
 
 
 class _Shadow:
@@ -60,7 +60,7 @@ def _move(index: dict, who: Any, old: Any, new: Any) -> None:
 
 
 def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...], sh: _Shadow, stats: Any = None) -> list[str]:
-    """Invariants 1-10 over what one transition from `B` to `A` wrote (`written`: the keys
+    """Invariants 1-10 and 12 over what one transition from `B` to `A` wrote (`written`: the keys
     it set or deleted per map of `kvsm.digest_sums.MAP_COMPONENTS`); updates `sh`."""
     nodes_w, objects_w, pending_w, requests_w, devc_w, hostc_w, cand_w, l3_w = written
     out: list[str] = []
@@ -143,6 +143,21 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
     for k in hostc_w:
         host_pages.add(k % L2)
 
+    # in-flight load-backs: the pages each still copies, and the nodes whose locks they hold
+    loads_changed = A.loads is not B.loads or A.load_done is not B.load_done
+    copying = _copying(A) if A.loads else frozenset()
+    if A.loads is not B.loads:
+        for S in (A, B):
+            for op in S.loads:
+                if op.node in An:
+                    lockset.add(op.node)
+    if loads_changed:
+        # a page whose copy landed now holds what its node says (LoadDone writes it, or
+        # deletes it when the host page held nothing)
+        for p in (_copying(B) if B.loads else frozenset()) - copying:
+            dev_pages.add(p)
+            devc_w = set(devc_w) | {p}
+
     # ---- 1 Tree, 2 Residency, 7 Content, 8 Durable, 9 Reload (per node) ---------------------
     content_checked: set[int] = set()
     if ROOT_ID in nodes:
@@ -220,7 +235,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             and (obj is None or obj is B.objects.get(a.host))
         )
         if not same:
-            _node_content(A, nid, a, p.last_content, obj, bad)
+            _node_content(A, nid, a, p.last_content, obj, bad, copying)
             content_checked.add(nid)
         if a.durable and (not same or not b.durable):
             for i, h in enumerate(a.hashes):
@@ -234,7 +249,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
         for cid in a.children.values():
             if cid not in content_checked:
                 c = An[cid]
-                _node_content(A, cid, c, a.last_content, A.objects.get(c.host) if c.host is not None else None, bad)
+                _node_content(A, cid, c, a.last_content, A.objects.get(c.host) if c.host is not None else None, bad, copying)
                 content_checked.add(cid)
     if any(v.startswith("1 ") for v in out):
         return out  # the rest reads the tree (children, paths) that is broken
@@ -268,6 +283,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             continue
         pend = Ap.get(nid)
         want = sh.req_at.get(nid, 0) + (1 if pend is not None and pend.locked else 0)
+        want += sum(1 for op in A.loads if op.node == nid)
         for cid in n.children.values():
             c = An[cid]
             cp = Ap.get(cid)
@@ -278,9 +294,13 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             bad(3, f"node {nid} is locked but not on L1")
 
     # ---- 4 Pending ---------------------------------------------------------------------------
-    if pending_w or A.writes is not B.writes:
-        if len(A.writes) != len(set(A.writes)) or set(A.writes) != set(Ap.keys()):
-            bad(4, f"writes {list(A.writes)} and pending {sorted(Ap.keys())} disagree")
+    prepared = prepared_ids(A)
+    if pending_w or A.writes is not B.writes or A.prepared is not B.prepared:
+        if len(A.writes) != len(set(A.writes)) or set(A.writes) != set(Ap.keys()) | prepared:
+            bad(4, f"writes {list(A.writes)} and pending {sorted(Ap.keys())} (and prepared {sorted(prepared)}) disagree")
+    if A.prepared and (A.prepared is not B.prepared or A.writes is not B.writes or A.write_done is not B.write_done
+                       or requests_w or objects_w or nodes_w):
+        out.extend(prepared_violations(A))
     for nid in nodes:
         pend = Ap.get(nid)
         if pend is None:
@@ -370,6 +390,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
         elif key in Ap:
             if Ap[key].obj != key:
                 bad(6, f"uncommitted object {key} and its pending backup disagree")
+        elif key in prepared:
+            pass
         else:
             ops = [op for op in A.reloads if op.obj == key]
             if len(ops) != 1:
@@ -380,17 +402,20 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
     # ---- 7 Content of the pages written directly -----------------------------------------------
     for p in devc_w:
         c = A.dev_content.get(p)
-        if c is None:
+        if c is None and (not loads_changed or p in copying):
             continue
         holders = sh.dev.get(p, ())
         if not holders:
-            bad(7, f"free device page {p} still holds content (not poisoned)")
+            if c is not None:
+                bad(7, f"free device page {p} still holds content (not poisoned)")
             continue
         kind, who = holders[0]
         if kind == "node" and who not in content_checked:
             n = An[who]
             i = n.dev.index(p)
-            if c != n.hashes[i]:
+            if p in copying:
+                bad(7, f"device page {p} of node {who} (page {i}) holds content while rank {lane_of(p, R)}'s load-back copy into it is in flight")
+            elif c != n.hashes[i]:
                 bad(7, f"device page {p} of node {who} (page {i}) does not hold its prefix's KV")
     for k in hostc_w:
         page = k % L2
@@ -522,10 +547,52 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
                 bad(10, f"rank {r}'s disk holds more than {cfg.L3} pages")
     if A.next_id < B.next_id or A.clock < B.clock or A.next_rid < B.next_rid:
         bad(10, "a counter (next_id, clock or next_rid) went back")
+
+    # ---- 5, 10: in-flight load-backs (few pages: checked whole while any is in flight) ----------
+    if A.loads and (loads_changed or dev_pages or nodes):
+        for op in A.loads:
+            for p, hp in op.pages:
+                holders = sh.dev.get(p, ())
+                if not holders or holders[0][0] != "node":
+                    bad(5, f"a load-back in flight targets device page {p}, which {_holder(holders[0]) if holders else 'the free list'} holds, not a node")
+                    continue
+                n = An[holders[0][1]]
+                i = n.dev.index(p)
+                obj = A.objects.get(n.host) if n.host is not None else None
+                if obj is None or obj.base + i != hp:
+                    bad(5, f"a load-back in flight copies host page {hp} into device page {p}, page {i} of node {n.id}, which is not that page's copy")
+        if min(A.load_done) > 0:
+            bad(10, f"the oldest load-back is done on every rank {list(A.load_done)} but still in flight")
+    if loads_changed:
+        for op in A.loads:
+            if op.node not in An:
+                bad(3, f"a load-back in flight locks missing node {op.node}")
+        for r in range(R):
+            if not 0 <= A.load_done[r] <= len(A.loads):
+                bad(10, f"rank {r} has finished {A.load_done[r]} of {len(A.loads)} loads in flight")
+
+    # ---- 12 Collectives ------------------------------------------------------------------------
+    rounds = A.commit_round
+    if rounds is not B.commit_round or A.writes is not B.writes:
+        if any(c not in (0, 1, 2) for c in rounds):
+            bad(12, f"commit round {list(rounds)} holds an unknown position")
+        entered = [r for r, c in enumerate(rounds) if c == 1]
+        skipped = [r for r, c in enumerate(rounds) if c == 2]
+        if entered and skipped:
+            bad(12, f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
+        if any(rounds) and not A.writes:
+            bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
+
+    # ---- 13 Agreement ------------------------------------------------------------------------
     disagreement = agreement_violation(A)
     if disagreement:
         bad(13, disagreement)
     return out
+
+
+def _copying(s: ClusterState) -> frozenset[int]:
+    R = s.config.R
+    return frozenset(p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[p % R])
 
 
 def _last(n: Any) -> int | None:
@@ -542,13 +609,16 @@ def _path(s: ClusterState, nid: int) -> list[int]:
     return out
 
 
-def _node_content(A: ClusterState, nid: int, n: Any, prev: int, obj: Any, bad: Any) -> None:
+def _node_content(A: ClusterState, nid: int, n: Any, prev: int, obj: Any, bad: Any, copying: frozenset = frozenset()) -> None:
     expect = _chain(prev, n.key)
     if n.hashes != expect:
         bad(7, f"node {nid} carries page hashes that are not its prefix's")
     dc = A.dev_content
     for i, p in enumerate(n.dev):
-        if dc.get(p) != expect[i]:
+        if p in copying:
+            if p in dc:
+                bad(7, f"device page {p} of node {nid} (page {i}) holds content while rank {lane_of(p, A.config.R)}'s load-back copy into it is in flight")
+        elif dc.get(p) != expect[i]:
             bad(7, f"device page {p} of node {nid} (page {i}) does not hold its prefix's KV")
     if obj is not None:
         hc = A.host_content

@@ -159,7 +159,7 @@ def base_config(base: str | None) -> Config:
 
 def overrides(cfg: Config, base: str | None) -> dict[str, Any]:
     """The fields of `cfg` (as JSON) that differ from the base config, in field order."""
-    want, have = cfg.to_json(), base_config(base).to_json()
+    want, have = cfg.to_json(all_fields=True), base_config(base).to_json(all_fields=True)
     return {k: want[k] for k in CONFIG_FIELDS if want[k] != have[k]}
 
 

@@ -10,8 +10,9 @@ transition, refused for the same reason with its numbers ignored).
 Removing a step changes what later steps refer to, so a candidate is replayed with its
 references re-resolved: request ids are renumbered in arrival order (the steps of a
 request whose `Arrive` is gone go too), a node is found again by its prefix (the page
-symbols from the root to its end), a split by the prefix it cuts at, and `EvictDevice` /
-`EvictHost` take the victim the replicated order picks then (the only one they may take).
+symbols from the root to its end), a split by the prefix it cuts at, `EvictDevice` /
+`EvictHost` take the victim the replicated order picks then (the only one they may take),
+and a disk step's `ok` and a `Reserve`'s `fits` are what the state implies then.
 """
 
 from __future__ import annotations
@@ -147,13 +148,17 @@ def _cut(s: ClusterState, prefix: tuple[int, ...]) -> tuple[int, int] | None:
 
 
 def _apply(s: ClusterState, t: Transition) -> tuple[ClusterState, Transition]:
-    """Apply `t`; a disk step whose `ok` the state no longer implies takes the other."""
+    """Apply `t`; a disk step whose `ok`, or a `Reserve` whose `fits`, the state no longer
+    implies takes the other."""
     try:
         return apply(s, t), t
     except Rejected:
-        if t.name not in ("SpillDone", "ReloadDone"):
+        if t.name in ("SpillDone", "ReloadDone"):
+            other = Transition.make(t.name, rank=t.rank, ok=not t.arg("ok"))
+        elif t.name == "Reserve":
+            other = Transition.make(t.name, node=t.arg("node"), fits=not t.arg("fits"))
+        else:
             raise
-        other = Transition.make(t.name, rank=t.rank, ok=not t.arg("ok"))
         return apply(s, other), other
 
 
@@ -229,7 +234,9 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
                 # go together, wherever they sit
                 i += 1 if chunk <= 8 else chunk
         if chunk > 1:
-            chunk //= 2
+            # every size of window up to 8 (a round of the commit collective on R ranks is
+            # R + 1 steps that only go together), halving above
+            chunk = chunk // 2 if chunk > 8 else chunk - 1
         elif not progressed:
             break
     return Shrunk(best, target, k, True)

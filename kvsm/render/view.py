@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .. import content
-from ..state import ROOT_ID, ClusterState, Node
+from ..state import ROOT_ID, ROUND_IN, ROUND_SKIPPED, ClusterState, Node
 
 # lists longer than this are clipped to their first few and last entries with a count
 CLIP = 8
@@ -78,7 +78,7 @@ class Section:
 View = tuple[Section, ...]
 
 SECTIONS = (
-    "clock", "tree", "lanes", "host", "writes", "disks", "spill-queue", "spills",
+    "clock", "tree", "lanes", "host", "writes", "loads", "disks", "spill-queue", "spills",
     "reload-candidates", "reloads", "requests", "content",
 )
 
@@ -330,7 +330,11 @@ def _host(s: ClusterState) -> Section:
 
 def _writes(s: ClusterState) -> Section:
     R = s.config.R
-    items = [Item("writes", "", tuple(Field(f"r{r} done", str(d)) for r, d in enumerate(s.write_done)))]
+    # the open round of the commit collective: who has entered its call, who returned early
+    entered = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == ROUND_IN) or "-"
+    early = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == ROUND_SKIPPED) or "-"
+    items = [Item("writes", "", tuple(Field(f"r{r} done", str(d)) for r, d in enumerate(s.write_done))
+                  + (Field("in the commit call", entered, "-"), Field("returned early", early, "-")))]
     for i, nid in enumerate(s.writes):
         obj = s.objects.get(nid)
         by = [f"r{r}" for r in range(R) if s.write_done[r] > i]
@@ -346,6 +350,20 @@ def _writes(s: ClusterState) -> Section:
             )
         )
     return Section("writes", "writes", tuple(items))
+
+
+def _loads(s: ClusterState) -> Section:
+    """Load-backs in flight, oldest first: each copy `pN(lK)←hM` (host page M into device
+    page N, copied by rank K) and each rank's progress."""
+    R = s.config.R
+    items = []
+    for i, op in enumerate(s.loads):
+        fields = [Field("copies", clip([f"p{p}(l{p % R})←h{h}" for p, h in op.pages]) or "-", kind="bare")]
+        for r in range(R):
+            fields.append(Field(f"r{r}", "done" if s.load_done[r] > i else "-"))
+        key = f"load {op.node} {op.pages[0][0] if op.pages else ''}"
+        items.append(Item(key, _nid(op.node), tuple(fields), order=(i,)))
+    return Section("loads", "loads", tuple(items))
 
 
 def _disks(s: ClusterState, names: Names) -> Section:
@@ -429,6 +447,15 @@ def _reloads(s: ClusterState, names: Names) -> Section:
     return Section("reloads", "reloads", tuple(items))
 
 
+def _prepared(s: ClusterState, rid: int) -> str:
+    """A request's prepared write-through backup: the node id taken for it, or that its
+    reserve did not fit; "" when it has none."""
+    if rid not in s.prepared:
+        return ""
+    nid = s.prepared[rid]
+    return "prepared backup did not fit" if nid is None else f"prepared backup {_nid(nid)}"
+
+
 def _requests(s: ClusterState) -> Section:
     R = s.config.R
     held = {w for op in s.reloads for w in op.waiters}
@@ -446,6 +473,7 @@ def _requests(s: ClusterState) -> Section:
                     Field("holds", _pages(q.pages, R), "-"),
                     Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
                     Field("held by a reload", "yes" if rid in held else "", "", "flag"),
+                    Field("prepared backup", _prepared(s, rid), "", "bare"),
                 ),
                 order=(rid,),
             )
@@ -458,31 +486,36 @@ def _content(s: ClusterState, names: Names) -> Section:
     a Content violation (pages of a backup still being written are not checked)."""
     items: list[Item] = []
     memo = names.memo
+    # pages a load-back still copies on their owner rank hold nothing yet, rightly
+    copying = frozenset(p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[p % s.config.R]) \
+        if s.loads else frozenset()
     for nid in sorted(s.nodes.keys()):
         n = s.nodes[nid]
         obj = s.objects.get(n.host) if n.host is not None else None
         hit = memo.get(("content", nid))
         known = len(names.names)  # a page named since is printed by its name
-        if hit is not None and hit[0] is n and hit[1] is s.dev_content and hit[2] is s.host_content and hit[3] is obj and hit[4] == known:
-            items += hit[5]
+        if hit is not None and hit[0] is n and hit[1] is s.dev_content and hit[2] is s.host_content and hit[3] is obj \
+                and hit[4] == known and hit[5] == copying:
+            items += hit[6]
             continue
-        mine = _content_of(s, n, obj, names)
-        memo[("content", nid)] = (n, s.dev_content, s.host_content, obj, known, mine)
+        mine = _content_of(s, n, obj, names, copying)
+        memo[("content", nid)] = (n, s.dev_content, s.host_content, obj, known, copying, mine)
         items += mine
     return Section("content", "content (pages that do not hold what their node says)", tuple(items))
 
 
-def _content_of(s: ClusterState, n: Node, obj: Any, names: Names) -> list[Item]:
+def _content_of(s: ClusterState, n: Node, obj: Any, names: Names, copying: frozenset = frozenset()) -> list[Item]:
     items = []
     nid = n.id
     L2 = s.config.L2
     for i, p in enumerate(n.dev):
-        want = n.hashes[i] if i < len(n.hashes) else None
+        want = n.hashes[i] if i < len(n.hashes) and p not in copying else None
         got = s.dev_content.get(p)
         if got != want:
+            expected = "nothing yet, its load is in flight" if p in copying else names.show(want)
             items.append(
                 Item(f"content p{p}", f"L1 p{p}", (Field("holds", names.show(got) if got is not None else "nothing"),
-                                                   Field("expected", f"{names.show(want)} (#{nid} page {i})")))
+                                                   Field("expected", f"{expected} (#{nid} page {i})")))
             )
     if obj is None or not obj.committed:
         return items
@@ -510,6 +543,8 @@ def build(s: ClusterState, names: Names | None = None) -> View:
         (Field("clock", str(s.clock)), Field("next node", _nid(s.next_id)), Field("next request", f"r{s.next_rid}")),
     )
     sections = [Section("clock", "", (scalars,)), _tree(s, nm.memo), _lanes(s, nm.memo), _host(s), _writes(s)]
+    if s.loads:
+        sections.append(_loads(s))
     if s.config.L3:
         sections += [_disks(s, nm), _spill_queue(s), _spills(s, nm), _candidates(s), _reloads(s, nm)]
     sections.append(_requests(s))

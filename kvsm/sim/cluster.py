@@ -14,6 +14,12 @@ names the step: a rank whose procedure applies other transitions than the log's
 (compared after every procedure), and a rank whose replicated digest differs from
 the log's at a sync point.
 
+A rank's `LoadDone` (its copies of a load-back landed) reaches its own replica at once
+and the others' at the next sync point (`learn_loads`): a batch's forward pass waits for
+every rank's copies, so no replicated decision comes between. At a sync point every
+rank reaches the commit collective's call (`CommitCall`, its own replica first), the
+others learn each call (`learn_calls`), and `Commit` completes the round.
+
 With L3, a rank's own spill and reload progress (`SpillGathered`, `SpillDone`,
 `ReloadDone`) and its disk's state (`DiskFail`, `DiskRecover`) likewise reach its
 replica at once and the others' replicas only at the next L3 collective (`learn_l3`),
@@ -91,6 +97,9 @@ class Cluster:
         self._unseen: list[Transition] = []  # the log's replicated transitions since then
         # per rank: its L3 steps that the other ranks' replicas have not learnt yet
         self._l3_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
+        # per rank: its LoadDone and CommitCall steps the other ranks' replicas have not learnt
+        self._loads_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
+        self._calls_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
 
     @property
     def state(self) -> ClusterState:
@@ -158,12 +167,15 @@ class Cluster:
                 ) from None
             if t.name in L3_LOCAL:
                 self._l3_unseen[rank].append(t)
+            elif t.name == "LoadDone":
+                self._loads_unseen[rank].append(t)
+            elif t.name == "CommitCall":
+                self._calls_unseen[rank].append(t)
 
-    def learn_l3(self) -> None:
-        """The L3 collective: every rank's spill, reload and disk progress since the last
-        one reaches every other rank's replica, in that rank's order."""
+    def _learn(self, unseen: list[list[Transition]], what: str) -> None:
+        """Every rank's steps in `unseen` reach every other rank's replica, in that rank's order."""
         for v in self.replicas:
-            for q, steps in enumerate(self._l3_unseen):
+            for q, steps in enumerate(unseen):
                 if q == v.rank:
                     continue
                 for t in steps:
@@ -171,12 +183,25 @@ class Cluster:
                         v.apply(t)
                     except Rejected as e:
                         raise SimDivergence(
-                            f"{v.name} diverged at the L3 collective of tick {self.tick}: rank {q}'s {t} "
+                            f"{v.name} diverged at the {what} of tick {self.tick}: rank {q}'s {t} "
                             f"was rejected on its replica ({e})",
                             self._where(v.rank) | {"expected": str(t), "got": "rejected"},
                         ) from None
-        for steps in self._l3_unseen:
+        for steps in unseen:
             steps.clear()
+
+    def learn_loads(self) -> None:
+        """Every rank's landed load-back copies since the last sync point reach the others."""
+        self._learn(self._loads_unseen, "sync point")
+
+    def learn_calls(self) -> None:
+        """The commit collective: every rank learns that every other rank entered it."""
+        self._learn(self._calls_unseen, "commit collective")
+
+    def learn_l3(self) -> None:
+        """The L3 collective: every rank's spill, reload and disk progress since the last
+        one reaches every other rank's replica, in that rank's order."""
+        self._learn(self._l3_unseen, "L3 collective")
 
     def learn_min(self) -> int:
         """The MIN collective of a sync point: every rank learns the prefix of `writes`
@@ -222,6 +247,8 @@ def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_ra
     own finished writes and L3 progress, and with `every_rank` everyone's L3 state."""
     if mine.write_done[rank] != log.write_done[rank]:
         return f"it counts {mine.write_done[rank]} finished writes of its own, the log {log.write_done[rank]}"
+    if mine.load_done[rank] != log.load_done[rank]:
+        return f"it counts {mine.load_done[rank]} landed load-backs of its own, the log {log.load_done[rank]}"
     if not log.config.L3:
         return None
     ranks = range(log.config.R) if every_rank else (rank,)

@@ -3,10 +3,16 @@
 Each `Reserve` hands the backup to every rank's engine, a FIFO like the model's
 `writes`: rank `r` starts when its previous write ends and copies the node's pages in
 its lane, taking a seeded time of its own; its `WriteDone(r)` is an event at the tick
-the copy ends. The `stall` and `slow` faults are drawn here, per write and rank, from
+the copy ends. A prepared backup (`Prepare`, before the forward pass) joins the FIFO
+then, but its `WriteDone(r)` waits until the insert attaches it, and so does every
+write behind it on that rank (the reference's `writing_check` defers an unattached
+ack); one rolled back leaves the FIFO. The `stall` and `slow` faults are drawn here, per write and rank, from
 the run's fault stream. A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
-it yet. A load-back is every rank loading its share of the pages at once.
+it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
+pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
+`LoadDone(r)` is an event at the tick its copy ends, and the request's forward pass
+(its prefill) ends no earlier than the last rank's copy.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 from ..state import lane_of
 from ..transitions import Transition
 from .cluster import Cluster
-from .events import WAKE, WRITE, Events
+from .events import LOAD, WAKE, WRITE, Events
 from .faults import SLOW_FACTOR, STALL_MS, Faults
 from .options import Timing
 
@@ -29,6 +35,7 @@ class Job:
 
     node: int
     cancelled: bool = False
+    finished: bool = False  # its copy ended (its WriteDone may wait for an attach)
 
 
 class CopyEngine:
@@ -53,70 +60,119 @@ class CopyEngine:
         self.fault_counts = fault_counts
         self.jobs: list[deque[Job]] = [deque() for _ in range(self.R)]  # per rank, in `writes` order
         self.busy_ms = [0.0] * self.R  # when each rank's last submitted write ends
+        self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
         self.reserved_at: dict[int, int] = {}  # node -> tick of its Reserve
 
-    def load_ms(self, pages: int) -> float:
-        """A load-back of `pages` pages: the ranks load their lanes' shares in parallel."""
-        return -(-pages // self.R) * self.timing.load_ms_per_page
+    def start_load(self, tick: int) -> float:
+        """The load-back the model just issued (the newest of its `loads`) goes to every
+        rank's load stream; returns the milliseconds from now until the last rank's copy
+        ends (the ranks load their lanes' shares in parallel)."""
+        tm = self.timing
+        R = self.R
+        now_ms = tick * tm.tick_ms
+        op = self.cluster.state.loads[-1]
+        lanes = [0] * R
+        for p, _ in op.pages:
+            lanes[lane_of(p, R)] += 1
+        end = now_ms
+        for r in range(R):
+            done = max(now_ms, self.load_busy_ms[r]) + lanes[r] * tm.load_ms_per_page
+            self.load_busy_ms[r] = done
+            end = max(end, done)
+            self.events.push(tm.after(tick, done), LOAD, r)
+        return end - now_ms
+
+    def load_done(self, r: int) -> None:
+        """Rank `r`'s oldest load-back copy it has not finished ended."""
+        self.cluster.rank_step(r, Transition.make("LoadDone", rank=r))
 
     def submit(self, nodes: tuple[int, ...], tick: int) -> None:
         """Hand each new backup to every rank's copy engine."""
-        if not nodes:
-            return
-        tm = self.timing
-        R = self.R
-        f = self.faults
-        rt, rf = self.rng, self.rng_faults
-        now_ms = tick * tm.tick_ms
         s = self.cluster.state
         for nid in nodes:
             self.reserved_at[nid] = tick
-            self.events.push(tick + tm.tick_at(tm.write_timeout_ms), WAKE, None)
-            lanes = [0] * R
+            self.events.push(tick + self.timing.tick_at(self.timing.write_timeout_ms), WAKE, None)
+            lanes = [0] * self.R
             for p in s.nodes[nid].dev:
-                lanes[lane_of(p, R)] += 1
-            for r in range(R):
-                start = max(now_ms, self.busy_ms[r])
-                if f.stall and rf.random() < f.stall:
-                    start += STALL_MS
-                    self.fault_counts["stall"] += 1
-                ms = max(0.1, lanes[r] * tm.write_ms_per_page) * rt.uniform(1 - tm.write_jitter, 1 + tm.write_jitter)
-                if f.slow and rf.random() < f.slow:
-                    ms *= SLOW_FACTOR
-                    self.fault_counts["slow"] += 1
-                self.busy_ms[r] = start + ms
-                job = Job(nid)
-                self.jobs[r].append(job)
-                self.events.push(tm.after(tick, start + ms), WRITE, (r, job))
+                lanes[lane_of(p, self.R)] += 1
+            self._enqueue(nid, lanes, tick)
+
+    def submit_prepared(self, nid: int, positions: range, tick: int) -> None:
+        """Hand a prepared backup to every rank's copy engine: the pages at `positions` of
+        its request (page k in lane k mod R), written during the forward pass."""
+        lanes = [0] * self.R
+        for k in positions:
+            lanes[lane_of(k, self.R)] += 1
+        self._enqueue(nid, lanes, tick)
+
+    def attach(self, nid: int, tick: int) -> None:
+        """The insert attached prepared backup `nid`: its timeout counts from now, and the
+        writes it held back on each rank are done."""
+        self.reserved_at[nid] = tick
+        self.events.push(tick + self.timing.tick_at(self.timing.write_timeout_ms), WAKE, None)
+        for r in range(self.R):
+            self._drain(r)
+
+    def _enqueue(self, nid: int, lanes: list[int], tick: int) -> None:
+        """Rank r copies lanes[r] pages after its previous write, in a drawn time."""
+        tm = self.timing
+        f = self.faults
+        rt, rf = self.rng, self.rng_faults
+        now_ms = tick * tm.tick_ms
+        for r in range(self.R):
+            start = max(now_ms, self.busy_ms[r])
+            if f.stall and rf.random() < f.stall:
+                start += STALL_MS
+                self.fault_counts["stall"] += 1
+            ms = max(0.1, lanes[r] * tm.write_ms_per_page) * rt.uniform(1 - tm.write_jitter, 1 + tm.write_jitter)
+            if f.slow and rf.random() < f.slow:
+                ms *= SLOW_FACTOR
+                self.fault_counts["slow"] += 1
+            self.busy_ms[r] = start + ms
+            job = Job(nid)
+            self.jobs[r].append(job)
+            self.events.push(tm.after(tick, start + ms), WRITE, (r, job))
 
     def write_done(self, r: int, job: Job) -> None:
         """Rank `r`'s write `job` ended (unless it was cancelled meanwhile)."""
         if job.cancelled:
             return
+        job.finished = True
+        self._drain(r)
+
+    def _drain(self, r: int) -> None:
+        """Rank `r`'s `WriteDone`s for the finished writes at the head of its FIFO, up to
+        one not attached yet."""
         q = self.jobs[r]
-        s = self.cluster.state
-        if q[0] is not job:
-            raise RuntimeError(f"simulator bug: rank {r}'s copy engine finished its writes out of order")
-        k = s.write_done[r]
-        if k >= len(s.writes) or s.writes[k] != job.node:
-            next_write = f"node {s.writes[k]}" if k < len(s.writes) else "nothing (all are counted done)"
-            self.cluster.device_diverged(
-                r, f"its copy engine finished the write of node {job.node}, but its model's count of finished writes "
-                f"({k}) has the next write of rank {r} at {next_write}"
-            )
-        q.popleft()
-        self.cluster.rank_step(r, Transition.make("WriteDone", rank=r))
+        while q and q[0].finished:
+            s = self.cluster.state
+            job = q[0]
+            if job.node not in s.pending:
+                return  # a prepared backup waiting for its insert
+            k = s.write_done[r]
+            if k >= len(s.writes) or s.writes[k] != job.node:
+                next_write = f"node {s.writes[k]}" if k < len(s.writes) else "nothing (all are counted done)"
+                self.cluster.device_diverged(
+                    r, f"its copy engine finished the write of node {job.node}, but its model's count of finished writes "
+                    f"({k}) has the next write of rank {r} at {next_write}"
+                )
+            q.popleft()
+            self.cluster.rank_step(r, Transition.make("WriteDone", rank=r))
 
     def overdue(self) -> tuple[int, ...]:
-        """Backups pending longer than the write timeout, in `writes` order."""
+        """Backups pending longer than the write timeout, in `writes` order (a prepared
+        backup not attached yet is not pending: its insert or abort settles it)."""
         limit = self.cluster.tick - self.timing.tick_at(self.timing.write_timeout_ms)
-        return tuple(nid for nid in self.cluster.state.writes if self.reserved_at[nid] <= limit)
+        s = self.cluster.state
+        return tuple(nid for nid in s.writes if nid in s.pending and self.reserved_at[nid] <= limit)
 
     def cancel(self, nodes: set[int]) -> None:
-        """Rolled-back backups leave the copy engines that have not written them yet."""
+        """Rolled-back backups leave the copy engines that have not written them yet (and
+        the writes they held back on a rank are done)."""
         for r, q in enumerate(self.jobs):
             if any(j.node in nodes for j in q):
                 for j in q:
                     if j.node in nodes:
                         j.cancelled = True
                 self.jobs[r] = deque(j for j in q if not j.cancelled)
+                self._drain(r)

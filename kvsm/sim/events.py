@@ -9,8 +9,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-# event kinds, in the order an iteration handles them; WRITE and DISK are rank steps
-WRITE, DISK, WAKE, FINISH, ABORT, INSERT, ARRIVE = range(7)
+# event kinds, in the order an iteration handles them; WRITE, LOAD and DISK are rank steps
+WRITE, LOAD, DISK, WAKE, FINISH, ABORT, INSERT, ARRIVE = range(8)
 
 Event = tuple[int, int, int, bool, Any]  # (tick, kind, push order, counts as work, payload)
 

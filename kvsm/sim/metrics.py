@@ -71,6 +71,11 @@ class Metrics:
     evicted_l1: int = 0
     evicted_l2: int = 0
     backups_reserved: int = 0
+    reserves_failed: int = 0  # Reserve with fits = false: evicted host leaves, reserved nothing
+    backups_prepared: int = 0  # Prepare with fits = true (prepared_backups)
+    prepares_failed: int = 0  # Prepare with fits = false
+    prepared_attached: int = 0  # prepared backups an Insert attached (then pending like a Reserve's)
+    prepared_rolled_back: int = 0  # prepared backups an Insert or Abort rolled back
     backups_committed: int = 0
     backups_rolled_back: int = 0
     write_back_waits: int = 0
@@ -104,14 +109,28 @@ class Metrics:
         if name == "WriteDone":
             self.moved_l1_to_l2 += sum(1 for e in after.effects if isinstance(e, Store))
         elif name == "LoadBack":
-            self.moved_l2_to_l1 += sum(1 for e in after.effects if isinstance(e, Load))
             self.loadbacks += 1
+        elif name == "LoadDone":
+            self.moved_l2_to_l1 += sum(1 for e in after.effects if isinstance(e, Load))
         elif name == "Commit":
             self.backups_committed += len(before.writes) - len(after.writes)
         elif name == "Rollback":
             self.backups_rolled_back += 1
         if name == "Reserve":
-            self.backups_reserved += 1
+            if t.arg("fits"):
+                self.backups_reserved += 1
+            else:
+                self.reserves_failed += 1
+        elif name == "Prepare":
+            if t.arg("fits"):
+                self.backups_prepared += 1
+            else:
+                self.prepares_failed += 1
+        elif name in ("Insert", "Abort") and before.prepared.get(t.arg("rid")) is not None:
+            if before.prepared[t.arg("rid")] in after.pending:
+                self.prepared_attached += 1
+            else:
+                self.prepared_rolled_back += 1
         elif name in _L3_NAMES:
             self._on_l3(t, before, after)
         elif name == "Abort":
@@ -242,6 +261,11 @@ class Metrics:
             "loadbacks": self.loadbacks,
             "loadbacks_refused": self.loadbacks_refused,
             "backups_reserved": self.backups_reserved,
+            "reserves_failed": self.reserves_failed,
+            "backups_prepared": self.backups_prepared,
+            "prepares_failed": self.prepares_failed,
+            "prepared_attached": self.prepared_attached,
+            "prepared_rolled_back": self.prepared_rolled_back,
             "backups_committed": self.backups_committed,
             "backups_rolled_back": self.backups_rolled_back,
             "write_back_waits": self.write_back_waits,

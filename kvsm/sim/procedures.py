@@ -8,6 +8,7 @@ from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.evict import host_run
 from ..transitions.reload import reload_target
+from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
 from .cluster import View
 from .metrics import depth as _depth
 
@@ -51,8 +52,9 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     """The forward pass is done: Insert (evicting as needed). With `backup`
     (write_through), Reserve every node of the request's path that became eligible,
     root to leaf, as the reference's insert does on each hit; a Reserve that cannot
-    find host room is skipped and tried again on the node's next hit. Returns whether
-    the request was cached and the nodes whose backup started."""
+    find host room still evicts the host leaves of its snapshot (`fits = false`, the
+    reference's evict-to-fit) and is tried again on the node's next hit. Returns
+    whether the request was cached and the nodes whose backup started."""
     try:
         s = v.apply(T("Insert", rid=rid))
     except Rejected:
@@ -62,12 +64,30 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     reserved = []
     for nid in reversed(s.path_to_root(s.requests[rid].node)):
         if nid in v.state.backup_index:
-            try:
-                v.apply(T("Reserve", node=nid))
-            except Rejected:
-                continue
-            reserved.append(nid)
+            if try_reserve(v, nid):
+                reserved.append(nid)
     return True, tuple(reserved)
+
+
+def try_reserve(v: View, nid: int) -> bool:
+    """Reserve eligible node `nid`; whether it fit. One that does not fit is a step
+    (`fits = false`) only when it has host leaves to evict."""
+    fits = reserve_fits(v.state, nid)
+    if fits or v.state.host_index:
+        v.apply(T("Reserve", node=nid, fits=fits))
+    return fits
+
+
+def prepare(v: View, rid: int) -> int | None:
+    """Before the forward pass (the reference's `prepare_write_backups_for_reqs`): prepare
+    the write-through backup of the pages request `rid`'s insert will add, when there are
+    any. Returns the node id of the prepared backup, or None (none made, or it did not
+    fit: its id is spent and its evictions stay)."""
+    s = v.state
+    if rid in s.prepared or prepare_length(s, rid) <= 0:
+        return None
+    s = v.apply(T("Prepare", rid=rid, fits=prepare_fits(s, rid)))
+    return s.prepared[rid]
 
 
 def write_back(v: View, rid: int) -> tuple[int, ...]:
@@ -88,9 +108,7 @@ def write_back(v: View, rid: int) -> tuple[int, ...]:
     for _, _, nid in order:
         if got >= short:
             break
-        try:
-            v.apply(T("Reserve", node=nid))
-        except Rejected:
+        if not try_reserve(v, nid):
             break  # no host room even after evicting every host leaf
         reserved.append(nid)
         got += len(v.state.nodes[nid].key)
@@ -106,6 +124,7 @@ def abort(v: View, rid: int) -> None:
 
 
 def commit(v: View) -> None:
+    """The commit collective completes (every rank has entered its call): the MIN."""
     v.apply(T("Commit"))
 
 

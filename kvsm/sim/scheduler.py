@@ -31,10 +31,10 @@ from ..transitions import Transition
 from ..transitions.reload import held
 from . import procedures as proc
 from .arrivals import Arrivals
-from .cluster import Cluster
+from .cluster import Cluster, SimDivergence
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
-from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, WAKE, WRITE, Events
+from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
 from .metrics import Metrics
 from .options import Prepared, Timing
 
@@ -93,6 +93,10 @@ class Simulation:
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
+        # the reference's production write-through path: backups prepared before the
+        # forward pass (Prepare), attached or rolled back at the insert
+        self.prepared_path = self.wt_backup and prep.cfg.prepared_backups
+        self.prepared: dict[int, int] = {}  # rid -> node id of its prepared backup
         n = len(prep.workload.requests)
         self.sample_every = max(1, n // 400)
         self.applied = 0  # transitions applied to the log's state
@@ -141,6 +145,7 @@ class Simulation:
     def _admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
+        self._prepare(rid, len(req.hash_ids))
         self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
         return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
 
@@ -154,23 +159,52 @@ class Simulation:
         if self.on_progress is not None:
             self.on_progress(m.requests)
 
+    def _prepare(self, rid: int, pages: int) -> None:
+        """Under `prepared_backups`, before the forward pass: the backup of the pages the
+        request's insert will add, handed to the copy engines (its writes wait for the
+        insert to attach it)."""
+        if not self.prepared_path:
+            return
+        nid = self.cluster.run(proc.prepare, rid)
+        if nid is not None:
+            self.prepared[rid] = nid
+            if self.copies is not None:
+                length = self.cluster.state.objects[nid].length
+                self.copies.submit_prepared(nid, range(pages - length, pages), self.cluster.tick)
+
+    def _settle(self, rid: int) -> None:
+        """After request `rid`'s insert or abort: its prepared backup was attached (its
+        writes may go on) or rolled back (it leaves the copy engines)."""
+        nid = self.prepared.pop(rid, None)
+        if nid is None or self.copies is None:
+            return
+        if nid in self.cluster.state.pending:
+            self.copies.attach(nid, self.cluster.tick)
+        else:
+            self.copies.cancel({nid})
+
     def _uncached(self, live: _Live) -> None:
         """The pages did not fit: the request is not cached (its pages count as recomputed)."""
         self.cluster.run(proc.abort, live.rid)
+        self._settle(live.rid)
         self.metrics.requests_uncached += 1
         self.metrics.pages_uncached += len(live.tokens) - live.hits
 
     def _sync(self) -> bool:
-        """A sync point: the MIN over the ranks' finished writes, Commit, the rollback of
-        backups pending too long (never in the serial schedule, whose writes all finish
-        before its sync point), and the replicated-digest comparison. Returns whether
-        anything was committed or rolled back."""
+        """A sync point: the ranks learn each other's landed load-backs; while backups are
+        in flight, the commit collective (every rank's `CommitCall`, then `Commit` with the
+        MIN over the ranks' finished writes; one step under `commit_call = atomic`); the
+        rollback of backups pending too long (never in the serial schedule, whose writes
+        all finish before its sync point), and the replicated-digest comparison. Returns
+        whether anything was committed or rolled back."""
         c = self.cluster
         changed = False
+        c.learn_loads()
         if c.state.writes:
-            if c.learn_min():
+            m = c.learn_min()
+            if m if self.cfg.commit_call == "atomic" else self._commit_calls():
                 c.run(proc.commit)
-                changed = True
+                changed = m > 0
             due = self.copies.overdue() if self.copies is not None else ()
             if due:
                 c.run(proc.rollback, due)
@@ -178,6 +212,34 @@ class Simulation:
                 changed = True
         c.check_agreement()
         return changed
+
+    def _commit_calls(self) -> bool:
+        """Every rank reaches the commit collective's call; returns whether they entered it.
+        Under `commit_call = reference` a rank whose own ack queue is empty returns early
+        instead: when every rank does, there is no collective; when another rank entered,
+        the calls no longer pair up and the run stops (invariant 12)."""
+        c = self.cluster
+        for r in range(self.cfg.R):
+            c.rank_step(r, T("CommitCall", rank=r))
+        rounds = c.state.commit_round
+        if any(rounds) and not all(x == 1 for x in rounds):
+            early = [r for r, x in enumerate(rounds) if x == 2]
+            raise SimDivergence(
+                f"ranks {early} returned early from the commit collective that ranks "
+                f"{[r for r, x in enumerate(rounds) if x == 1]} entered (tick {c.tick}): the collective calls no "
+                "longer pair up (invariant 12 Collectives; commit_call = reference)",
+                {"sync_point": c.sync_points, "tick": c.tick, "transition": c.transitions, "rank": early[0]},
+            )
+        c.learn_calls()
+        return any(rounds)
+
+    def _drain_loads(self) -> None:
+        """Serial schedule: every rank's load-back copies land before the forward pass."""
+        c = self.cluster
+        for r in range(self.cfg.R):
+            while c.state.load_done[r] < len(c.state.loads):
+                c.rank_step(r, T("LoadDone", rank=r))
+        c.learn_loads()
 
     # ---- serial ------------------------------------------------------------------------------------------
     def _run_serial(self) -> None:
@@ -187,12 +249,15 @@ class Simulation:
         for index in range(len(self.workload.requests)):
             c.tick = index
             live, _, _ = self._admit(index, index, 0, index)
+            self._drain_loads()
             if abort_p and self.rng_faults.random() < abort_p:
                 c.run(proc.abort, index)
+                self._settle(index)
                 self.metrics.requests_aborted += 1
                 self.metrics.faults["abort"] += 1
                 continue
             ok, _ = c.run(proc.insert, index, self.wt_backup)
+            self._settle(index)
             while not ok and self.wb:
                 if not c.run(proc.write_back, index):
                     break
@@ -233,6 +298,8 @@ class Simulation:
             while k < len(batch) and batch[k][1] <= DISK:
                 if batch[k][1] == WRITE:
                     self.copies.write_done(*batch[k][4])
+                elif batch[k][1] == LOAD:
+                    self.copies.load_done(batch[k][4])
                 else:
                     self.disks.step(batch[k][4])  # type: ignore[union-attr]
                 k += 1
@@ -261,13 +328,13 @@ class Simulation:
         self.end_ms = self.cluster.tick * self.timing.tick_ms
         self._sync()
         s = self.cluster.state
-        if self.live or s.writes or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
+        if self.live or s.writes or s.loads or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
             held = sorted(w for op in s.reloads for w in op.waiters)
             raise SimStuck(
                 f"the run ended with work never let go of: live requests {sorted(self.live)[:5]}"
                 + (f" (held by reloads: {held[:5]})" if held else "")
-                + f", {len(s.writes)} pending writes, {len(s.spills)} spills, {len(s.reloads)} reloads, "
-                f"{len(s.spill_queue)} queued spills",
+                + f", {len(s.writes)} pending writes, {len(s.loads)} load-backs, {len(s.spills)} spills, "
+                f"{len(s.reloads)} reloads, {len(s.spill_queue)} queued spills",
                 self.applied,
             )
 
@@ -291,7 +358,8 @@ class Simulation:
         req = self.arrivals.request(rid)  # type: ignore[union-attr]
         miss = len(req.hash_ids) - hit_l1 - hit_l2
         ms = miss * self.workload.block_tokens / tm.prefill_tokens_per_ms
-        ms += self.copies.load_ms(hit_l2)  # type: ignore[union-attr]
+        if hit_l2:
+            ms += self.copies.start_load(tick)  # type: ignore[union-attr]
         self.events.push(tm.after(tick, tick * tm.tick_ms + ms), INSERT, rid)
 
     def _prefill_done(self, rid: int, tick: int) -> None:
@@ -300,6 +368,7 @@ class Simulation:
             return  # aborted meanwhile
         ok, reserved = self.cluster.run(proc.insert, rid, self.wt_backup)
         if ok:
+            self._settle(rid)
             self._decode(live, tick)
             self.copies.submit(reserved, tick)  # type: ignore[union-attr]
         elif self.wb:
@@ -353,6 +422,7 @@ class Simulation:
             return False
         self.waiting.pop(rid, None)
         self.cluster.run(proc.abort, rid)
+        self._settle(rid)
         if not live.matched:
             # aborted while it waited for the L3 collective or a reload: it counts as a
             # request that hit nothing, so that every request is counted once
@@ -389,6 +459,7 @@ class Simulation:
                 continue
             live = self.live[rid]
             hit_l1, hit_l2, refused = c.run(proc.match, rid, self.prep.l2)
+            self._prepare(rid, len(live.tokens))
             live.matched = True
             live.hits = hit_l1 + hit_l2
             self._admitted(rid, live.index, hit_l1, hit_l2, refused, tick * self.timing.tick_ms)

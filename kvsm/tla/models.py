@@ -110,6 +110,10 @@ CONSTANT_FIELDS = (
     ("reload_inflight", "ReloadInflight"),
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
+    ("commit_call", "CommitEntry"),
+    ("unbacked_evict", "UnbackedEvict"),
+    ("durable_split", "DurableSplit"),
+    ("prepared_backups", "PreparedBackups"),
     ("bug", "Bug"),
 )
 

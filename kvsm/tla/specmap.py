@@ -9,6 +9,9 @@ chained hash. The spec has one host region; the model keeps one per payload, all
 allocated and written in lockstep, so a spec host page stands for that page in every
 region. A pending backup's object key is its node id, locked.
 
+A load-back in flight is the same record on both sides (its node and its `(device page,
+host page)` copies); `load_done` and `commit_round` are per-rank integers on both.
+
 L3: a page hash is a content identity, so the spec's hashes are prefixes too. The
 model keeps a reload's reserved L2 object in `objects` under the key
 `reload_object_key(op.key)`; the spec keeps its `base` and `length` in the reload
@@ -54,10 +57,15 @@ SPEC_VARIABLES = (
     "disk_faults",
     "l3",
     "spill_staged",
+    "loads",
+    "load_done",
+    "commit_round",
+    "prepared",
     "diverged",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
+NO_NODE = -1  # the spec's prepared backup of a request whose reserve did not fit
 
 
 class MappingError(ValueError):
@@ -89,6 +97,10 @@ class Canon(NamedTuple):
     disk_faults: int
     l3: frozenset  # (rank, hash, content id or None)
     spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
+    loads: tuple  # (node, ((device page, host page), ...))
+    load_done: tuple
+    commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early
+    prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
     diverged: tuple | None  # (transition name, ranks ascending) or None
 
 
@@ -138,6 +150,10 @@ def canon_model(s: ClusterState) -> Canon:
         disk_faults=s.disk_faults,
         l3=frozenset((r, h, c) for (r, h), c in s.l3.items()),
         spill_staged=tuple(tuple(tuple(op) for op in staged) for staged in s.spill_staged),
+        loads=tuple((op.node, tuple(op.pages)) for op in s.loads),
+        load_done=tuple(s.load_done),
+        commit_round=tuple(s.commit_round),
+        prepared=frozenset(s.prepared.items()),
         diverged=None if s.diverged is None else (s.diverged[0], tuple(sorted(s.diverged[1]))),
     )
 
@@ -231,6 +247,12 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return tuple(
             tuple(tuple((content_id(_seq(p[0])), _cid(p[1])) for p in _seq(op)) for op in _seq(staged)) for staged in _per_rank(v, cfg)
         )
+    if name == "loads":
+        return tuple((o["node"], tuple(tuple(_seq(c)) for c in _seq(o["pages"]))) for o in _seq(v))
+    if name in ("load_done", "commit_round"):
+        return tuple(_per_rank(v, cfg))
+    if name == "prepared":
+        return frozenset((rid, None if nid == NO_NODE else nid) for rid, nid in as_fcn(v).items())
     if name == "diverged":
         if v == ():
             return None
@@ -307,6 +329,13 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
         "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
     }
+    if c.loads or any(c.load_done):
+        out["loads"] = [{"node": n, "pages": [list(x) for x in ps]} for n, ps in c.loads]
+        out["load_done"] = list(c.load_done)
+    if any(c.commit_round):
+        out["commit_round"] = list(c.commit_round)
+    if c.prepared:
+        out["prepared"] = {str(r): n for r, n in sorted(c.prepared)}
     if c.diverged is not None:
         out["diverged"] = {"action": c.diverged[0], "ranks": list(c.diverged[1])}
     if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
@@ -424,5 +453,9 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "spill_staged": Fcn(
             {r: tuple(tuple((pre(h), content(c)) for h, c in op) for op in staged) for r, staged in enumerate(s.spill_staged)}
         ),
+        "loads": tuple(Record(node=op.node, pages=tuple(tuple(x) for x in op.pages)) for op in s.loads),
+        "load_done": Fcn({r: x for r, x in enumerate(s.load_done)}),
+        "commit_round": Fcn({r: x for r, x in enumerate(s.commit_round)}),
+        "prepared": Fcn({rid: NO_NODE if nid is None else nid for rid, nid in s.prepared.items()}),
         "diverged": () if s.diverged is None else Record(action=s.diverged[0], ranks=frozenset(s.diverged[1])),
     }

@@ -25,12 +25,15 @@ NAMES = (
     "Abort",
     "Split",
     "Reserve",
+    "Prepare",
     "WriteDone",
+    "CommitCall",
     "Commit",
     "Rollback",
     "EvictDevice",
     "EvictHost",
     "LoadBack",
+    "LoadDone",
     "SpillSubmit",
     "SpillGathered",
     "SpillDone",
@@ -48,10 +51,12 @@ L3_FAMILIES = ("spill", "reload", "fault")
 
 
 def names_for(cfg: "Config") -> tuple[str, ...]:
-    """The transitions a config can ever enable (the L3 families need an L3 tier)."""
-    if cfg.L3:
-        return NAMES
-    return tuple(n for n in NAMES if REGISTRY[n].family not in L3_FAMILIES)
+    """The transitions a config can ever enable (the L3 families need an L3 tier, and
+    `Prepare` needs `prepared_backups`)."""
+    return tuple(
+        n for n in NAMES
+        if (cfg.L3 or REGISTRY[n].family not in L3_FAMILIES) and (cfg.prepared_backups or n != "Prepare")
+    )
 
 
 def apply(state: ClusterState, t: Transition, view: int | None = None) -> ClusterState:

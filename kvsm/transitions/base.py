@@ -60,7 +60,13 @@ class Spec:
     cheap superset; the guard in `apply` decides), its argument types, whether it is a
     per-rank step, and whether it is an agreement: a MIN or AND over every rank's
     progress, after which each rank may read what the others wrote (whoever executes
-    the log meets all ranks there)."""
+    the log meets all ranks there).
+
+    A replicated step is one every rank takes at the same point of its program, so none
+    is enabled while a round of the commit collective is open (some rank has reached its
+    call and the round has not completed: that rank waits in the collective and cannot
+    take it). `register` adds that guard to every step that is not per-rank, except the
+    collective's own completion (`in_round`)."""
 
     name: str
     family: str
@@ -69,6 +75,7 @@ class Spec:
     args: dict[str, str]  # name -> "int" | "ints"
     per_rank: bool = False
     agreement: bool = False
+    in_round: bool = False
     # Its outcome is a decision every rank takes from its own replica (victims, host
     # room, an L3 claim): `apply(state, t, view)` is rank `view`'s decision.
     decides: bool = False
@@ -80,6 +87,8 @@ REGISTRY: dict[str, Spec] = {}
 def register(spec: Spec) -> Spec:
     if spec.decides:
         spec = replace(spec, apply=_every_rank_decides(spec.apply))
+    if not spec.per_rank and not spec.in_round:
+        spec = replace(spec, apply=_after_round(spec.apply))
     REGISTRY[spec.name] = spec
     return spec
 
@@ -117,6 +126,18 @@ def _every_rank_decides(decide: Callable[..., ClusterState]) -> Callable[..., Cl
 
     apply.__name__ = getattr(decide, "__name__", "apply")
     return apply
+
+
+def _after_round(apply: Callable[..., ClusterState]) -> Callable[..., ClusterState]:
+    def guarded(s: ClusterState, t: Transition, *view: int | None) -> ClusterState:
+        if any(s.commit_round):
+            waiting = [r for r, c in enumerate(s.commit_round) if c]
+            raise Rejected(f"ranks {waiting} are at the commit collective's call; replicated steps wait for the round to complete")
+        return apply(s, t, *view)
+
+    guarded.__name__ = getattr(apply, "__name__", "guarded")
+    guarded.__wrapped__ = apply  # type: ignore[attr-defined]
+    return guarded
 
 
 def rank_of(s: ClusterState, t: Transition) -> int:
@@ -180,22 +201,24 @@ def split_blocked_by_backup(cfg: Config, nid: int, pending: Any) -> bool:
 
 
 def unsplittable(tx: Tx, nid: int) -> bool:
-    """A node whose backup is pending or whose object an in-flight spill pins."""
-    return split_blocked_by_backup(tx.cfg, nid, tx.pending) or tx.nodes[nid].pin > 0
+    """A node whose backup is pending: the reference refuses to split it (a node an
+    in-flight spill pins is split like any other)."""
+    return split_blocked_by_backup(tx.cfg, nid, tx.pending)
 
 
 def split_node(tx: Tx, nid: int, at: int) -> int:
-    """Split `nid` after `at` pages: a new upper node (fresh id) takes the first `at`
-    pages, their device pages, their L2 pages as a new object and their hashes; the
-    lower part keeps its id, stamp and object key. A durable node stays durable in its
-    upper part; the lower part stays durable only if `at` is a multiple of R (else its
-    pages' owners are not the ranks that wrote them to disk). A backed node's new upper
-    object is queued for spilling. Returns the upper node's id."""
+    """Split `nid` after `at` pages, as the reference does: a new upper node (fresh id)
+    takes the first `at` pages, their device pages, their L2 pages as a new object and
+    their hashes, and the lower part's `lock`, `hits` and stamp; it is neither pinned
+    nor durable (a new node of the reference starts without either). The lower part
+    keeps its id, stamp, object key and pin (an in-flight spill of it still reads the
+    host pages it pinned, see `spill_base`). Its durable flag: under
+    `durable_split = "fixed"` it stays durable only if `at` is a multiple of R (else its
+    pages' owners are not the ranks that wrote them to disk); the reference keeps it.
+    A backed node's new upper object is queued for spilling. Returns the upper id."""
     n = tx.node(nid)
     if split_blocked_by_backup(tx.cfg, nid, tx.pending):
         raise Rejected(f"node {nid} has a pending backup and cannot be split")
-    if n.pin:
-        raise Rejected(f"node {nid} is pinned by a spill and cannot be split")
     if not 0 < at < n.pages:
         raise Rejected(f"node {nid} has {n.pages} pages; cannot split after {at}")
     uid = tx.new_id()
@@ -205,9 +228,9 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
         key=n.key[:at],
         dev=n.dev[:at],
         host=uid if n.host is not None else None,
-        durable=n.durable,
+        durable=False,
         lock=n.lock,
-        pin=n.pin,
+        pin=0,
         hits=n.hits,
         touched=n.touched,
         children=immutables.Map({n.key[at]: nid}),
@@ -217,8 +240,9 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     parent = tx.node(n.parent)
     tx.put(parent.with_(children=parent.children.set(n.key[0], uid)))
     tx.put(upper)
+    keep = tx.cfg.durable_split == "reference" or lane_of(at, tx.cfg.R) == 0
     tx.put(n.with_(parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
-                   durable=n.durable and lane_of(at, tx.cfg.R) == 0))
+                   durable=n.durable and keep))
     if n.host is not None:
         obj = tx.objects[n.host]
         tx.objects.set(uid, obj.with_(length=at, owner=uid))
@@ -227,15 +251,38 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     return uid
 
 
+def drop_write(tx: Tx, nid: int) -> None:
+    """Take node id `nid`'s write out of `writes` (a rank that finished it counts one
+    less) and free its object: a rollback, of a pending or of a prepared backup."""
+    j = tx.writes.index(nid)
+    tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
+    tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
+    tx.free_object(nid)
+
+
 # ---- victims -----------------------------------------------------------------------------------
 
 
 def evict_device_node(tx: Tx, nid: int) -> None:
-    """Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted."""
+    """Drop a device victim: a backed node keeps its host copy, an unbacked one is
+    deleted. An unbacked one with (L2-only) children is a victim only under
+    `unbacked_evict = "reference"`: like the reference's `_delete_leaf`, it detaches
+    the node, and the subtree below it is unreachable from then on; it leaves the tree
+    while its L2 objects stay allocated, owned by no node (leaked)."""
     n = tx.node(nid)
     tx.free_dev(n.dev)
     if n.host is not None:
         tx.set_dev(nid, ())
+    elif len(n.children):
+        orphans = [nid]
+        i = 0
+        while i < len(orphans):
+            orphans.extend(tx.node(orphans[i]).children.values())
+            i += 1
+        tx.put(n.with_(children=immutables.Map()))
+        tx.remove_leaf(nid)
+        for o in orphans[1:]:
+            tx.nodes.delete(o)
     else:
         tx.remove_leaf(nid)
 

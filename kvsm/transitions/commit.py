@@ -1,20 +1,30 @@
-"""The commit family: `WriteDone(r)`, `Commit`, `Rollback(node)`.
+"""The commit family: `WriteDone(r)`, `CommitCall(r)`, `Commit`, `Rollback(node)`.
 
 Backups are written by every rank: rank `r` copies the pages of the node that sit in
 its device lane into the shared slab, one write at a time in `writes` order, and
-counts them in its local `write_done[r]`. `Commit` is this family's agreement: the MIN
-of `write_done` over ranks is the prefix of `writes` that every rank finished; those
-backups become visible (committed object, `host` set, lock released) on every rank at
-once. `Rollback` abandons a pending backup, wherever it is in `writes`.
+counts them in its local `write_done[r]`. The commit is a collective (the reference's
+writing_check MIN all-reduce), entered by each rank from its own state: `CommitCall(r)`
+is rank `r` reaching its call, and `Commit` is the collective completing once every
+rank has entered it: the MIN of `write_done` over ranks is the prefix of `writes` that
+every rank finished (possibly none); those backups become visible (committed object,
+`host` set, lock released) on every rank at once. Each round pairs call k of every
+rank; while a round is open no replicated step is taken (a rank in the collective
+waits there). Under `commit_call = "reference"` a rank whose own ack queue is empty
+returns early instead of entering (`ROUND_SKIPPED`): if another rank entered, the
+calls no longer pair up (invariant 12). Under `commit_call = "atomic"` the collective is
+the one step `Commit` (every rank's call and the MIN at once, when the MIN is not 0): the
+same replicated behaviour, without the states in which some ranks have called and others
+not. `Rollback` abandons a pending backup, wherever
+it is in `writes`.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Rejected, lane_of
+from ..state import ROUND_IDLE, ROUND_IN, ROUND_SKIPPED, ClusterState, Rejected, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, enqueue_spill, rank_of, register
+from .base import Spec, Transition, drop_write, enqueue_spill, rank_of, register
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -23,8 +33,16 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     done = s.write_done[r]
     if done >= len(s.writes):
         raise Rejected(f"rank {r} has finished all {len(s.writes)} submitted writes")
-    tx = Tx(s)
     nid = s.writes[done]
+    if nid not in s.pending:
+        # the reference's writing_check defers the ack of a prepared backup until its
+        # insert attaches it (or rolls it back): it holds the commit frontier
+        raise Rejected(f"rank {r}'s next write is node {nid}'s prepared backup, not attached yet")
+    if s.commit_round[r] == ROUND_IN:
+        # its count went into the collective when it entered; a copy that completes
+        # meanwhile counts in the next round (as if it had completed after this one)
+        raise Rejected(f"rank {r} waits in the commit collective with its count of finished writes")
+    tx = Tx(s)
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
     for i, p in enumerate(n.dev):
@@ -40,15 +58,51 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
 
 def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
     for r in range(s.config.R):
-        if s.write_done[r] < len(s.writes):
+        if s.write_done[r] < len(s.writes) and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != ROUND_IN:
             yield Transition.make("WriteDone", rank=r)
+
+
+def ack_queue_empty(s: ClusterState, r: int) -> bool:
+    """Whether rank `r`'s own queue of write acks is empty, as its writing_check reads it
+    under `commit_call = "reference"`. A rank's final ack of a backup enters its queue
+    with its copy of it (`WriteDone(r)`, one step per rank and write), so the queue holds
+    `write_done[r]` acks; ranks whose copies progress differently read different lengths."""
+    return s.write_done[r] == 0
+
+
+def commit_call(s: ClusterState, t: Transition) -> ClusterState:
+    r = rank_of(s, t)
+    if s.config.commit_call == "atomic":
+        raise Rejected("the commit collective is one step (Commit) under commit_call = atomic")
+    if s.commit_round[r] != ROUND_IDLE:
+        raise Rejected(f"rank {r} has already reached the commit call of this round")
+    if not s.writes:
+        raise Rejected("no backup is in flight: every rank returns before the commit collective")
+    tx = Tx(s)
+    enters = s.config.commit_call == "fixed" or not ack_queue_empty(s, r)
+    tx.commit_round[r] = ROUND_IN if enters else ROUND_SKIPPED
+    if all(c == ROUND_SKIPPED for c in tx.commit_round):
+        # every rank returned early: no collective was issued, the round is over
+        tx.commit_round = [ROUND_IDLE] * s.config.R
+    return tx.commit()
+
+
+def commit_call_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.writes and s.config.commit_call != "atomic":
+        for r in range(s.config.R):
+            if s.commit_round[r] == ROUND_IDLE:
+                yield Transition.make("CommitCall", rank=r)
 
 
 def commit(s: ClusterState, t: Transition) -> ClusterState:
     m = min(s.write_done)
-    if m == 0:
-        raise Rejected("no write is finished on every rank")
+    if s.config.commit_call == "atomic":
+        if m == 0:
+            raise Rejected("no write is finished on every rank")
+    elif not all(c == ROUND_IN for c in s.commit_round):
+        raise Rejected(f"the commit collective completes when every rank has entered it (ranks: {list(s.commit_round)})")
     tx = Tx(s)
+    tx.commit_round = [ROUND_IDLE] * s.config.R
     for nid in s.writes[:m]:
         pend = tx.pending[nid]
         tx.pending.delete(nid)
@@ -63,7 +117,10 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
 
 
 def commit_candidates(s: ClusterState) -> Iterable[Transition]:
-    if s.writes and min(s.write_done) > 0:
+    if s.config.commit_call == "atomic":
+        if s.writes and min(s.write_done) > 0:
+            yield Transition.make("Commit")
+    elif all(c == ROUND_IN for c in s.commit_round):
         yield Transition.make("Commit")
 
 
@@ -80,10 +137,7 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
         obj = tx.objects[pend.obj]
         tx.free_host(obj.base, obj.length)
         return tx.commit()
-    j = s.writes.index(nid)
-    tx.writes = s.writes[:j] + s.writes[j + 1 :]
-    tx.write_done = [d - 1 if d > j else d for d in s.write_done]
-    tx.free_object(pend.obj)
+    drop_write(tx, nid)
     tx.pending.delete(nid)
     if pend.locked:
         n = tx.node(nid)
@@ -93,9 +147,11 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
 
 def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
     for nid in s.writes:
-        yield Transition.make("Rollback", node=nid)
+        if nid in s.pending:
+            yield Transition.make("Rollback", node=nid)
 
 
 register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))
-register(Spec("Commit", "commit", commit, commit_candidates, {}, agreement=True))
+register(Spec("CommitCall", "commit", commit_call, commit_call_candidates, {}, per_rank=True))
+register(Spec("Commit", "commit", commit, commit_candidates, {}, agreement=True, in_round=True))
 register(Spec("Rollback", "commit", rollback, rollback_candidates, {"node": "int"}))

@@ -1,8 +1,14 @@
-"""The evict family: `EvictDevice(node)`, `EvictHost(node)`, `LoadBack(rid)`.
+"""The evict family: `EvictDevice(node)`, `EvictHost(node)`, `LoadBack(rid)`, `LoadDone(r)`.
 
 Victims are always the first in the replicated victim order, ascending
 `(hits >= 2, touched, id)`; the argument names the victim so that a log reads
 plainly, and the guard checks that it is the one the order picks.
+
+A load-back is asynchronous, as in the reference: `LoadBack` (replicated) evicts,
+allocates the device pages, gives them to the nodes and issues the copy, which locks
+the path down to the deepest loaded node; `LoadDone(r)` is rank `r`'s copy completing
+(the reference's loading_check, per rank, no MIN): only then do rank `r`'s pages hold
+the loaded KV. The load's lock is released once every rank's copy is done.
 """
 
 from __future__ import annotations
@@ -10,10 +16,10 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..planner import TreeView, plan
-from ..state import MATCHED, ClusterState, Rejected, in_rank_order, lane_of
+from ..state import MATCHED, ClusterState, LoadOp, Rejected, in_rank_order, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, cluster_view, evict_device_node, evict_host_node, first_victim, register
-from .request import request_in
+from .base import Spec, Transition, cluster_view, evict_device_node, evict_host_node, first_victim, rank_of, register
+from .request import match_key, request_in
 
 
 def _evict_first(s: ClusterState, t: Transition, tier: str, view: int | None) -> ClusterState:
@@ -50,14 +56,15 @@ def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
 
 def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     """The nodes a load-back for request `rid` would bring back: the whole nodes directly
-    below its lock that are only on L2, following its key. Returns them and their pages."""
+    below its lock that are only on L2, following its match key (the key but its last
+    page: what its match covered). Returns them and their pages."""
     req = s.requests[rid]
     depth = sum(s.nodes[n].pages for n in s.path_to_root(req.node))
     run: list[int] = []
     pages = 0
     cur = s.nodes[req.node]
     i = depth
-    tokens = req.tokens
+    tokens = match_key(req.tokens)
     while i < len(tokens):
         cid = cur.children.get(tokens[i])
         if cid is None:
@@ -75,7 +82,9 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
 def load_back(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Load the L2-only nodes below a matched request's lock back to L1 (all or nothing):
     the `i`-th page of the run goes to lane `i mod R`; lanes short of pages are freed by
-    the owner-lane planner. The request's lock moves to the deepest loaded node."""
+    the owner-lane planner. The copy is issued, not done: the pages hold nothing until
+    their owner's `LoadDone`. The load locks the path down to the deepest loaded node,
+    and the request's lock moves there."""
     rid = t.arg("rid")
     tx = Tx(s)
     cfg = tx.cfg
@@ -99,15 +108,16 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
             evict_device_node(tx, victim)
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0
+    copies: list[tuple[int, int]] = []
     for nid in run:
         n = tx.node(nid)
         obj = tx.objects[n.host]
         dev = pages_all[i : i + n.pages]
         i += n.pages
-        for j, page in enumerate(dev):
-            tx.load_dev(page, obj.base + j, n.hashes[j])
+        copies.extend((page, obj.base + j) for j, page in enumerate(dev))
         tx.set_dev(nid, dev)
-    tx.lock_path(run[-1], +1)
+    tx.loads = tx.loads + (LoadOp(run[-1], tuple(copies)),)
+    tx.lock_path(run[-1], +2)  # the load's own lock and the request's
     tx.lock_path(req.node, -1)
     tx.requests.set(rid, req.with_(node=run[-1]))
     return tx.commit()
@@ -118,6 +128,38 @@ def load_back_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("LoadBack", rid=rid)
 
 
+def load_done(s: ClusterState, t: Transition) -> ClusterState:
+    """Rank `r`'s copy of its oldest load-back it has not finished completes: its pages (those
+    in lane `r`) now hold the host pages' KV. Ranks complete their loads in issue order.
+    Once every rank has finished the oldest load, its lock is released."""
+    r = rank_of(s, t)
+    done = s.load_done[r]
+    if done >= len(s.loads):
+        raise Rejected(f"rank {r} has finished all {len(s.loads)} loads in flight")
+    tx = Tx(s)
+    R = tx.cfg.R
+    op = s.loads[done]
+    # what each page's node claims it holds: the loaded nodes lie on the path above the
+    # load's deepest node (a split while the load is in flight keeps them there)
+    claims = {p: n.hashes[i] for n in map(s.nodes.__getitem__, s.path_to_root(op.node)) for i, p in enumerate(n.dev)}
+    for page, host_page in op.pages:
+        if lane_of(page, R) == r:
+            tx.load_dev(page, host_page, claims[page])
+    tx.load_done[r] += 1
+    while tx.loads and min(tx.load_done) > 0:
+        tx.lock_path(tx.loads[0].node, -1)
+        tx.loads = tx.loads[1:]
+        tx.load_done = [d - 1 for d in tx.load_done]
+    return tx.commit()
+
+
+def load_done_candidates(s: ClusterState) -> Iterable[Transition]:
+    for r in range(s.config.R):
+        if s.load_done[r] < len(s.loads):
+            yield Transition.make("LoadDone", rank=r)
+
+
 register(Spec("EvictDevice", "evict", evict_device, evict_device_candidates, {"node": "int"}, decides=True))
 register(Spec("EvictHost", "evict", evict_host, evict_host_candidates, {"node": "int"}, decides=True))
 register(Spec("LoadBack", "evict", load_back, load_back_candidates, {"rid": "int"}, decides=True))
+register(Spec("LoadDone", "evict", load_done, load_done_candidates, {}, per_rank=True))

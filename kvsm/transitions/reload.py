@@ -8,7 +8,8 @@ index `i mod R`); the MIN over ranks is what can be claimed. At least the load-b
 floor (`max(1, load_back_threshold // P)` pages) and a clean attach are needed; then the
 request either joins an in-flight reload of the same pages (same last-page hash) or a
 new reload reserves an uncommitted L2 object (evicting host leaves to fit, as `Reserve`
-does) and holds the request. Each rank reads its pages from disk into the object
+does; when it cannot fit the evictions stay and only the mark is dropped) and holds
+the request. Each rank reads its pages from disk into the object
 (`ReloadDone`). `ReloadAdmit` (AND of the ok bits of the head op) inserts one L2-only,
 durable node under the anchor if the anchor is still in the tree, the suffix is still a
 clean miss and the hash chain is unchanged; otherwise it frees the reservation. Either
@@ -122,10 +123,8 @@ def reload_reserve(s: ClusterState, t: Transition, view: int | None = None) -> C
         return tx.commit()
     base = evict_host_to_fit(tx, c, view)
     if base is None:
-        # cannot fit even after evicting every host leaf: only the mark is dropped (no
-        # eviction happens for a reservation that is not made)
-        tx = Tx(s)
-        tx.reload_candidates.delete(rid)
+        # cannot fit even after evicting every host leaf of the snapshot: the mark is
+        # dropped and, as in the reference, the evictions made stay
         return tx.commit()
     tx.alloc_host(base, c)
     obj = reload_object_key(key)

@@ -12,9 +12,9 @@ from typing import Iterable
 import immutables
 
 from .. import content
-from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Rejected, Request, lane_of
+from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Pending, Rejected, Request, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, device_victims, evict_device_node, register, split_node, unsplittable, walk_key
+from .base import Spec, Transition, device_victims, drop_write, evict_device_node, register, split_node, unsplittable, walk_key
 
 
 def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
@@ -59,22 +59,37 @@ def arrive_candidates(s: ClusterState) -> Iterable[Transition]:
 # ---- Match -------------------------------------------------------------------------------------
 
 
+def match_key(tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """The part of a prompt a match may cover: all its pages but the last. The reference
+    matches at most `input_len - 1` tokens floored to a page, so that the forward pass
+    has a token to compute, and `floor((input_len - 1) / P) = ceil(input_len / P) - 1`
+    is one page short of the prompt's pages whatever its sub-page tail."""
+    return tokens[:-1]
+
+
 def match(s: ClusterState, t: Transition) -> ClusterState:
-    """Match the longest cached prefix (L1 or L2), splitting a node at a page boundary if
-    the match ends inside it (not when that node's backup is pending: the match then
-    stops above it), touch the matched nodes root to leaf, and lock the path down to
-    the deepest matched node on L1."""
+    """Match the longest cached prefix (L1 or L2) of the request's key but its last page,
+    splitting a node at a page boundary if the match ends inside it (not when that
+    node's backup is pending: the match then stops above it). Touched, in the
+    reference's order: the matched nodes root to leaf, the node the match ends inside
+    (before its split, pending or not) and then its new upper part (the reference also
+    stamps the root, which is never a victim: docs/model.md). The path is locked down
+    to the deepest matched node on L1."""
     rid = t.arg("rid")
     tx = Tx(s)
     req = request_in(tx, rid, (QUEUED,))
     if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
         raise Rejected(f"request {rid} waits for an L3 reload decision")
-    w = walk_key(tx.nodes, req.tokens)
+    w = walk_key(tx.nodes, match_key(req.tokens))
     path = list(w.full)
-    if w.cut is not None and not unsplittable(tx, w.cut[0]):
-        path.append(split_node(tx, *w.cut))
     for nid in path:
         tx.touch(nid)
+    if w.cut is not None:
+        tx.touch(w.cut[0])
+        if not unsplittable(tx, w.cut[0]):
+            upper = split_node(tx, *w.cut)
+            tx.touch(upper)
+            path.append(upper)
     last_dev = ROOT_ID
     for nid in path:
         if not tx.node(nid).dev:
@@ -124,13 +139,20 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
     pages, a node the key diverges inside is split (if its backup is pending, caching
     stops above it), and the rest becomes one new node. Device pages come from the
     owner lanes, evicting victims in victim order as needed; the request also takes
-    its own `out_pages`. Its lock moves to the deepest node of its key."""
+    its own `out_pages`. Its lock moves to the deepest node of its key. Not while a
+    load-back still copies pages the request matched (its forward waits for them)."""
     rid = t.arg("rid")
     tx = Tx(s)
     cfg = tx.cfg
     R = cfg.R
     wt = cfg.policy == "write_through"
     req = request_in(tx, rid, (MATCHED,))
+    if s.loads:
+        loading = s.loading_pages()
+        for nid in s.path_to_root(req.node):
+            if any(p in loading for p in s.nodes[nid].dev):
+                # its forward reads the matched pages, so it waits for their copies
+                raise Rejected(f"request {rid} matched node {nid}, whose load-back is still in flight")
     tokens = req.tokens
     w = walk_key(tx.nodes, tokens)
     path = list(w.full)
@@ -171,9 +193,12 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
             n = tx.node(nid)
             tx.put(n.with_(hits=n.hits + 1))
     last = path[-1] if path else ROOT_ID
+    prep = tx.prepared.get(rid)
+    attach = prep is not None and len(new_tokens) == tx.objects[prep].length
     if new_tokens:
         parent = tx.node(last)
-        nid = tx.new_id()
+        # an attached prepared backup brings the node id taken for it in advance
+        nid = prep if attach else tx.new_id()
         dev = tx.alloc_lanes([lane_of(pos + j, R) for j in range(len(new_tokens))])
         hashes = content.chain(parent.last_content, new_tokens)
         tx.clock += 1
@@ -187,7 +212,8 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
                 durable=False,
                 lock=0,
                 pin=0,
-                hits=1 if wt else 0,
+                # the reference counts no hit on a node it attaches a prepared backup to
+                hits=1 if wt and not attach else 0,
                 touched=tx.clock,
                 children=immutables.Map(),
                 ondev=0,
@@ -198,10 +224,29 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
             tx.fill_dev(p, c)
         last = nid
     own = tx.alloc_lanes([lane_of(k, R) for k in out_positions])
+    settle_prepared(tx, rid, last if new_tokens else None)
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)
     tx.requests.set(rid, req.with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
+
+
+def settle_prepared(tx: Tx, rid: int, new: int | None) -> None:
+    """At insert: attach request `rid`'s prepared backup to its new node `new` if that
+    node took the prepared id (the lengths agree: `_attach_prepared_cp_backup`, which
+    locks the node and makes the backup pending); else roll it back
+    (`_rollback_prepared_cp_backup`). Also at abort, with no new node."""
+    if rid not in tx.prepared:
+        return
+    prep = tx.prepared[rid]
+    tx.prepared.delete(rid)
+    if prep is None:  # its reserve did not fit
+        return
+    if new == prep:
+        tx.pending.set(prep, Pending(prep, True))
+        tx.update(prep, lock=tx.node(prep).lock + 1)
+    else:
+        drop_write(tx, prep)
 
 
 def insert_candidates(s: ClusterState) -> Iterable[Transition]:
@@ -213,6 +258,7 @@ def insert_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 def _release(tx: Tx, req: Request) -> None:
+    settle_prepared(tx, req.id, None)
     if req.phase != QUEUED:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)

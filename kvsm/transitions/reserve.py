@@ -1,4 +1,4 @@
-"""The reserve family: `Reserve(node)`.
+"""The reserve family: `Reserve(node, fits)`, `Prepare(rid, fits)`.
 
 Starts a backup of a node's pages into the shared L2 pool: reserves an object (the
 lowest-based free run of the node's length in every payload region), evicting host
@@ -7,33 +7,64 @@ the node itself. Eligible nodes: under write_through, unbacked nodes on L1 whose
 count reached the threshold; under write_back, unbacked unlocked device leaves
 (written back before they are evicted).
 
-Evict-to-fit follows the reference: a snapshot of the host leaves in victim order,
-released one at a time with a retry after each; a parent that becomes a host leaf
-meanwhile is not added to this round. If the snapshot runs out, `Reserve` is not
-enabled.
+Evict-to-fit follows the reference (`_reserve_write_cp_shared_l2_evict_to_fit`): a
+snapshot of the host leaves in victim order, released one at a time with a retry
+after each; a parent that becomes a host leaf meanwhile is not added to this round.
+`fits` is the outcome, which the state decides (like the `ok` of a disk step): true,
+the object is reserved; false, the snapshot ran out first, and the backup is skipped
+but the evictions it made stay (the reference's eviction storm: a backup that cannot
+fit empties the host pool of its leaves). A failed attempt that could evict nothing
+changes nothing and is not a step.
+
+`Prepare` is the reference's production write-through path
+(`prepare_write_backups_for_reqs`), under `config.prepared_backups`: before a matched
+request's forward pass, the pages its insert will add get an L2 object (evict-to-fit as
+above) and a node id taken in advance, and their write joins `writes`. `Insert`
+attaches it to the new node when that node has the prepared length, else rolls it
+back; `Abort` rolls it back. Until it is attached no rank finishes that write (the
+reference's `writing_check` defers its ack), so it holds the commit frontier.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Obj, Pending, Rejected
+from ..state import MATCHED, ClusterState, Obj, Pending, Rejected
 from ..tx import Tx
-from .base import Spec, Transition, evict_host_to_fit, register
+from .base import Spec, Transition, cluster_view, evict_host_to_fit, register, walk_key
 
 
-def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
-    nid = t.arg("node")
+def _eligible(s: ClusterState, nid: int) -> None:
     if nid not in s.backup_index:
         if nid not in s.nodes:
             raise Rejected(f"node {nid} does not exist")
         raise Rejected(f"node {nid} is not eligible for a backup under {s.config.policy}")
+
+
+def reserve_fits(s: ClusterState, nid: int, view: int | None = None) -> bool:
+    """Whether a reserve of eligible node `nid` finds a run, evicting from the snapshot
+    (rank `view`'s decision)."""
+    length = s.nodes[nid].pages
+    if Tx(s).first_fit(length) is not None:
+        return True
+    return evict_host_to_fit(Tx(s), length, view) is not None
+
+
+def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+    nid, fits = t.arg("node"), t.arg("fits")
+    _eligible(s, nid)
     tx = Tx(s)
     n = tx.node(nid)
     length = n.pages
     base = evict_host_to_fit(tx, length, view)
+    if (base is not None) != fits:
+        if fits:
+            raise Rejected(f"no free run of {length} host pages even after evicting every host leaf of the snapshot (fits is false)")
+        raise Rejected(f"a run of {length} host pages fits (after evicting from the snapshot), so fits is true")
     if base is None:
-        raise Rejected(f"no free run of {length} host pages even after evicting every host leaf")
+        if not s.host_index:
+            raise Rejected(f"node {nid}'s reserve cannot fit and there is no host leaf to evict: nothing would change")
+        return tx.commit()
     tx.alloc_host(base, length)
     tx.objects.set(nid, Obj(base, length, False, nid))
     tx.pending.set(nid, Pending(nid, True))
@@ -44,7 +75,63 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
     for nid in s.backup_index:
-        yield Transition.make("Reserve", node=nid)
+        yield Transition.make("Reserve", node=nid, fits=reserve_fits(s, nid, cluster_view(s.config)))
 
 
-register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int"}, decides=True))
+def prepare_length(s: ClusterState, rid: int) -> int:
+    """The pages request `rid`'s insert would add as a new node: its key beyond what the
+    tree already holds, splits included (the reference's
+    `_probe_existing_radix_prefix_len_no_split`, which its lock's prefix never exceeds)."""
+    req = s.requests[rid]
+    w = walk_key(s.nodes, req.tokens)
+    return len(req.tokens) - w.covered - (w.cut[1] if w.cut is not None else 0)
+
+
+def prepare_fits(s: ClusterState, rid: int) -> bool:
+    length = prepare_length(s, rid)
+    return Tx(s).first_fit(length) is not None or evict_host_to_fit(Tx(s), length) is not None
+
+
+def prepare(s: ClusterState, t: Transition) -> ClusterState:
+    """Prepare request `rid`'s write-through backup, once: take the next node id, then
+    reserve (evicting to fit). `fits`: the object and its write are made and wait for the
+    insert; not `fits`: the evictions stay and only the id is spent (as in the reference,
+    which takes the id before it reserves)."""
+    rid, fits = t.arg("rid"), t.arg("fits")
+    cfg = s.config
+    if not cfg.prepared_backups or cfg.policy != "write_through":
+        raise Rejected("prepared backups need prepared_backups = true and the write_through policy")
+    req = s.requests.get(rid)
+    if req is None or req.phase != MATCHED:
+        raise Rejected(f"request {rid} is not a matched request")
+    if rid in s.prepared:
+        raise Rejected(f"request {rid} has already prepared its backup")
+    length = prepare_length(s, rid)
+    if length <= 0:
+        raise Rejected(f"request {rid}'s key is in the tree already: nothing to back up")
+    tx = Tx(s)
+    nid = tx.new_id()
+    base = evict_host_to_fit(tx, length)
+    if (base is not None) != fits:
+        raise Rejected(f"a run of {length} host pages {'does not fit' if fits else 'fits'} (after evicting from the snapshot), so fits is {str(not fits).lower()}")
+    if base is None:
+        tx.prepared.set(rid, None)
+        return tx.commit()
+    tx.alloc_host(base, length)
+    tx.objects.set(nid, Obj(base, length, False, nid))
+    tx.prepared.set(rid, nid)
+    tx.writes = tx.writes + (nid,)
+    return tx.commit()
+
+
+def prepare_candidates(s: ClusterState) -> Iterable[Transition]:
+    cfg = s.config
+    if not cfg.prepared_backups or cfg.policy != "write_through":
+        return
+    for rid in sorted(r.id for r in s.requests.values() if r.phase == MATCHED and r.id not in s.prepared):
+        if prepare_length(s, rid) > 0:
+            yield Transition.make("Prepare", rid=rid, fits=prepare_fits(s, rid))
+
+
+register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int", "fits": "bool"}, decides=True))
+register(Spec("Prepare", "reserve", prepare, prepare_candidates, {"rid": "int", "fits": "bool"}))

@@ -33,6 +33,15 @@ def need_l3(s: ClusterState) -> None:
         raise Rejected("the config has no L3 tier (L3 = 0)")
 
 
+def spill_base(s: ClusterState | Tx, op: SpillOp) -> int:
+    """The host page where the spilled run starts: fixed at submit, as the reference
+    builds each rank's (slab page, hash) list then. The node may be split meanwhile (its
+    lower part keeps the object key and the run's end, and stays pinned until every rank
+    has gathered), so the run starts `len(op.hashes)` pages before the object's end."""
+    obj = s.objects[op.obj]
+    return obj.base + obj.length - len(op.hashes)
+
+
 def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
     need_l3(s)
     if not s.spill_queue:
@@ -65,7 +74,7 @@ def spill_gathered(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"rank {r} has gathered all {len(s.spills)} spills in flight")
     op = s.spills[k]
     tx = Tx(s)
-    tx.gather_spill(r, tx.objects[op.obj].base, op.hashes)
+    tx.gather_spill(r, spill_base(s, op), op.hashes)
     tx.spill_gathered[r] += 1
     return tx.commit()
 
@@ -119,13 +128,18 @@ def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
     for j in range(g):
         op = spills[j]
         if op.pinned:
-            n = tx.node(op.node)
-            tx.put(n.with_(pin=n.pin - 1))
+            n = tx.nodes.get(op.node)
+            if n is not None:  # gone only if orphaned (unbacked_evict = "reference")
+                tx.put(n.with_(pin=n.pin - 1))
             spills[j] = op.with_(pinned=False)
     for j in range(d):
         op = spills[j]
         n = tx.nodes.get(op.node)
         if n is None or n.host != op.obj or not all(s.spill_done[r][j] for r in range(R)):
+            continue
+        if s.config.durable_split == "reference":
+            # the reference marks the node it pinned, whatever happened to it since
+            tx.put(n.with_(durable=True))
             continue
         # after a split the node keeps only a suffix of what was spilled: its pages are
         # owned by the ranks that wrote them only if the offset is a multiple of R

@@ -1,8 +1,8 @@
 """The split family: `Split(node, at)`.
 
 A split is demand-driven: it is enabled where a live request's key diverges inside a
-node (a queued request's `Match` or a matched request's `Insert` would split it
-there). `Match` and `Insert` perform the same split themselves when they need it;
+node (a queued request's `Match`, over its key but the last page, or a matched
+request's `Insert`, over its whole key, would split it there). `Match` and `Insert` perform the same split themselves when they need it;
 `Split` lets the split happen as a step of its own, as it does when the reference
 splits during a prefix probe.
 """
@@ -14,14 +14,18 @@ from typing import Iterable
 from ..state import MATCHED, QUEUED, ClusterState, Rejected
 from ..tx import Tx
 from .base import Spec, Transition, register, split_blocked_by_backup, split_node, walk_key
+from .request import match_key
 
 
 def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
+    """Where a queued request's match key (`Match`) or a matched request's whole key
+    (`Insert`) ends or diverges inside a node whose backup is not pending."""
     out = set()
     for req in s.requests.values():
         if req.phase in (QUEUED, MATCHED):
-            cut = walk_key(s.nodes, req.tokens).cut
-            if cut is not None and not split_blocked_by_backup(s.config, cut[0], s.pending) and not s.nodes[cut[0]].pin:
+            key = match_key(req.tokens) if req.phase == QUEUED else req.tokens
+            cut = walk_key(s.nodes, key).cut
+            if cut is not None and not split_blocked_by_backup(s.config, cut[0], s.pending):
                 out.add(cut)
     return out
 
