@@ -4,8 +4,10 @@ rank's view only, so that every rank, run on its own replica, decides the same
 
 from __future__ import annotations
 
+from ..config import RANK_VIEW_BUGS
 from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
+from ..transitions.base import cluster_view
 from ..transitions.evict import host_run
 from ..transitions.reload import reload_target
 from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
@@ -72,7 +74,11 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
 def try_reserve(v: View, nid: int) -> bool:
     """Reserve eligible node `nid`; whether it fit. One that does not fit is a step
     (`fits = false`) only when it has host leaves to evict."""
-    fits = reserve_fits(v.state, nid)
+    cfg = v.state.config
+    # the outcome as this view decides it: a rank's replica its own (under a defect that
+    # lets ranks decide from their own views), the log's state the cluster's
+    view = v.rank if v.rank is not None and cfg.bug in RANK_VIEW_BUGS else cluster_view(cfg)
+    fits = reserve_fits(v.state, nid, view)
     if fits or v.state.host_index:
         v.apply(T("Reserve", node=nid, fits=fits))
     return fits
