@@ -98,7 +98,13 @@ def test_every_case_becomes_a_log_and_back_without_loss(path, tmp_path):
 
     case = read_case(str(path))
     log = case_to_log(case, tmp_path / "case.jsonl")
-    assert replay(log, check=True).ok
+    if case.bug is None:
+        assert replay(log, check=True).ok
+    else:
+        # a defect's case replays with its defect, to the violations it names at its last step
+        res = replay(log, check=True, bug=case.bug)
+        assert res.first_mismatch is None and res.transitions == len(case.steps)
+        assert res.violations and {v["step"] for v in res.violations} == {len(case.steps)}
     back = log_to_case(log)
     back.path = str(path)
     # the log keeps everything but the expected outputs, which the renderer writes again
@@ -196,11 +202,11 @@ def test_a_step_the_model_refuses_or_a_violation_fails_the_case(tmp_path):
 
 def test_a_case_naming_a_bug_the_model_does_not_implement_is_reported_not_crashed_on(tmp_path):
     text = _case("Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nshow\n",
-                 "case dbl\nshows a double free\nconfig small\nbug double_free\nviolation 5 DevicePages: page 0 is free twice\n")
+                 "case dbl\nshows a skipped collective\nconfig small\nbug skip_collective\nviolation 12 Collectives: x\n")
     p = _write(tmp_path, "dbl", text)
     fails, outputs = verify_case(read_case(str(p)))
     assert [(f.line, f.why) for f in fails] == [
-        (4, "bug double_free cannot be run: config with bug double_free: injected defect 'double_free' is not implemented by this model yet"),
+        (4, "bug skip_collective cannot be run: config with bug skip_collective: injected defect 'skip_collective' is not implemented by this model yet"),
     ]
     assert outputs is None  # the outputs belong to the run with the bug: nothing to rewrite
 
