@@ -210,7 +210,7 @@ def test_replay_exit_codes_mean_what_they_mean_everywhere(tmp_path):
     d["digest"] = "0" * 32
     tampered.write_text("".join(rows[:5]) + json.dumps(d) + "\n" + "".join(rows[6:]))
     r = runner.invoke(app, ["replay", str(tampered)])
-    assert r.exit_code == 1 and error_lines(r.stderr)[0].startswith(f"mismatch: {tampered}:6: digest mismatch after ")
+    assert r.exit_code == 1 and error_lines(r.stderr)[0].startswith(f"mismatch: {tampered}:6 (step 5): digest mismatch after ")
 
 
 def test_errors_are_one_line_when_stderr_is_not_a_terminal(tmp_path):
