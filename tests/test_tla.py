@@ -219,7 +219,10 @@ def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(t
     def nothing_committed(state):
         return [f"NothingCommitted: node {n.id} is backed" for n in state.nodes.values() if n.host is not None]
 
+    # replay --check checks the initial state with check_invariants and every step with
+    # violations_after (the state's invariants and the step's own)
     monkeypatch.setattr(kvsm.log, "check_invariants", nothing_committed)
+    monkeypatch.setattr(kvsm.log, "violations_after", lambda rank, state: nothing_committed(state))
     res = runner.invoke(app, ["replay", "--check", "--json", str(log)])
     assert res.exit_code == 1
     rep = json.loads(res.stdout)

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -123,6 +124,9 @@ class TLCResult:
     violation: Violation | None
     output: str
     tlc_seconds: int | None = None  # TLC's own "Finished in ..." (whole seconds)
+    cpu_seconds: float | None = None  # user + system time of the Java process (all its threads)
+    peak_rss: int | None = None  # the Java process's peak resident set, bytes
+    traces: int | None = None  # simulation: behaviours generated
 
     @property
     def ok(self) -> bool:
@@ -172,7 +176,9 @@ def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceSte
             body.append(lines[i])
             i += 1
         text = "\n".join(body)
-        state = {"view": parse_value(text)} if view else parse_state(text)
+        # through a VIEW TLC prints the view's value, except in some traces (a
+        # deadlock's) where it prints the variables the view reads
+        state = {"view": parse_value(text)} if view and not text.lstrip().startswith("/\\") else parse_state(text)
         steps.append(TraceStep(_action_name(label), state, text))
     return steps, loop_to, stutters
 
@@ -264,16 +270,14 @@ def run_tlc(
         if dump_dot is not None:
             cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
         cmd.append(module.name)
-        try:
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit") from None
-        out = proc.stdout + proc.stderr
+        returncode, out, usage = _run(cmd, work, timeout)
+        if returncode is None:
+            raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit")
     seconds = time.perf_counter() - t0
     violation, fatal = parse_output(out, view)
     if violation is None and (fatal is not None or "Model checking completed" not in out):
         tail = "\n".join(out.strip().splitlines()[-25:])
-        raise TLCError(f"TLC could not check {module.name} (exit {proc.returncode}): {fatal or 'no result'}\n{tail}")
+        raise TLCError(f"TLC could not check {module.name} (exit {returncode}): {fatal or 'no result'}\n{tail}")
     gen = _GENERATED.findall(out)
     dep = _DEPTH.findall(out)
     fin = _FINISHED.findall(out)
@@ -282,8 +286,44 @@ def run_tlc(
         distinct_states=int(gen[-1][1]) if gen else None,
         depth=int(dep[-1]) if dep else None,
         seconds=seconds,
-        exit_code=proc.returncode,
+        exit_code=returncode,
         violation=violation,
         output=out if keep_output else "",
         tlc_seconds=(int(fin[-1][0] or 0) * 3600 + int(fin[-1][1] or 0) * 60 + int(fin[-1][2])) if fin else None,
+        cpu_seconds=usage[0] if usage else None,
+        peak_rss=usage[1] if usage else None,
     )
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, str, tuple[float, int] | None]:
+    """Run TLC with its output in a file; the exit code (None past `timeout`), the
+    output, and the process's CPU seconds and peak resident set in bytes, read from
+    the kernel's accounting of that one child (wait4), so that concurrent runs (the
+    segments of `kvsm validate`) are measured apart."""
+    out_path = cwd / "tlc.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, expire) if timeout else None
+        if timer is not None:
+            timer.start()
+        try:
+            if hasattr(os, "wait4"):
+                _, status, ru = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                usage: tuple[float, int] | None = (ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024)  # Linux: KiB
+            else:  # pragma: no cover - no per-child accounting
+                proc.wait()
+                usage = None
+        finally:
+            if timer is not None:
+                timer.cancel()
+    text = out_path.read_text(errors="replace")
+    if expired.is_set():
+        return None, text, usage
+    return proc.returncode, text, usage
