@@ -228,13 +228,16 @@ def run_tlc(
     timeout: float | None = None,
     keep_output: bool = True,
     view: bool = False,
+    simulate: dict[str, int] | None = None,
+    jvm: Sequence[str] = ("-XX:+UseParallelGC",),
 ) -> TLCResult:
     """Run TLC on `module` with the model config `cfg` (a path, or a ModelConfig to
     write), in a fresh temporary directory that holds copies of the spec's modules,
     `module`, and any `extra_modules` (name -> text). `deadlock=False` passes
     `-deadlock` (do not report states without successors); `dump_dot` asks for the
     complete state graph with action labels; `view` prints traces through the
-    cfg's VIEW."""
+    cfg's VIEW; `simulate` (num, depth, seed) runs TLC's random simulation instead
+    of an exhaustive check. `jvm` are the JVM's options (its garbage collector)."""
     java, jar = find_java(), find_jar()
     sdir = spec_dir()
     t0 = time.perf_counter()
@@ -250,7 +253,7 @@ def run_tlc(
         cfg_path.write_text(cfg.text() if isinstance(cfg, ModelConfig) else Path(cfg).read_text())
         cmd = [
             java,
-            "-XX:+UseParallelGC",
+            *jvm,
             "-Xss64m",
             "-cp",
             str(jar),
@@ -269,6 +272,8 @@ def run_tlc(
             cmd.append("-view")
         if dump_dot is not None:
             cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
+        if simulate is not None:
+            cmd += ["-simulate", f"num={simulate['num']}", "-depth", str(simulate["depth"]), "-seed", str(simulate["seed"])]
         cmd.append(module.name)
         returncode, out, usage = _run(cmd, work, timeout)
         if returncode is None:

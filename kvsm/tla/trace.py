@@ -83,7 +83,7 @@ APPLY: dict[str, str | None] = {
     "writes": "ApplySeq",
     "requests": "ApplyMap",
     "write_done": None,
-    "dev_content": "ApplyFill",
+    "dev_content": "ApplyDev",
     "host_content": "ApplyFill",
     "spill_queue": "ApplySeq",
     "spills": None,
@@ -251,6 +251,11 @@ class Tokens:
         flush()
         return pieces[0] if len(pieces) == 1 else "(" + " \\o ".join(pieces) + ")"
 
+    def prefix_of(self, c: int) -> tuple[int, ...] | None:
+        """The prefix whose identity is `c`, if it is a prefix of an arrival."""
+        jk = self.at.get(c)
+        return None if jk is None else self.seqs[jk[0] - 1][: jk[1]]
+
     def slice(self, last: int, symbols: tuple[int, ...]) -> str:
         """`symbols`, which end the prefix whose identity is `last`, as a slice of the
         sequence that holds that prefix (checked to be these symbols)."""
@@ -270,13 +275,16 @@ class Tokens:
             return self.ref(tokens)
         return ints(tokens)
 
-    def fill(self, items: list[tuple[int, int | None]]) -> str:
-        """Page contents of `(page, content)` pairs sorted by page, as runs
-        `<<first page, stride, n, j, k, k stride>>` (j = 0: no content) for `Fill`."""
+    def fill(self, items: list[tuple[int, int | None]], lanes: int = 1) -> str:
+        """Page contents of `(page, content)` pairs, for `Fill`: `<<runs, poisoned
+        pages>>`, a run `<<first page, stride, n, j, k, k stride>>` holding the prefixes
+        of Tok[j] of lengths k, k + k stride, ... The pages are taken lane by lane (page
+        mod `lanes`), where consecutive positions of a run of pages usually are."""
         pts: list[tuple[int, int, int]] = []
-        for p, c in items:
+        poisoned: list[int] = []
+        for p, c in sorted(items, key=lambda pc: (pc[0] % lanes, pc[0])):
             if c is None:
-                pts.append((p, 0, 0))
+                poisoned.append(p)
             else:
                 j, k = self.where(c)
                 pts.append((p, j, k))
@@ -295,7 +303,7 @@ class Tokens:
                 s, t = 1, 0
             runs.append(f"<<{p0}, {s}, {m}, {j0}, {k0}, {t}>>")
             i += m
-        return "<<" + ", ".join(runs) + ">>"
+        return "<<<<" + ", ".join(runs) + f">>, {intset(poisoned)}>>"
 
     def module_text(self) -> str:
         if not self.used:
@@ -319,9 +327,8 @@ class Encoder:
     # -- records --
     def node(self, n: Any) -> str:
         return (
-            f"[parent |-> {n.parent}, key |-> {self.tok.slice(n.hashes[-1] if n.hashes else content.ROOT, n.key)}, "
-            f"dev |-> {ints(n.dev)}, host |-> {NO_OBJECT if n.host is None else n.host}, durable |-> {_b(n.durable)}, "
-            f"lock |-> {n.lock}, pin |-> {n.pin}, hits |-> {n.hits}, touched |-> {n.touched}]"
+            f"Nd({n.parent}, {self.tok.slice(n.hashes[-1] if n.hashes else content.ROOT, n.key)}, {self.dev(n.dev)}, "
+            f"{NO_OBJECT if n.host is None else n.host}, {_b(n.durable)}, {n.lock}, {n.pin}, {n.hits}, {n.touched})"
         )
 
     def node_mod(self, o: Any, n: Any) -> str | None:
@@ -331,7 +338,7 @@ class Encoder:
         if o.key != n.key:
             f.append(f"key |-> {self.tok.slice(n.hashes[-1] if n.hashes else content.ROOT, n.key)}")
         if o.dev != n.dev:
-            f.append(f"dev |-> {ints(n.dev)}")
+            f.append(f"dev |-> {self.dev(n.dev)}")
         if o.host != n.host:
             f.append(f"host |-> {NO_OBJECT if n.host is None else n.host}")
         if o.durable != n.durable:
@@ -343,7 +350,7 @@ class Encoder:
 
     @staticmethod
     def obj(o: Any) -> str:
-        return f"[base |-> {o.base}, length |-> {o.length}, committed |-> {_b(o.committed)}, owner |-> {o.owner}]"
+        return f"Ob({o.base}, {o.length}, {_b(o.committed)}, {o.owner})"
 
     @staticmethod
     def obj_mod(o: Any, n: Any) -> str | None:
@@ -352,10 +359,7 @@ class Encoder:
         return "[" + ", ".join(f) + "]" if f else None
 
     def request(self, r: Any) -> str:
-        return (
-            f"[tokens |-> {self.tok.ref(r.tokens)}, out_pages |-> {r.out_pages}, phase |-> \"{r.phase}\", "
-            f"node |-> {r.node}, pages |-> {ints(r.pages)}, tried |-> {_b(r.reload_tried)}]"
-        )
+        return f"Rq({self.tok.ref(r.tokens)}, {r.out_pages}, \"{r.phase}\", {r.node}, {self.dev(r.pages)}, {_b(r.reload_tried)})"
 
     def request_mod(self, o: Any, n: Any) -> str | None:
         if o.tokens != n.tokens or o.out_pages != n.out_pages:
@@ -366,7 +370,7 @@ class Encoder:
         if o.node != n.node:
             f.append(f"node |-> {n.node}")
         if o.pages != n.pages:
-            f.append(f"pages |-> {ints(n.pages)}")
+            f.append(f"pages |-> {self.dev(n.pages)}")
         if o.reload_tried != n.reload_tried:
             f.append(f"tried |-> {_b(n.reload_tried)}")
         return "[" + ", ".join(f) + "]" if f else None
@@ -393,8 +397,21 @@ class Encoder:
             )
         return "<<" + ", ".join(out) + ">>"
 
-    def per_rank(self, xs: Iterable[Any], f: Any = str) -> str:
-        return "(" + " @@ ".join(f"{r} :> {f(x)}" for r, x in enumerate(xs)) + ")"
+    @staticmethod
+    def per_rank(xs: Iterable[Any], f: Any = str) -> str:
+        """A function on the ranks, from the tuple of its values (`PR`)."""
+        return "PR(<<" + ", ".join(f(x) for x in xs) + ">>)"
+
+    def dev(self, pages: tuple[int, ...]) -> str:
+        """Device pages, one per position: page i of a run is in lane i mod R (the lowest
+        free page of that lane when allocated), so each lane's pages often form one
+        progression; written per lane (`Lanes`) when that is shorter."""
+        plain = ints(pages)
+        R = self.cfg.R
+        if R == 1 or len(pages) < 2 * R:
+            return plain
+        lanes = "Lanes(<<" + ", ".join(ints(pages[r::R]) for r in range(R)) + f">>, {len(pages)})"
+        return lanes if len(lanes) < len(plain) else plain
 
     def bools(self, xs: Iterable[bool]) -> str:
         return "<<" + ", ".join(_b(x) for x in xs) + ">>"
@@ -431,8 +448,8 @@ class Encoder:
             "writes": ints(s.writes),
             "requests": self.fcn((rid, self.request(r)) for rid, r in sorted(s.requests.items())),
             "write_done": self.per_rank(s.write_done),
-            "dev_content": f"Fill({self.tok.fill([(p, s.dev_content.get(p)) for p in range(cfg.device_pages)])})",
-            "host_content": f"Fill({self.tok.fill([(h, self.host_page(s, h)) for h in range(cfg.L2)])})",
+            "dev_content": f"Fill({self.tok.fill([(p, s.dev_content.get(p)) for p in range(cfg.device_pages)], cfg.R)})",
+            "host_content": f"Fill({self.tok.fill([(h, self.host_page(s, h)) for h in range(cfg.L2)], cfg.R)})",
             "spill_queue": ints(s.spill_queue),
             "spills": self.spills(s),
             "reload_candidates": self.fcn((rid, self.candidate(c)) for rid, c in sorted(s.reload_candidates.items())),
@@ -489,14 +506,15 @@ class Encoder:
                     gone |= sa - sb
                     add |= sb - sa
             if gone or add:
-                d["dev_free"] = f"[gone |-> {intset(gone)}, add |-> {intset(add)}]"
+                d["dev_free"] = f"<<{intset(gone)}, {intset(add)}>>"
         if a.l2_free is not b.l2_free:
             ra, rb = set(a.l2_free[0]), set(b.l2_free[0])
-            self.l2_regions(b)
+            if any(tuple(r) != tuple(b.l2_free[0]) for r in b.l2_free[1:]):
+                raise MappingError("the host regions' free sets differ; the spec has one region")
             pa = {p for base, k in ra - rb for p in range(base, base + k)}
             pb = {p for base, k in rb - ra for p in range(base, base + k)}
             if pa - pb or pb - pa:
-                d["l2_free"] = f"[gone |-> {intset(pa - pb)}, add |-> {intset(pb - pa)}]"
+                d["l2_free"] = f"<<{intset(pa - pb)}, {intset(pb - pa)}>>"
         if a.objects is not b.objects or a.reloads is not b.reloads:
             ka = {op.obj for op in a.reloads}
             kb = {op.obj for op in b.reloads}
@@ -512,7 +530,7 @@ class Encoder:
                 if p.obj != nid or not p.locked:
                     raise MappingError(f"pending backup of node {nid} has object {p.obj} (locked={p.locked}); the spec's is the node's id, locked")
             if pa != pb:
-                d["pending"] = f"[gone |-> {intset(pa - pb)}, add |-> {intset(pb - pa)}]"
+                d["pending"] = f"<<{intset(pa - pb)}, {intset(pb - pa)}>>"
         if a.writes != b.writes:
             d["writes"] = self.seq_delta(a.writes, b.writes)
         if a.requests is not b.requests:
@@ -524,12 +542,12 @@ class Encoder:
         if a.dev_content is not b.dev_content:
             ch = self.content_changes(a, b, "dev_content")
             if ch:
-                d["dev_content"] = self.tok.fill([(p, b.dev_content.get(p)) for p in sorted(ch)])
+                d["dev_content"] = self.dev_fill(a, b, ch)
         if a.host_content is not b.host_content:
             ch = self.content_changes(a, b, "host_content")
             hs = sorted({k % self.cfg.L2 for k in ch})
             if hs:
-                d["host_content"] = self.tok.fill([(h, self.host_page(b, h)) for h in hs])
+                d["host_content"] = self.tok.fill([(h, self.host_page(b, h)) for h in hs], self.cfg.R)
         if a.spill_queue != b.spill_queue:
             d["spill_queue"] = self.seq_delta(a.spill_queue, b.spill_queue)
         if a.spills != b.spills:
@@ -559,8 +577,8 @@ class Encoder:
         return d
 
     def map_delta(self, a: Any, b: Any, whole: Any, mod: Any) -> str | None:
-        """`[upd |-> new or rewritten entries, mod |-> changed fields of entries,
-        gone |-> removed keys]` for `ApplyMap`. `mod(old, new)` gives an entry's
+        """`<<new or rewritten entries, changed fields of entries, removed keys>>` for
+        `ApplyMap`. `mod(old, new)` gives an entry's
         changed fields, None when the spec sees no change, "" to rewrite it whole;
         without `mod` a changed entry is rewritten whole."""
         upd: list[str] = []
@@ -590,17 +608,47 @@ class Encoder:
         if not (upd or mods or gone):
             return None
         f = lambda xs: "(" + " @@ ".join(xs) + ")" if xs else "EmptyFn"  # noqa: E731
-        return f"[upd |-> {f(upd)}, mod |-> {f(mods)}, gone |-> {intset(gone)}]"
+        return f"<<{f(upd)}, {f(mods)}, {intset(gone)}>>"
 
     @staticmethod
     def seq_delta(a: tuple, b: tuple) -> str:
-        """`[drop |-> d, add |-> s]` when b is a without its first d elements with s
-        appended (a queue), else `[lit |-> b]`, for `ApplySeq`."""
+        """`<<d, s>>` when b is a without its first d elements with s appended (a
+        queue), for `ApplySeq`."""
         for drop in range(len(a) + 1):
             keep = len(a) - drop
             if keep <= len(b) and a[drop:] == b[:keep]:
-                return f"[drop |-> {drop}, add |-> {ints(b[keep:])}]"
-        return f"[lit |-> {ints(b)}]"  # pragma: no cover - drop = len(a) always matches
+                return f"<<{drop}, {ints(b[keep:])}>>"
+        raise AssertionError("unreachable: dropping every element always matches")
+
+    def dev_fill(self, a: ClusterState, b: ClusterState, changed: set[int]) -> str:
+        """The device pages a step filled or loaded, `<<node fills, other pages>>` for
+        `ApplyDev`: a node that came onto L1 in this step usually had its pages filled
+        with its own page hashes (Insert, LoadBack), written `<<node, j, k>>` (page i of
+        the node's new `dev` holds the prefix of Tok[j] of length k + i - 1, checked
+        here against every page); the rest as a `Fill`."""
+        nodes: list[str] = []
+        rest = set(changed)
+        if a.nodes is not b.nodes:
+            for nid, n in b.nodes.items():
+                o = a.nodes.get(nid)
+                if o is n or not n.dev or (o is not None and o.dev == n.dev):
+                    continue
+                if not all(p in rest and b.dev_content.get(p) == h for p, h in zip(n.dev, n.hashes)):
+                    continue
+                jk = self.tok.at.get(n.hashes[-1])
+                if jk is None:
+                    continue
+                j, k = jk
+                k0 = k - len(n.hashes) + 1
+                seq = self.tok.seqs[j - 1]
+                # each page's prefix of Tok[j] must be the one its hash names
+                if any(self.tok.at.get(h) != (j, k0 + i) and self.tok.prefix_of(h) != seq[: k0 + i] for i, h in enumerate(n.hashes)):
+                    continue
+                self.tok.used.add(j)
+                nodes.append(f"<<{nid}, {j}, {k0}>>")
+                rest.difference_update(n.dev)
+        fill = self.tok.fill([(p, b.dev_content.get(p)) for p in rest], self.cfg.R)
+        return f"<<<<{', '.join(nodes)}>>, {fill}>>"
 
     def content_changes(self, a: ClusterState, b: ClusterState, name: str) -> set[int]:
         """The keys of a content map that differ between a and b: those the step's
@@ -644,7 +692,7 @@ class Encoder:
                 gone.append(self.tok.content(h))
         f = lambda xs: "(" + " @@ ".join(xs) + ")" if xs else "EmptyFn"  # noqa: E731
         return "(" + " @@ ".join(
-            f"{r} :> [upd |-> {f(u)}, mod |-> EmptyFn, gone |-> {{{', '.join(g)}}}]" for r, (u, g) in sorted(per.items())
+            f"{r} :> <<{f(u)}, EmptyFn, {{{', '.join(g)}}}>>" for r, (u, g) in sorted(per.items())
         ) + ")"
 
 
@@ -680,6 +728,8 @@ def _take_case() -> str:
 
 def _apply(var: str, cur: str, d: str) -> str:
     op = APPLY[var]
+    if op == "ApplyDev":
+        return f"{op}({cur}, {d}.{var}, E)"
     return f"{d}.{var}" if op is None else f"{op}({cur}, {d}.{var})"
 
 
@@ -687,6 +737,7 @@ def module_text(init: dict[str, str], steps: list[str], tok: Tokens, from_init: 
     """A trace module: `SegInit` is the first state, `Steps` the steps. With
     `from_init` the first state is also the spec's `Init` (the log's start)."""
     got = "\n    \\cup ".join(
+        'Chk("nodes", nodes\' = E)' if v == "nodes" else
         f'Chk("{v}", {v}\' = IF "{v}" \\in DOMAIN d THEN {_apply(v, v, "d")} ELSE {v})' for v in SPEC_VARIABLES
     )
     same_init = "\n    \\cup ".join(f'Chk("{v}", {v} = First.{v})' for v in SPEC_VARIABLES)
@@ -709,18 +760,36 @@ Tok == {_wrap(tok.module_text())}
 
 Cnt(j, k) == IF j = 0 THEN NoContent ELSE SubSeq(Tok[j], 1, k)
 Pre(j, k, n) == [i \\in 1 .. n |-> SubSeq(Tok[j], 1, k + i - 1)]
-RunFn(r) == [p \\in ArS(r[1], r[2], r[3]) |-> Cnt(r[4], r[5] + r[6] * ((p - r[1]) \\div r[2]))]
+RunFn(r) == [p \\in ArS(r[1], r[2], r[3]) |-> SubSeq(Tok[r[4]], 1, r[5] + r[6] * ((p - r[1]) \\div r[2]))]
 RECURSIVE FillFrom(_, _)
 FillFrom(rs, i) == IF i > Len(rs) THEN EmptyFn ELSE RunFn(rs[i]) @@ FillFrom(rs, i + 1)
-Fill(rs) == FillFrom(rs, 1)
+Fill(d) == FillFrom(d[1], 1) @@ [p \\in d[2] |-> NoContent]
 
+Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
+    [parent |-> parent, key |-> key, dev |-> dev, host |-> host, durable |-> durable,
+     lock |-> lock, pin |-> pin, hits |-> hits, touched |-> touched]
+Ob(base, length, committed, owner) == [base |-> base, length |-> length, committed |-> committed, owner |-> owner]
+Rq(tokens, out_pages, phase, node, pages, tried) ==
+    [tokens |-> tokens, out_pages |-> out_pages, phase |-> phase, node |-> node, pages |-> pages, tried |-> tried]
+PR(t) == [r \\in Ranks |-> t[r + 1]]
+Lanes(ls, n) == [i \\in 1 .. n |-> ls[((i - 1) % R) + 1][((i - 1) \\div R) + 1]]
+
+\\* Deltas: a map's <<new entries, changed fields of entries, removed keys>>, a set's
+\\* <<removed, added>>, a queue's <<elements dropped at its head, elements appended>>,
+\\* page contents as runs for Fill.
 Merge(r, m) == [x \\in DOMAIN r |-> IF x \\in DOMAIN m THEN m[x] ELSE r[x]]
 ApplyMap(f, d) ==
-    LET g == IF d.gone = {{}} THEN f ELSE Remove(f, d.gone)
-    IN d.upd @@ ([x \\in DOMAIN d.mod |-> Merge(g[x], d.mod[x])] @@ g)
-ApplySet(f, d) == (f \\ d.gone) \\cup d.add
-ApplySeq(f, d) == IF "lit" \\in DOMAIN d THEN d.lit ELSE SubSeq(f, d.drop + 1, Len(f)) \\o d.add
+    LET g == IF d[3] = {{}} THEN f ELSE Remove(f, d[3])
+    IN d[1] @@ ([x \\in DOMAIN d[2] |-> Merge(g[x], d[2][x])] @@ g)
+ApplySet(f, d) == (f \\ d[1]) \\cup d[2]
+ApplySeq(f, d) == SubSeq(f, d[1] + 1, Len(f)) \\o d[2]
 ApplyFill(f, d) == Fill(d) @@ f
+RECURSIVE SeqFill(_, _, _, _)
+SeqFill(ps, j, k, i) == IF i > Len(ps) THEN EmptyFn ELSE (ps[i] :> SubSeq(Tok[j], 1, k + i - 1)) @@ SeqFill(ps, j, k, i + 1)
+RECURSIVE NodeFills(_, _, _)
+NodeFills(fs, E, i) == IF i > Len(fs) THEN EmptyFn ELSE SeqFill(E[fs[i][1]].dev, fs[i][2], fs[i][3], 1) @@ NodeFills(fs, E, i + 1)
+\\* Device pages: those filled with the pages of nodes of E (the model's next nodes), and the others.
+ApplyDev(f, d, E) == (NodeFills(d[1], E, 1) @@ Fill(d[2])) @@ f
 ApplyRanks(f, d) == [r \\in DOMAIN f |-> IF r \\in DOMAIN d THEN ApplyMap(f[r], d[r]) ELSE f[r]]
 
 \\* The first state of the stretch: the model's state before its first step.
@@ -740,7 +809,9 @@ SameAsFirst ==
 
 \\* The variables whose value after step s is not the model's.
 Bad(s) ==
-    LET d == s.d IN
+    LET d == s.d
+        E == IF "nodes" \\in DOMAIN d THEN ApplyMap(nodes, d.nodes) ELSE nodes  \\* the model's next nodes
+    IN
     {got}
 
 {_take_case()}

@@ -42,6 +42,13 @@ __all__ = ["SPEC_PARAMS", "ValidateResult", "validate", "plan_segments", "MIN_SE
 # and parsing the spec cost about as much as following this many default-config steps.
 MIN_SEGMENT_STEPS = 2000
 
+# What a step costs TLC, relative to the cheapest, to cut segments of equal cost: TLC
+# evaluates the spec's action on the default config's pools (measured on the bundled
+# trace on 4 ranks, spec/README.md): a load-back's owner-lane planner about 100 ms, a
+# Reserve's first fit 7 ms, an Insert's room and allocation 5 ms, any other step (with
+# its share of parsing and comparing) about 2 ms.
+STEP_WEIGHT = {"LoadBack": 47.0, "Reserve": 4.5, "Insert": 3.5}
+
 
 @dataclass
 class SegmentResult:
@@ -102,14 +109,26 @@ class ValidateResult:
         }
 
 
-def plan_segments(steps: int, workers: int, segments: int | None = None) -> list[tuple[int, int]]:
-    """Half-open ranges of step indices (0-based), consecutive and of about equal
-    length: `segments` of them, or one per worker for a log long enough that each
-    has at least MIN_SEGMENT_STEPS."""
+def plan_segments(names: list[str], workers: int, segments: int | None = None) -> list[tuple[int, int]]:
+    """Half-open ranges of step indices (0-based), consecutive and of about equal cost
+    (STEP_WEIGHT of the steps' transitions): `segments` of them, or one per worker for
+    a log long enough that each has at least MIN_SEGMENT_STEPS."""
+    steps = len(names)
     if segments is None:
         segments = max(1, min(workers, steps // MIN_SEGMENT_STEPS))
     segments = max(1, min(segments, steps)) if steps else 1
-    bounds = [round(i * steps / segments) for i in range(segments + 1)]
+    total = sum(STEP_WEIGHT.get(n, 1.0) for n in names)
+    bounds, acc, k = [0], 0.0, 1
+    for i, n in enumerate(names):
+        acc += STEP_WEIGHT.get(n, 1.0)
+        if k < segments and acc >= total * k / segments and i + 1 < steps:
+            bounds.append(i + 1)
+            k += 1
+    while len(bounds) < segments:  # fewer cuts than asked (tiny logs): split the longest
+        i = max(range(len(bounds)), key=lambda i: (bounds[i + 1] if i + 1 < len(bounds) else steps) - bounds[i])
+        end = bounds[i + 1] if i + 1 < len(bounds) else steps
+        bounds.insert(i + 1, (bounds[i] + end) // 2)
+    bounds.append(steps)
     return [(bounds[i], bounds[i + 1]) for i in range(segments)]
 
 
@@ -169,7 +188,7 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
     model_seconds = 0.0
     tcfg = trace_config(cfg)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for index, (a, b) in enumerate(plan_segments(len(items), workers, segments)):
+        for index, (a, b) in enumerate(plan_segments([t.name for _, _, t, _ in items], workers, segments)):
             m0 = time.perf_counter()
             tok.used = set()
             seg = SegmentResult(index, a + 1, 0)
@@ -197,8 +216,11 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
             seg.steps = len(rows)
             text = module_text(init, rows, tok, from_init=(a == 0))
             model_seconds += time.perf_counter() - m0
+            # the serial collector: a segment's heap is its Steps constant and one state,
+            # and parallel collectors would multiply the memory of parallel segments
             fut = pool.submit(
-                run_tlc, Path(f"{MODULE}.tla"), tcfg, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True
+                run_tlc, Path(f"{MODULE}.tla"), tcfg, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
+                jvm=("-XX:+UseSerialGC",),
             )
             segs.append(seg)
             pending.append((seg, fut))
