@@ -241,3 +241,56 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
     assert set(before.nodes) - set(s.nodes) == {2, 3, 4}  # both leaves, then their parent
     res = validate(log)
     assert res.ok, res.to_json()
+
+
+# ---- long logs: segments checked apart -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_log(tmp_path_factory) -> Path:
+    """A walk of the default config long enough to cut into three segments."""
+    log = tmp_path_factory.mktemp("long") / "default-long.jsonl"
+    res = runner.invoke(app, ["walk", "--config", "default", "--steps", "450", "--seed", "5", "-o", str(log)])
+    assert res.exit_code == 0, res.output
+    return log
+
+
+@pytest.mark.tlc
+def test_validate_follows_a_long_log_in_segments_that_cover_it(long_log):
+    """A long log is cut into segments that TLC follows apart (two at once), each from
+    the model's state before its first step; together they take every step."""
+    res = validate(long_log, workers=2, segments=3)
+    assert res.ok and res.matched == res.steps == 450, res.to_json()
+    segs = res.to_json()["segments"]
+    assert [s["segment"] for s in segs] == [0, 1, 2]
+    assert segs[0]["first_step"] == 1 and sum(s["steps"] for s in segs) == 450
+    assert all(a["first_step"] + a["steps"] == b["first_step"] for a, b in zip(segs, segs[1:]))
+    assert all(s["cpu_seconds"] and s["cpu_seconds"] > 0 and s["peak_rss_mb"] for s in segs)
+
+
+@pytest.mark.tlc
+def test_a_wrong_step_deep_in_a_long_log_is_named_with_its_variable_and_segment(long_log, monkeypatch):
+    """A model Match that stamps one tick too many, at one step in the last third of a
+    long log: TLC names that step, its segment, and `clock` as the variable whose value
+    after it is not the model's; every earlier step (in the earlier segments too) was
+    taken."""
+    log = long_log
+    names = [r.get("name") for r in _lines(log)[1:]]
+    k = next(i + 1 for i, n in enumerate(names) if i >= 330 and n == "Match")  # 1-based step
+    nth = names[:k].count("Match")
+    right = REGISTRY["Match"]
+    calls = []
+
+    def match(s, t):
+        out = right.apply(s, t)
+        calls.append(t)
+        return replace(out, clock=out.clock + 1) if len(calls) == nth else out
+
+    monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
+    res = validate(log, workers=2, segments=3)
+    assert not res.ok and res.model_rejected is None
+    assert res.first_rejected == {"line": k + 1, "step": k, "transition": str(Transition.make("Match", **_lines(log)[k]["args"])), "name": "Match"}
+    assert res.matched == k - 1
+    assert res.rejection["variables"] == ["clock"] and res.rejection["segment"] == 2
+    last = res.segments[2]
+    assert last.first_step <= k < last.first_step + last.steps

@@ -14,7 +14,10 @@ from rich.table import Table
 console = Console()
 err = Console(stderr=True)
 
-MODEL_HELP = "model: ci, deep, l3, or a path to a TLC .cfg (its module is the .tla beside it)"
+MODEL_HELP = (
+    "model: ci, deep, l3, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
+    "(a TOML path or a built-in config name such as small or default) whose TLC model is generated"
+)
 
 
 def _emit_json(obj: Any) -> None:
@@ -32,15 +35,21 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
         log: Optional[Path] = typer.Option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
+        simulate: bool = typer.Option(False, "--simulate", help="TLC's random simulation instead of an exhaustive check (for configs too large to exhaust)"),
+        depth: int = typer.Option(100, "--depth", min=1, help="with --simulate: states per behaviour at most"),
+        traces: int = typer.Option(100, "--traces", min=1, help="with --simulate: behaviours to generate"),
+        seed: int = typer.Option(0, "--seed", help="with --simulate: TLC's random seed"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
-        """Model-check the spec with TLC: its invariants and the liveness property. A
-        violation's trace becomes a kvsm log that `kvsm replay --check` replays."""
+        """Model-check the spec with TLC: its invariants and the liveness properties, or
+        with --simulate its invariants along random behaviours. A violation's trace
+        becomes a kvsm log that `kvsm replay --check` replays."""
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
 
+        sim = {"num": traces, "depth": depth, "seed": seed} if simulate else None
         try:
-            res = do_check(config, workers=workers, log_path=log)
+            res = do_check(config, workers=workers, log_path=log, simulate=sim)
         except (TLCError, TLCUnavailable) as e:
             raise _fail(str(e)) from None
         out = res.to_json()
@@ -48,11 +57,19 @@ def register(app: typer.Typer) -> None:
             _emit_json(out)
         else:
             t = res.tlc
-            rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
-            console.print(
-                f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
-                f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
-            )
+            if sim is not None:
+                done = f"{out['behaviours']} behaviours" if out["behaviours"] else "stopped at a violation"
+                console.print(
+                    f"{config}: simulation, seed {seed}, depth {depth}: {done}, {t.states_generated} states, "
+                    f"{t.seconds:.1f}s ({out['states_per_second'] or 0:,.1f} states/s"
+                    + (f", {out['behaviours_per_second']:,.2f} behaviours/s)" if out["behaviours_per_second"] else ")")
+                )
+            else:
+                rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
+                console.print(
+                    f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
+                    f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
+                )
             v = out["violation"]
             if v is None:
                 console.print("[green]no violation[/green]")
@@ -101,16 +118,18 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
         log: Path = typer.Argument(..., help="transition log (JSONL)"),
-        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
+        segments: Optional[int] = typer.Option(None, "--segments", min=1, help="stretches of the log checked apart (default: one per worker for a long log)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
-        """Decide with TLC whether a log is a behaviour of the spec."""
+        """Decide with TLC whether a log is a behaviour of the spec: every step, from the
+        model's state before it, to the model's state after it."""
         from ..log import LogError
         from ..tla.errors import TLCError, TLCUnavailable
         from ..tla.validate import validate as do_validate
 
         try:
-            res = do_validate(log, workers=workers)
+            res = do_validate(log, workers=workers, segments=segments)
         except LogError as e:
             raise _fail(str(e)) from None
         except (TLCError, TLCUnavailable) as e:
@@ -120,7 +139,11 @@ def register(app: typer.Typer) -> None:
         else:
             if res.first_rejected:
                 r = res.first_rejected
+                why = res.rejection or {}
                 err.print(f"[red]{log}:{r['line']}: step {r['step']} {r['transition']} is not allowed by the spec[/red] (after {res.matched} matched steps)")
+                if why:
+                    names = ", ".join(why["variables"])
+                    err.print(f"{why['reason']}" + (f": {names}" if names else "") + f" (segment {why['segment']})")
             if res.model_rejected:
                 r = res.model_rejected
                 err.print(f"{log}:{r['line']}: the Python model rejects {r['transition']}: {r['reason']}")
@@ -130,5 +153,8 @@ def register(app: typer.Typer) -> None:
                 r = res.digest_mismatch
                 err.print(f"[red]{log}:{r['line']}: digest {r['log']} is not the model's {r['model']}[/red] after {r['transition']}")
             if res.ok:
-                console.print(f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] ({res.tlc.seconds:.1f}s)")
+                console.print(
+                    f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
+                    f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
+                )
         raise typer.Exit(0 if res.ok else 1)

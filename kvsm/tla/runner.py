@@ -22,8 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..config import Config, ConfigError, load_config
 from .errors import TLCError, TLCUnavailable
-from .models import ModelConfig
+from .models import GENERATED_MODULE, ModelConfig, config_of_model, generated_model, read_cfg, refuse_unmodelled
 from .values import parse_state, parse_value
 
 SPEC_MODULE = "KVCache"
@@ -95,6 +96,67 @@ def model_paths(name_or_path: str) -> tuple[Path, Path]:
     return module, cfg
 
 
+@dataclass
+class Model:
+    """A model TLC can check: a shipped one (`ci`, ...), a `.cfg` beside its module, or
+    one generated from a kvsm config (a TOML path or a built-in config name)."""
+
+    label: str  # what the user named
+    config: Config  # its constants as a kvsm config
+    module: Path  # the module TLC runs (for a generated model, the name of a generated one)
+    cfg: Path | ModelConfig
+    extra_modules: dict[str, str]  # generated modules, name -> text
+    generated: bool = False
+    node_ids: int | None = None  # a generated model's bound on node ids
+
+    def model_config(self) -> ModelConfig:
+        return self.cfg if isinstance(self.cfg, ModelConfig) else read_cfg(self.cfg)
+
+
+def reference_checks() -> tuple[list[str], list[str]]:
+    """The invariants and properties the `ci` model checks (spec/MC_ci.cfg), which a
+    generated model checks too."""
+    module, cfg = model_paths("ci")
+    mc = read_cfg(cfg)
+    return mc.names("INVARIANTS"), mc.names("PROPERTIES")
+
+
+def is_config(name_or_path: str) -> bool:
+    """A kvsm config (a TOML path or a built-in config name) rather than a TLC model (a
+    shipped model's name or a .cfg path); `l3` is both, and names the shipped model."""
+    return name_or_path not in NAMED_MODELS and not name_or_path.endswith(".cfg")
+
+
+def load_model(name_or_path: str, *, properties: bool = True, node_ids: int | None = None,
+               depth: int | None = None) -> Model:
+    """The model `name_or_path` names (see `Model`). A generated model checks the `ci`
+    model's invariants (and, with `properties`, its liveness properties) and bounds
+    the node ids by `node_ids` (default: three per request of the config). `depth`
+    bounds the behaviours (a simulation's): a config whose requests never stop
+    arriving is then bound to `depth` arrivals, which no such behaviour exceeds."""
+    if not is_config(name_or_path):
+        module, cfg = model_paths(name_or_path)
+        config = config_of_model(module, cfg)
+        refuse_unmodelled(config, f"model '{name_or_path}'")
+        return Model(name_or_path, config, module, cfg, {})
+    try:
+        config = load_config(name_or_path)
+    except ConfigError as e:
+        raise TLCError(str(e)) from None
+    refuse_unmodelled(config, f"config '{name_or_path}'")
+    max_requests = depth if config.max_requests == 0 and depth is not None else None
+    if config.max_requests == 0 and max_requests is None:
+        raise TLCError(
+            f"config '{name_or_path}': max_requests = 0 (requests arrive without end), so the state space is "
+            "infinite and TLC cannot exhaust it; give the config a max_requests, or explore it at random with "
+            "`kvsm check --simulate`"
+        )
+    invs, props = reference_checks()
+    bound = node_ids or max(1, 3 * (max_requests or config.max_requests))
+    text, mc = generated_model(config, bound, invs, props if properties else [], max_requests)
+    return Model(name_or_path, config, Path(f"{GENERATED_MODULE}.tla"), mc, {GENERATED_MODULE: text}, True, bound)
+
+
 # ---- running TLC ------------------------------------------------------------------------------
 
 
@@ -134,6 +196,9 @@ class TLCResult:
 
 
 _GENERATED = re.compile(r"^(\d+) states generated, (\d+) distinct states found, (\d+) states left on queue\.", re.M)
+# a simulation's count of states: "Progress: N states checked." at its end (and "The
+# number of states generated: N" after a violation)
+_SIM_STATES = re.compile(r"^(?:Progress: (\d+) states checked\.|The number of states generated: (\d+))", re.M)
 _DEPTH = re.compile(r"^The depth of the complete state graph search is (\d+)\.", re.M)
 _FINISHED = re.compile(r"^Finished in (?:(\d+)h ?)?(?:(\d+)min ?)?(\d+)s", re.M)
 _STATE_HEAD = re.compile(r"^(\d+): ?<(.*)>\s*$|^State (\d+): ?<(.*)>\s*$")
@@ -280,14 +345,17 @@ def run_tlc(
             raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit")
     seconds = time.perf_counter() - t0
     violation, fatal = parse_output(out, view)
-    if violation is None and (fatal is not None or "Model checking completed" not in out):
+    # a simulation ends without "Model checking completed", with its count of states
+    completed = "Model checking completed" in out or (simulate is not None and _SIM_STATES.search(out) is not None)
+    if violation is None and (fatal is not None or not completed):
         tail = "\n".join(out.strip().splitlines()[-25:])
         raise TLCError(f"TLC could not check {module.name} (exit {returncode}): {fatal or 'no result'}\n{tail}")
     gen = _GENERATED.findall(out)
     dep = _DEPTH.findall(out)
     fin = _FINISHED.findall(out)
+    sim = _SIM_STATES.findall(out)
     return TLCResult(
-        states_generated=int(gen[-1][0]) if gen else None,
+        states_generated=int(gen[-1][0]) if gen else (int(sim[-1][0] or sim[-1][1]) if sim else None),
         distinct_states=int(gen[-1][1]) if gen else None,
         depth=int(dep[-1]) if dep else None,
         seconds=seconds,
@@ -297,6 +365,8 @@ def run_tlc(
         tlc_seconds=(int(fin[-1][0] or 0) * 3600 + int(fin[-1][1] or 0) * 60 + int(fin[-1][2])) if fin else None,
         cpu_seconds=usage[0] if usage else None,
         peak_rss=usage[1] if usage else None,
+        # TLC does not say how many behaviours a simulation went through before a violation
+        traces=simulate["num"] if simulate is not None and violation is None else None,
     )
 
 
