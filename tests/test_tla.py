@@ -347,10 +347,11 @@ def test_a_config_whose_requests_never_stop_is_not_exhausted():
     assert m.model_config().constants["MaxRequests"] == ("=", "20") and not m.model_config().names("PROPERTIES")
 
 
-def _two_requests(tmp_path: Path) -> Path:
+def one_request_config(tmp_path: Path) -> Path:
+    """`small` with one request: a config TLC and the Python model exhaust in seconds."""
     text = (Path(models.__file__).resolve().parents[1] / "configs" / "small.toml").read_text()
-    p = tmp_path / "small2.toml"
-    p.write_text(text.replace("max_requests = 3", "max_requests = 2"))
+    p = tmp_path / "small1.toml"
+    p.write_text(text.replace("max_requests = 3", "max_requests = 1"))
     return p
 
 
@@ -361,12 +362,12 @@ def test_check_and_conform_take_a_toml_config(tmp_path):
     from kvsm.explore import explore
     from kvsm.tla.conform import conform
 
-    toml = _two_requests(tmp_path)
+    toml = one_request_config(tmp_path)
     res = CliRunner().invoke(app, ["check", "--config", str(toml), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     states = len(explore(load_config(str(toml)), check=False).states)
-    assert out["violation"] is None and out["distinct_states"] == states and out["node_ids"] == 6
+    assert out["violation"] is None and out["distinct_states"] == states and out["node_ids"] == 3
     c = conform(str(toml))
     assert c.equal and c.tlc_states == c.model_states == states, c.to_json()
 

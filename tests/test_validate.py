@@ -248,9 +248,11 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
 
 @pytest.fixture(scope="module")
 def long_log(tmp_path_factory) -> Path:
-    """A walk of the default config long enough to cut into three segments."""
-    log = tmp_path_factory.mktemp("long") / "default-long.jsonl"
-    res = runner.invoke(app, ["walk", "--config", "default", "--steps", "450", "--seed", "5", "-o", str(log)])
+    """A long walk of tests/data/l3_busy.toml (three live requests, spills and reloads in
+    flight), cut into three segments below; its pools are small, so that TLC's work is
+    the segments' and not the spec's actions on large pools."""
+    log = tmp_path_factory.mktemp("long") / "busy-long.jsonl"
+    res = runner.invoke(app, ["walk", "--config", str(DATA / "l3_busy.toml"), "--steps", "900", "--seed", "5", "-o", str(log)])
     assert res.exit_code == 0, res.output
     return log
 
@@ -260,10 +262,10 @@ def test_validate_follows_a_long_log_in_segments_that_cover_it(long_log):
     """A long log is cut into segments that TLC follows apart (two at once), each from
     the model's state before its first step; together they take every step."""
     res = validate(long_log, workers=2, segments=3)
-    assert res.ok and res.matched == res.steps == 450, res.to_json()
+    assert res.ok and res.matched == res.steps == 900, res.to_json()
     segs = res.to_json()["segments"]
     assert [s["segment"] for s in segs] == [0, 1, 2]
-    assert segs[0]["first_step"] == 1 and sum(s["steps"] for s in segs) == 450
+    assert segs[0]["first_step"] == 1 and sum(s["steps"] for s in segs) == 900
     assert all(a["first_step"] + a["steps"] == b["first_step"] for a, b in zip(segs, segs[1:]))
     assert all(s["cpu_seconds"] and s["cpu_seconds"] > 0 and s["peak_rss_mb"] for s in segs)
 
@@ -276,7 +278,7 @@ def test_a_wrong_step_deep_in_a_long_log_is_named_with_its_variable_and_segment(
     taken."""
     log = long_log
     names = [r.get("name") for r in _lines(log)[1:]]
-    k = next(i + 1 for i, n in enumerate(names) if i >= 330 and n == "Match")  # 1-based step
+    k = next(i + 1 for i, n in enumerate(names) if i >= 700 and n == "Match")  # 1-based step
     nth = names[:k].count("Match")
     right = REGISTRY["Match"]
     calls = []

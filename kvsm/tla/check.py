@@ -129,11 +129,13 @@ def check(
     workers: int = 1,
     log_path: Path | None = None,
     simulate: dict[str, int] | None = None,
+    timeout: float | None = None,
 ) -> CheckResult:
     """Run TLC on a model (see `kvsm.tla.runner.load_model`) with the invariants and
     properties it checks, or with `simulate` = {num, depth, seed} TLC's random
     simulation with its invariants; on a violation, write its trace as a log to
-    `log_path` (default `out/tlc-<model>-<property>.jsonl`)."""
+    `log_path` (default `out/tlc-<model>-<property>.jsonl`). Past `timeout` seconds
+    TLC is stopped (`kvsm.tla.runner.TLCTimeout`, with its last progress)."""
     if simulate is None:
         m = load_model(model)
     else:
@@ -144,7 +146,7 @@ def check(
             if m.config.max_requests == 0:
                 m.cfg.constants["MaxRequests"] = ("=", str(depth))
     while True:
-        res = run_tlc(m.module, m.cfg, workers=workers, extra_modules=m.extra_modules, simulate=simulate)
+        res = run_tlc(m.module, m.cfg, workers=workers, extra_modules=m.extra_modules, simulate=simulate, timeout=timeout)
         v = res.violation
         if m.generated and simulate is None and v is not None and v.kind == "invariant" and v.property == NODE_IDS_INVARIANT:
             m = load_model(model, node_ids=2 * (m.node_ids or 1))

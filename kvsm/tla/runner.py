@@ -160,6 +160,30 @@ def load_model(name_or_path: str, *, properties: bool = True, node_ids: int | No
 # ---- running TLC ------------------------------------------------------------------------------
 
 
+class TLCTimeout(TLCError):
+    """TLC ran past its time limit; what it printed so far (its progress lines) and the
+    process's CPU seconds and peak resident set come with it."""
+
+    def __init__(self, message: str, output: str, usage: tuple[float, int] | None) -> None:
+        super().__init__(message)
+        self.output = output
+        self.usage = usage
+
+    def progress(self) -> dict[str, int] | None:
+        """The last progress TLC reported: depth, states generated, distinct, queued."""
+        found = _PROGRESS.findall(self.output)
+        if not found:
+            return None
+        d, g, s, q = (int(x.replace(",", "")) for x in found[-1])
+        return {"depth": d, "states_generated": g, "distinct_states": s, "left_on_queue": q}
+
+
+_PROGRESS = re.compile(
+    r"^Progress\((\d+)\) at [^:]+:\d+:\d+: ([\d,]+) states generated.*?, ([\d,]+) distinct states found.*?, ([\d,]+) states left on queue",
+    re.M,
+)
+
+
 @dataclass
 class TraceStep:
     action: str  # the action's name; "Init" for the initial state
@@ -342,7 +366,7 @@ def run_tlc(
         cmd.append(module.name)
         returncode, out, usage = _run(cmd, work, timeout)
         if returncode is None:
-            raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit")
+            raise TLCTimeout(f"TLC on {module.name} ran past its {timeout}s limit", out, usage)
     seconds = time.perf_counter() - t0
     violation, fatal = parse_output(out, view)
     # a simulation ends without "Model checking completed", with its count of states
