@@ -6,7 +6,16 @@ has its size, and the largest tree's figure is divided by the smallest's.
 Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...],
 "ratio_100k_over_1k": r}. Target: ratio <= 2.
 
+With --check, measures instead what checking every invariant costs (`kvsm replay
+--check`, `kvsm.checking`): a 4-rank L3 simulator log (the first --requests requests of
+the bundled trace, `kvsm sim --tiers l1,l2,l3 --ranks 4`) replayed plainly and with
+--check, each the best CPU time of --repeat, and prints {"transitions",
+"agreement_points", "plain_s", "check_s", "ratio", "check_every_512_s",
+"ratio_every_512", "full_checks", ...}; the last pair has the from-scratch check only
+every 512 transitions and at the end, not at the agreement points. Target: ratio <= 3.
+
     python benchmarks/replay.py [--json] [--sizes 1000,10000,100000] [--window 4000]
+    python benchmarks/replay.py --check [--json] [--requests 200] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -89,12 +98,76 @@ def measure(nodes: int, window: int, workdir: Path) -> dict:
             "per_transition_us": (stamps[total] - stamps[start]) / window * 1e6}
 
 
+def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
+    """Plain replay against `replay --check` on a 4-rank L3 simulator log."""
+    from kvsm import checking
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.transitions import REGISTRY
+
+    log = workdir / "sim-l3.jsonl"
+    res = simulate(SimOptions(workload="synthetic", requests=requests, ranks=4, tiers="l1,l2,l3"), log)
+    names = res.summary["transitions_by_name"]
+    agreement = sum(n for name, n in names.items() if REGISTRY[name].agreement)
+    del res
+    gc.collect()
+
+    def best(**kw) -> float:
+        times = []
+        for _ in range(repeat):
+            gc.collect()
+            t0 = time.process_time()
+            r = replay(log, **kw)
+            times.append(time.process_time() - t0)
+            assert r.ok, r.to_json()
+        return min(times)
+
+    plain = best()
+    checked = best(check=True)
+    fulls = []
+    real_checker = checking.Checker
+
+    class Counting(real_checker):
+        def __init__(self, state, **kw):
+            super().__init__(state, **kw)
+            fulls.append(self)
+
+    checking.Checker = Counting
+    try:
+        replay(log, check=True)
+        full_checks = fulls[-1].stats.full
+        checking.Checker = lambda state, **kw: Counting(state, at_agreement=False, **kw)
+        sparse = best(check=True)
+        sparse_full = fulls[-1].stats.full
+    finally:
+        checking.Checker = real_checker
+    return {
+        "log": f"kvsm sim --workload synthetic --requests {requests} --ranks 4 --tiers l1,l2,l3",
+        "transitions": sum(names.values()),
+        "agreement_points": agreement,
+        "plain_s": round(plain, 3),
+        "check_s": round(checked, 3),
+        "ratio": round(checked / plain, 2),
+        "full_checks": full_checks,
+        "check_every_512_s": round(sparse, 3),
+        "ratio_every_512": round(sparse / plain, 2),
+        "full_checks_every_512": sparse_full,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--window", type=int, default=4000)
+    ap.add_argument("--check", action="store_true", help="measure replay --check against plain replay instead")
+    ap.add_argument("--requests", type=int, default=200, help="with --check: requests of the simulated log")
+    ap.add_argument("--repeat", type=int, default=3, help="with --check: runs of each, the best counts")
     args = ap.parse_args()
+    if args.check:
+        with tempfile.TemporaryDirectory() as d:
+            out = measure_check(args.requests, args.repeat, Path(d))
+        print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return 0
     sizes = [int(x) for x in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as d:
         rows = [measure(n, args.window, Path(d)) for n in sizes]

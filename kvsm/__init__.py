@@ -1,0 +1,3 @@
+"""kvsm: a formally specified multi-rank tiered KV cache (README.md)."""
+
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)

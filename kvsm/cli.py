@@ -1,86 +1,127 @@
-"""The `kvsm` command line (typer + rich)."""
+"""The `kvsm` command line (typer + rich). Errors, exit codes, progress and interruption
+work the same in every command (`kvsm/commands/common.py`; README, "Errors and exit
+codes")."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import Config, ConfigError, load_config
+from .bounds import available_memory
+from .commands import register_all
+from .commands.common import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    KvsmGroup,
+    config_or_exit,
+    console,
+    emit_json,
+    fail,
+    print_error,
+    progress,
+    unwrap_help,
+    warn,
+    warn_old_log,
+)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="kvsm: a formally specified multi-rank tiered KV cache.")
-console = Console(stderr=False)
-err = Console(stderr=True)
+SEED_MAX = 2**63 - 1
+
+app = typer.Typer(
+    cls=KvsmGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="kvsm: a formally specified multi-rank tiered KV cache. Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 the environment failed, 130/143 interrupted (README).",
+)
 
 
-def _config(name: str) -> Config:
+def _version(value: bool) -> None:
+    if value:
+        from .log import FORMAT  # noqa: PLC0415
+
+        console.print(f"kvsm {version()} (log format {FORMAT})", highlight=False)
+        raise typer.Exit(0)
+
+
+def version() -> str:
+    """The installed distribution's version (what `pip` installed), or the package's."""
+    from importlib import metadata  # noqa: PLC0415
+
     try:
-        return load_config(name)
-    except ConfigError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        return metadata.version("kvsm")
+    except metadata.PackageNotFoundError:
+        from . import __version__  # noqa: PLC0415
+
+        return __version__
 
 
-def _progress(label: str = "{task.description}") -> Progress:
-    """A progress bar on stderr, only when it is a terminal (never in pipes or CI logs)."""
-    return Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-
-
-def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=None) + "\n")
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print kvsm's version and the log format it writes, then exit"),
+) -> None:
+    pass  # the app's options only: --version
 
 
 @app.command()
 def walk(
     config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
-    steps: int = typer.Option(1000, "--steps", "-n", min=0, help="transitions to take"),
-    seed: int = typer.Option(0, "--seed", "-s", help="seed of the walk"),
+    steps: int = typer.Option(1000, "--steps", "-n", min=0, max=10**9, help="transitions to take"),
+    seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the walk"),
     output: Path = typer.Option(..., "-o", "--output", help="log file to write (atomically)"),
     check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
+    bounded: bool = typer.Option(
+        False,
+        "--bounded",
+        help="keep the config's exploration bounds max_requests and max_disk_faults (the walk stops when they are spent, as `kvsm explore` does); by default a walk lifts them and the log's header records the config as walked",
+    ),
 ) -> None:
-    """A seeded random walk over the enabled transitions, written as a log."""
+    """A seeded random walk over the enabled transitions, written as a log; it says which transitions it took. Each step picks a transition family weighted by the config's walk_weights, then one of its enabled instances."""
     from .invariants import violations_after
     from .log import Header, LogWriter, OutputError
     from .state import initial_state
+    from .transitions import names_for
     from .walk import walk as do_walk
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
+    if not bounded:
+        cfg = replace(cfg, max_requests=0, max_disk_faults=0)
     s0 = initial_state(cfg)
     header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
+    weights = dict(cfg.walk_weights)
+    taken: Counter[str] = Counter()
     t0 = time.perf_counter()
     try:  # LogWriter refuses a bad path on entry (before the walk) and a failed final rename
-        with _progress() as prog, LogWriter(output, header) as w:
+        with progress() as prog, LogWriter(output, header) as w:
             task = prog.add_task("walk", total=steps)
             for t, s in do_walk(cfg, steps, seed, s0):
                 w.write(t, s)
+                taken[t.name] += 1
                 if check:
                     v = violations_after(t.rank, s)
                     if v:
-                        err.print(f"[red]invariant violated after step {w.count} {t}:[/red]")
                         for x in v:
-                            err.print(f"  {x}")
-                        raise typer.Exit(1)
+                            print_error(f"after step {w.count} {t}: {x}", "invariant violated")
+                        raise typer.Exit(EXIT_FAILED)
                 prog.advance(task)
     except OutputError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(str(e)) from None
     dt = time.perf_counter() - t0
-    console.print(f"wrote {w.count} transitions to {output} in {dt:.2f}s" + ("" if w.count == steps else " (nothing else was enabled)"))
+    end = ""
+    if w.count < steps:
+        spent = [f"max_requests {cfg.max_requests}"] if cfg.max_requests else []
+        end = f"; it stopped after {w.count} of {steps} steps: no transition was enabled" + (
+            f" (the config's exploration bounds are spent: {', '.join(spent)}; drop --bounded for a longer walk)" if spent else ""
+        )
+    console.print(f"wrote {w.count} transitions to {output} in {dt:.2f}s{end}", highlight=False)
+    names = names_for(cfg)
+    console.print("taken: " + ", ".join(f"{n} {taken[n]}" for n in names if taken[n]), highlight=False)
+    missed = [n + (" (walk weight 0)" if weights.get(n, 1.0) == 0 else "") for n in names if not taken[n]]
+    if missed:
+        console.print(f"not taken: {', '.join(missed)}", highlight=False)
 
 
 @app.command()
@@ -89,48 +130,66 @@ def replay(
     check: bool = typer.Option(False, "--check", help="also check every invariant after every transition"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Replay a log, verifying every digest (and with --check every invariant)."""
+    """Replay a log, verifying every digest, its end line (and with --check every invariant). Exit 1 when it does not replay, 2 when the file is not a complete log."""
     from .log import replay as do_replay
 
+    warn_old_log(log)
     t0 = time.perf_counter()
-    with _progress() as prog:
+    with progress() as prog:
         task = prog.add_task(f"replay {log.name}", total=None)
         res = do_replay(log, check=check, on_step=lambda n: prog.update(task, completed=n) if n % 256 == 0 else None)
     dt = time.perf_counter() - t0
+    if res.first_mismatch:
+        m = res.first_mismatch
+        where = f"{log}:{m['line']}" if m["line"] else f"{log}"
+        print_error(f"{where}: {m['reason']}", "error" if res.malformed else "mismatch")
+    for v in res.violations:
+        print_error(f"{log}:{v['line']}: {v['violation']}", "invariant violated")
     if as_json:
-        _emit_json(res.to_json())
-    else:
-        if res.first_mismatch:
-            err.print(f"[red]line {res.first_mismatch['line']}:[/red] {res.first_mismatch['reason']}")
-        for v in res.violations:
-            err.print(f"[red]invariant violated[/red] at line {v['line']}: {v['violation']}")
-        if res.ok:
-            console.print(f"replayed {res.transitions} transitions in {dt:.2f}s; final digest {res.final_digest}" + (", every invariant held" if check else ""))
-    raise typer.Exit(0 if res.ok else 1)
+        emit_json(res.to_json())
+    elif res.ok:
+        console.print(f"replayed {res.transitions} transitions in {dt:.2f}s; final digest {res.final_digest}" + (", every invariant held" if check else ""), highlight=False)
+    raise typer.Exit(0 if res.ok else (EXIT_INPUT if res.malformed else EXIT_FAILED))
+
+
+# Memory an explored state takes (the `small` config: 31,473 states in about 100 MB).
+_BYTES_PER_STATE = 3500
 
 
 @app.command()
 def explore(
     config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    max_states: int = typer.Option(2_000_000, "--max-states", help="give up beyond this many states"),
+    max_states: int = typer.Option(
+        1_000_000,
+        "--max-states",
+        min=0,
+        help="stop with an error beyond this many states; 0 = no limit. Every state is kept in memory (about 3.5 KB each)",
+    ),
 ) -> None:
-    """Explore every reachable state breadth-first, checking the invariants in each."""
+    """Explore every reachable state breadth-first, checking the invariants in each. Progress goes to stderr."""
     from .explore import explore as do_explore
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
+    if not max_states:
+        warn("--max-states 0: no limit on states; exploration runs until every reachable state is found" + ("" if cfg.max_requests else f" and config '{config}' has no max_requests, so it may never end"))
+    avail = available_memory()
+    if avail and (not max_states or max_states * _BYTES_PER_STATE > avail):
+        most = f"{max_states * _BYTES_PER_STATE / 2**30:.1f} GiB at {max_states} states" if max_states else "memory without bound"
+        warn(f"exploration may need {most} (about 3.5 KB a state); this machine has {avail / 2**30:.1f} GiB available")
     t0 = time.perf_counter()
-    with _progress() as prog:
+    with progress() as prog:
         task = prog.add_task("explore", total=None)
         try:
-            g = do_explore(cfg, check=True, max_states=max_states, on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore depth {lvl}"))
+            g = do_explore(cfg, check=True, max_states=max_states, on_level=lambda lvl, n: prog.update(task, completed=n, description=f"explore: depth {lvl}, states"))
         except RuntimeError as e:
-            err.print(f"[red]error:[/red] config '{config}': {e}")
-            raise typer.Exit(2) from None
+            raise fail(f"config '{config}': {e} (--max-states {max_states})") from None
     summary = g.summary()
     summary["seconds"] = round(time.perf_counter() - t0, 3)
+    for v in summary["violations"][:10]:
+        print_error(f"{v['violation']} via {' -> '.join(v['trace'])}", "invariant violated")
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
     else:
         table = Table(title=f"explore {config}")
         table.add_column("transition")
@@ -140,33 +199,44 @@ def explore(
         console.print(table)
         console.print(
             f"{summary['states']} states, {summary['edges']} edges, depth {summary['depth']}, "
-            f"{len(summary['violations'])} violations, {summary['seconds']}s"
+            f"{len(summary['violations'])} violations, {summary['seconds']}s",
+            highlight=False,
         )
-        for v in summary["violations"][:10]:
-            err.print(f"[red]{v['violation']}[/red] via {' -> '.join(v['trace'])}")
-    raise typer.Exit(0 if not summary["violations"] else 1)
+    raise typer.Exit(0 if not summary["violations"] else EXIT_FAILED)
 
 
 @app.command()
 def run(
-    seed: int = typer.Option(0, "--seed", "-s"),
-    requests: int = typer.Option(300, "--requests", "-n", min=1, help="requests of the bundled trace to simulate"),
-    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's logs go"),
-    as_json: bool = typer.Option(False, "--json"),
+    seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the simulation (its timing and faults); the same seed writes the same log"),
+    requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993)"),
+    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's log goes (sim-synthetic-SEED.jsonl; created if missing)"),
+    as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake trace, replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config, and TLC on the ci config where Java is present."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config, and TLC on the ci config where Java is present. Exit 1 if any step failed."""
     from .explore import explore as do_explore
+    from .log import OutputError, check_output_file
     from .log import replay as do_replay
     from .sim import run_main_job
+    from .sim.runner import main_job_log
 
+    log = main_job_log(outdir, seed)
+    try:  # before anything runs: the log is the first thing every later step needs
+        check_output_file(log)
+    except OutputError as e:
+        raise fail(f"--outdir {outdir}: {e}") from None
     rows: list[tuple[str, str, str]] = []
     ok = True
     t0 = time.perf_counter()
-    summary = run_main_job(outdir, seed=seed, requests=requests, ranks=4)
+    with progress() as prog:
+        task = prog.add_task("run: sim, requests", total=requests)
+        try:
+            summary = run_main_job(outdir, seed=seed, requests=requests, ranks=4, on_progress=lambda done, total: prog.update(task, completed=done))
+        except OutputError as e:
+            raise fail(f"--outdir {outdir}: {e}") from None
     log = Path(summary["log"])
     rows.append((
         "sim (4 ranks, L1+L2)",
-        f"{summary['requests']} requests, block hit rate {summary['hit_rate_blocks']:.3f}, "
+        f"{summary['requests']} requests of the Mooncake synthetic trace, block hit rate {summary['hit_rate_blocks']:.3f}, "
         f"{summary['transitions']} transitions -> {log}",
         f"{time.perf_counter() - t0:.1f}s",
     ))
@@ -175,7 +245,7 @@ def run(
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     t0 = time.perf_counter()
-    g = do_explore(_config("small"), check=True)
+    g = do_explore(config_or_exit("small"), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
@@ -186,7 +256,7 @@ def run(
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
     if as_json:
-        _emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
+        emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
     else:
         table = Table(title="kvsm run")
         for col in ("step", "result", "time"):
@@ -194,7 +264,7 @@ def run(
         for r in rows:
             table.add_row(*r)
         console.print(table)
-    raise typer.Exit(0 if ok else 1)
+    raise typer.Exit(0 if ok else EXIT_FAILED)
 
 
 def _gpu_row(log: Path) -> tuple[str, str, str]:
@@ -205,7 +275,7 @@ def _gpu_row(log: Path) -> tuple[str, str, str]:
 
         import torch  # noqa: PLC0415
     except ImportError:
-        return ("gpu replay", "skipped: torch is not installed (pip install -e '.[gpu]')", "-")
+        return ("gpu replay", "skipped: torch is not installed (pip install 'kvsm[gpu]')", "-")
     from .gpu.launch import Options, ReplayError  # noqa: PLC0415
     from .gpu.launch import replay as gpu_replay  # noqa: PLC0415
 
@@ -213,7 +283,7 @@ def _gpu_row(log: Path) -> tuple[str, str, str]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         s = gpu_replay(Options(str(log), device=device, page_bytes=4096, layers=2))
-    except (ReplayError, torch.multiprocessing.ProcessRaisedException) as e:
+    except (ReplayError, torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
         return ("gpu replay", f"FAILED: {e}", f"{time.perf_counter() - t0:.1f}s")
     verdict = "ok" if s["ok"] else f"FAILED: {s['failures'][0]['message'] if s['failures'] else 'see kvsm gpu replay'}"
     return (
@@ -241,12 +311,11 @@ def _tlc_row() -> tuple[str, str, str]:
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    app(prog_name="kvsm")  # also under `python -m kvsm.cli`, so messages say `kvsm walk`
 
-
-from .commands import register_all  # noqa: E402
 
 register_all(app)
+unwrap_help(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""The model's constants (MODEL.md section 2) and the TOML files that name them.
+"""The model's constants (docs/model.md) and the TOML files that name them.
 
 A config is a frozen value. `load_config` accepts a built-in name (`small`,
 `default`, ... shipped in `kvsm/configs/`) or a path to a TOML file; a bad file is
@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from .bounds import INT32_MAX, INT64_MAX, MAX_CONFIG_BYTES, MAX_DEVICE_PAGES, MAX_GENERATED_PAGES, MAX_RANKS, MAX_WALK_WEIGHT
 
 POLICIES = ("write_through", "write_back")
 # Victim orders: "slru" protects nodes hit twice or more (key `(hits >= 2, touched, id)`),
@@ -88,6 +90,10 @@ class Config:
         return _build(dict(data), where)
 
 
+# Bounds on every number a config holds (kvsm/bounds.py), checked wherever a config is
+# read (a TOML file, a log's header, `kvsm sim`'s overrides).
+INT_MAX = INT32_MAX
+
 _INT_FIELDS = {
     "R": 1,
     "P": 1,
@@ -123,6 +129,9 @@ def _build(data: dict[str, Any], where: str) -> Config:
                 raise ConfigError(f"{where}: field '{k}' must be an integer, got {v!r}")
             if v < lo:
                 raise ConfigError(f"{where}: field '{k}' must be >= {lo}, got {v}")
+            hi = MAX_RANKS if k == "R" else INT_MAX
+            if v > hi:
+                raise ConfigError(f"{where}: field '{k}' must be <= {hi}, got {v}")
             out[k] = v
     if "payloads" in data:
         p = data["payloads"]
@@ -153,11 +162,22 @@ def _build(data: dict[str, Any], where: str) -> Config:
     if "walk_weights" in data:
         w = data["walk_weights"]
         if not isinstance(w, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in w.values()
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_WALK_WEIGHT for v in w.values()
         ):
-            raise ConfigError(f"{where}: field 'walk_weights' must map transition names to weights >= 0")
+            raise ConfigError(f"{where}: field 'walk_weights' must map transition names to weights in [0, {MAX_WALK_WEIGHT:g}]")
         out["walk_weights"] = tuple(sorted((str(k), float(v)) for k, v in w.items()))
     cfg = Config(**out)
+    if cfg.R * cfg.L1 > MAX_DEVICE_PAGES:
+        raise ConfigError(
+            f"{where}: R * L1 = {cfg.R} * {cfg.L1} = {cfg.R * cfg.L1} device pages, more than the bound "
+            f"{MAX_DEVICE_PAGES} (the model keeps every free device page in memory)"
+        )
+    for i, p in enumerate(cfg.prompts):
+        if p.out_pages > cfg.R * cfg.L1:
+            raise ConfigError(
+                f"{where}: prompts[{i}]: out_pages {p.out_pages} is more than the config's R * L1 = {cfg.R * cfg.L1} "
+                "device pages (no request could hold them)"
+            )
     if cfg.bug != "none":
         raise ConfigError(f"{where}: injected defect '{cfg.bug}' is not implemented by this model yet")
     return cfg
@@ -167,8 +187,8 @@ def _prompt(p: Any, where: str) -> Prompt:
     if not isinstance(p, dict) or "pages" not in p:
         raise ConfigError(f"{where}: a prompt is a table with 'pages' (and optional 'out_pages')")
     pages = p["pages"]
-    if not isinstance(pages, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in pages):
-        raise ConfigError(f"{where}: 'pages' must be a list of integers")
+    if not isinstance(pages, list) or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= INT64_MAX for x in pages):
+        raise ConfigError(f"{where}: 'pages' must be a list of integers within ±(2^63-1)")
     out = p.get("out_pages", 0)
     if not isinstance(out, int) or isinstance(out, bool) or out < 0:
         raise ConfigError(f"{where}: 'out_pages' must be an integer >= 0")
@@ -189,9 +209,16 @@ def _generate_prompts(g: Any, where: str) -> list[Prompt]:
             raise ConfigError(f"{where}: unknown field '{k}'")
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"{where}: field '{k}' must be an integer >= 0")
+        if v > INT_MAX:
+            raise ConfigError(f"{where}: field '{k}' must be <= {INT_MAX}, got {v}")
         spec[k] = v
     if spec["min_pages"] > spec["max_pages"]:
         raise ConfigError(f"{where}: min_pages must not exceed max_pages")
+    most = spec["systems"] * spec["per_system"] * (spec["system_pages"] + spec["max_pages"])
+    if most > MAX_GENERATED_PAGES:
+        raise ConfigError(
+            f"{where}: systems * per_system * (system_pages + max_pages) = {most} pages, more than the bound {MAX_GENERATED_PAGES}"
+        )
     rng = random.Random(spec["seed"])
     next_sym = 1
     prompts = []
@@ -224,8 +251,18 @@ def load_config(name_or_path: str | Path) -> Config:
             raise ConfigError(
                 f"config '{s}': no such file, and not a built-in config (built-ins: {', '.join(builtin_names())})"
             )
-        text = path.read_text()
+        if path.is_dir():
+            raise ConfigError(f"config '{s}': is a directory, not a TOML file")
         where = str(path)
+        try:
+            size = path.stat().st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"{where}: {size} bytes, more than a config may have ({MAX_CONFIG_BYTES >> 20} MiB)")
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot read: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{where}: not UTF-8 text (byte {e.start + 1})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

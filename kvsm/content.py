@@ -1,4 +1,4 @@
-"""Content identity of KV pages (the ghost of MODEL.md section 3).
+"""Content identity of KV pages (the ghost part of the state; docs/model.md).
 
 The KV of a page is a function of the whole token prefix up to and including that
 page. Its identity is a prefix-chained 64-bit hash: the same value is the page's

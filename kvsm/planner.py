@@ -1,4 +1,4 @@
-"""The owner-lane planner (MODEL.md section 8).
+"""The owner-lane planner (docs/model.md).
 
 `LoadBack` must free `deficit[lane]` device pages in each lane. Greedy: each round
 take the candidate that covers the most remaining deficit (`sum over lanes of

@@ -325,7 +325,7 @@ class ClusterState:
 
 
 def victim_order(node: Node, cfg: Config) -> tuple:
-    """The replicated victim order (MODEL.md section 5), for device and host victims and
+    """The replicated victim order (docs/model.md, Deterministic choices), for device and host victims and
     the planner's ties: `(hits >= 2, touched, id)` under `eviction = "slru"` (nodes hit
     twice or more go last), `(False, touched, id)` under `"lru"`."""
     return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)

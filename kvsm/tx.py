@@ -10,6 +10,8 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from typing import Any, Iterable
 
 import immutables
@@ -20,6 +22,22 @@ from . import effects as fx
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, backup_candidate, dev_victim_key, host_victim_key, lane_of
 
 _MISSING = object()
+
+# What each of this thread's recent transactions wrote, for `kvsm.checking` (which
+# checks after a transition only what it touched): (state before, state after, the
+# keys it set or deleted in each map of MAP_COMPONENTS, in that order). A side channel
+# rather than a field of the state, so that states kept by the thousand (exploration)
+# do not keep these sets alive.
+_written = threading.local()
+WRITTEN_KEPT = 8
+
+
+def recent_writes() -> deque:
+    """This thread's last WRITTEN_KEPT commits, oldest first (see `_written`)."""
+    q = getattr(_written, "q", None)
+    if q is None:
+        q = _written.q = deque(maxlen=WRITTEN_KEPT)
+    return q
 
 
 class _MapTx:
@@ -403,7 +421,7 @@ class Tx:
             if ob != nb:
                 backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
 
-        return ClusterState(
+        new = ClusterState(
             config=cfg,
             nodes=nodes,
             next_id=self.next_id,
@@ -436,4 +454,9 @@ class Tx:
             sums=tuple(sums) if track else None,
             effects=tuple(self.effects),
         )
+        recent_writes().append((s, new, (
+            self.nodes.dirty, self.objects.dirty, self.pending.dirty, self.requests.dirty,
+            self.dev_content.dirty, self.host_content.dirty, self.reload_candidates.dirty, self.l3.dirty,
+        )))
+        return new
 

@@ -12,6 +12,10 @@
 (* checks that both produce the same state graph, `kvsm validate` that a   *)
 (* log is a behaviour of this spec. docs/model.md records every choice.    *)
 (*                                                                         *)
+(* This module holds the state, the actions and the properties; the tree,  *)
+(* page and planner operators the actions are built from are in KVTree,    *)
+(* which it extends.                                                       *)
+(*                                                                         *)
 (* Units: a key is a sequence of page symbols (one symbol stands for the P *)
 (* tokens of one page). The ghost content of a page is the prefix of page  *)
 (* symbols whose KV it holds, up to and including the page itself; the     *)
@@ -20,21 +24,24 @@
 (* hash (L3's address) is that content identity, so here it is the prefix  *)
 (* too.                                                                    *)
 (***************************************************************************)
-EXTENDS Integers, Sequences, FiniteSets, TLC
+EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
+(* The constants. Five of them are declared in KVTree, because its operators
+   depend on them (a module cannot refer to what the module extending it
+   declares); a model binds them like the others:
+     R              ranks (context-parallel size)
+     L2             pages in the shared host pool
+     Policy         "write_through" or "write_back"
+     L3             pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
+     SpillQueueCap  committed objects queued for a spill at most (more are dropped) *)
 CONSTANTS
-    R,                  \* ranks (context-parallel size)
     P,                  \* tokens per page
     L1,                 \* device pages per rank lane
-    L2,                 \* pages in the shared host pool
-    Policy,             \* "write_through" or "write_back"
     WriteThreshold,     \* hits that make a node eligible for a backup (write_through)
     LoadBackThreshold,  \* tokens a host hit must cover to be loaded back
     MaxRequests,        \* arrivals in all (0 = unbounded)
     MaxLive,            \* requests alive at once (0 = unbounded)
     Prompts,            \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from
-    L3,                 \* pages each rank's disk holds; 0 = no L3 tier (the L1/L2 spec)
-    SpillQueueCap,      \* committed objects queued for a spill at most (more are dropped)
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
@@ -80,20 +87,9 @@ l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, relo
 vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
           writes, requests, write_done, dev_content, host_content, spill_queue, l3vars>>
 
-Root == 0
-NoParent == -1      \* the root's parent
-NoObject == -1      \* `host` of a node with no committed L2 copy
-NoNode == -1
-NoContent == <<>>   \* a poisoned page
-Ranks == 0 .. R - 1
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
 Phases == {"queued", "matched", "decoding"}
-WriteThrough == Policy = "write_through"
-
-\* Device page p belongs to the lane of rank p mod R.
-Lane(p) == p % R
-
 EmptyFn == [x \in {} |-> 0]
 
 -----------------------------------------------------------------------------
@@ -167,37 +163,10 @@ Init ==
     /\ spill_staged = [r \in Ranks |-> <<>>]
 
 -----------------------------------------------------------------------------
-(* Values *)
-
-Min(S) == CHOOSE x \in S : \A y \in S : x <= y
-Max(S) == CHOOSE x \in S : \A y \in S : x >= y
-Max2(a, b) == IF a >= b THEN a ELSE b
-Min2(a, b) == IF a <= b THEN a ELSE b
-Range(s) == {s[i] : i \in DOMAIN s}
-IndexOf(s, x) == CHOOSE i \in DOMAIN s : s[i] = x
-Remove(f, S) == [x \in DOMAIN f \ S |-> f[x]]
-Bit(b) == IF b THEN 1 ELSE 0
-
-RECURSIVE SumSeq(_)
-SumSeq(s) == IF s = <<>> THEN 0 ELSE Head(s) + SumSeq(Tail(s))
-
-RECURSIVE SumFn(_)
-SumFn(f) == IF DOMAIN f = {} THEN 0
-            ELSE LET x == CHOOSE x \in DOMAIN f : TRUE
-                 IN f[x] + SumFn(Remove(f, {x}))
-
-RECURSIVE Flatten(_)
-Flatten(ss) == IF ss = <<>> THEN <<>> ELSE Head(ss) \o Flatten(Tail(ss))
-
-\* Lexicographic order on equal-length sequences of integers.
-LexLess(a, b) == \E i \in DOMAIN a : a[i] < b[i] /\ \A j \in 1 .. i - 1 : a[j] = b[j]
-
-\* The absolute positions (page k of a request counts from the root) of n pages from `start`.
-Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
-
------------------------------------------------------------------------------
-(* The whole state as one record. Transitions that evict and then allocate
-   compose their effects as functions of this record and end with Become. *)
+(* The whole state as one record, the `s` of KVTree's operators. An action
+   that splits, evicts or allocates computes the record after it with a pure
+   operator named for what it yields (Inserted, Reserved, ...) and takes it
+   with Become. *)
 
 State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> next_rid,
           dev_free |-> dev_free, l2_free |-> l2_free, objects |-> objects,
@@ -236,310 +205,31 @@ Become(s) ==
     /\ spill_staged' = s.spill_staged
 
 -----------------------------------------------------------------------------
-(* The tree *)
+(* Actions. Each is its enabling condition, as named conjuncts in the order in
+   which the Python transition checks them (each check there is a `Rejected`
+   with its reason), followed by its effect. Effects that split, evict or
+   allocate are computed by a pure operator over State (see KVTree): TLC
+   caches the definitions of a LET inside an operator, where it re-evaluates a
+   LET written directly in an action at every use.
 
-Children(ns, n) == {c \in DOMAIN ns : ns[c].parent = n}
-ChildOnL1(ns, n) == \E c \in Children(ns, n) : ns[c].dev # <<>>
-
-\* n and its ancestors, the root excluded: the nodes a lock on n covers.
-RECURSIVE PathToRoot(_, _)
-PathToRoot(ns, n) == IF n = Root THEN {} ELSE {n} \cup PathToRoot(ns, ns[n].parent)
-
-\* The page symbols from the root through n.
-RECURSIVE Prefix(_, _)
-Prefix(ns, n) == IF n = Root THEN <<>> ELSE Prefix(ns, ns[n].parent) \o ns[n].key
-
-\* The page hashes (content identities) of n's pages: the prefix through each.
-NodeHashes(ns, n) ==
-    LET pre == Prefix(ns, n)
-        above == Len(pre) - Len(ns[n].key)
-    IN [i \in 1 .. Len(ns[n].key) |-> SubSeq(pre, 1, above + i)]
-
-\* The hashes of the pages `tokens` that follow the prefix `base`.
-Chain(base, tokens) == [i \in 1 .. Len(tokens) |-> base \o SubSeq(tokens, 1, i)]
-
-ChildWith(ns, n, sym) ==
-    LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
-    IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
-
-RECURSIVE CommonLen(_, _, _)
-CommonLen(a, b, i) ==
-    IF i < Len(a) /\ i < Len(b) /\ a[i + 1] = b[i + 1] THEN CommonLen(a, b, i + 1) ELSE i
-
-(* Where a key leads: the nodes it covers whole (root to leaf), the pages they
-   cover, and the node it diverges inside with the pages in common (`cut`,
-   <<>> when none). A key that ends inside a node diverges there too. *)
-RECURSIVE WalkFrom(_, _, _, _, _)
-WalkFrom(ns, tokens, cur, i, full) ==
-    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
-    IN IF c = NoNode THEN [full |-> full, covered |-> i, cut |-> <<>>]
-       ELSE LET n == CommonLen(ns[c].key, SubSeq(tokens, i + 1, Len(tokens)), 0)
-            IN IF n = Len(ns[c].key) THEN WalkFrom(ns, tokens, c, i + n, Append(full, c))
-               ELSE [full |-> full, covered |-> i, cut |-> <<c, n>>]
-
-WalkKey(ns, tokens) == WalkFrom(ns, tokens, Root, 0, <<>>)
-
-LockPath(ns, n, delta) ==
-    LET up == PathToRoot(ns, n)
-    IN [m \in DOMAIN ns |-> IF m \in up THEN [ns[m] EXCEPT !.lock = @ + delta] ELSE ns[m]]
-
-\* Every access bumps the clock; the path is touched root to leaf.
-TouchPath(s, path) ==
-    [s EXCEPT !.clock = @ + Len(path),
-              !.nodes = [n \in DOMAIN s.nodes |->
-                           IF n \in Range(path)
-                           THEN [s.nodes[n] EXCEPT !.touched = s.clock + IndexOf(path, n)]
-                           ELSE s.nodes[n]]]
-
-\* Queue committed objects for a spill, in order, while the queue has room; with
-\* no L3 tier nothing is queued.
-Enqueue(q, ns) == IF L3 = 0 THEN q
-                  ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
-
-\* A node that cannot be split: its backup is pending or an in-flight spill pins it.
-Unsplittable(s, n) == n \in s.pending \/ s.nodes[n].pin > 0
-
-(* Split n after `at` pages. The upper part is a new node (id next_id) with the
-   first `at` pages, their device pages and, when backed, their host pages as a
-   new object (queued for a spill); it inherits durable, lock, pin, hits and
-   stamp. The lower part keeps its id, its stamp and its object key, and stays
-   durable only if `at` is a multiple of R (else its pages' owners are not the
-   ranks that wrote them to disk). Never called on an unsplittable node. *)
-SplitNode(s, n, at) ==
-    LET nd == s.nodes[n]
-        u == s.next_id
-        upper == [parent |-> nd.parent, key |-> SubSeq(nd.key, 1, at),
-                  dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
-                  host |-> IF nd.host # NoObject THEN u ELSE NoObject,
-                  durable |-> nd.durable, lock |-> nd.lock, pin |-> nd.pin,
-                  hits |-> nd.hits, touched |-> nd.touched]
-        lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
-                            !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
-                            !.durable = nd.durable /\ at % R = 0]
-        objs == IF nd.host = NoObject THEN s.objects
-                ELSE LET o == s.objects[nd.host]
-                     IN (u :> [o EXCEPT !.length = at, !.owner = u])
-                        @@ [s.objects EXCEPT ![nd.host] = [o EXCEPT !.base = o.base + at,
-                                                                    !.length = o.length - at]]
-    IN [s EXCEPT !.nodes = (u :> upper) @@ [s.nodes EXCEPT ![n] = lower],
-                 !.objects = objs,
-                 !.next_id = u + 1,
-                 !.spill_queue = IF nd.host = NoObject THEN @ ELSE Enqueue(@, <<u>>)]
-
------------------------------------------------------------------------------
-(* Victims, identical on every rank: ascending (hits >= 2, touched, id). *)
-
-VictimKey(ns, n) == <<Bit(ns[n].hits >= 2), ns[n].touched, n>>
-
-FirstVictim(ns, S) ==
-    CHOOSE n \in S : \A m \in S \ {n} : LexLess(VictimKey(ns, n), VictimKey(ns, m))
-
-RECURSIVE VictimOrder(_, _)
-VictimOrder(ns, S) ==
-    IF S = {} THEN <<>>
-    ELSE LET v == FirstVictim(ns, S) IN <<v>> \o VictimOrder(ns, S \ {v})
-
-(* Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and
-   either backed (it keeps its host copy) or, under write_through, unbacked with
-   no children at all (it is deleted; one with host-only children would orphan
-   them). Under write_back an unbacked leaf is written back first. *)
-DevEvictable(s, n) ==
-    LET nd == s.nodes[n]
-    IN /\ n # Root
-       /\ nd.dev # <<>>
-       /\ nd.lock = 0
-       /\ n \notin s.pending
-       /\ ~ChildOnL1(s.nodes, n)
-       /\ \/ nd.host # NoObject
-          \/ WriteThrough /\ Children(s.nodes, n) = {}
-
-\* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
-\* by a spill.
-HostEvictable(s, n) ==
-    LET nd == s.nodes[n]
-    IN /\ n # Root
-       /\ nd.dev = <<>>
-       /\ nd.host # NoObject
-       /\ Children(s.nodes, n) = {}
-       /\ nd.lock = 0
-       /\ nd.pin = 0
-
-DevVictims(s) == {n \in DOMAIN s.nodes : DevEvictable(s, n)}
-HostVictims(s) == {n \in DOMAIN s.nodes : HostEvictable(s, n)}
-
------------------------------------------------------------------------------
-(* Pages *)
-
-FreeIn(free, lane) == Cardinality({p \in free : Lane(p) = lane})
-
-\* Allocate one device page per entry of `lanes`, each the lowest free page of its lane.
-RECURSIVE Alloc(_, _)
-Alloc(free, lanes) ==
-    IF lanes = <<>> THEN [pages |-> <<>>, free |-> free]
-    ELSE LET p == Min({q \in free : Lane(q) = Head(lanes)})
-             rest == Alloc(free \ {p}, Tail(lanes))
-         IN [pages |-> <<p>> \o rest.pages, free |-> rest.free]
-
-\* (f @@ g is f where f is defined, else g: it overwrites the few pages a step touches.)
-FreeDev(s, pages) ==
-    [s EXCEPT !.dev_free = @ \cup Range(pages),
-              !.dev_content = [p \in Range(pages) |-> NoContent] @@ @]
-
-\* First fit: the lowest base of a free run of `len` host pages.
-RunFree(free, b, len) == b .. b + len - 1 \subseteq free
-HasRun(free, len) == \E b \in 0 .. L2 - len : RunFree(free, b, len)
-FirstFit(free, len) == Min({b \in 0 .. L2 - len : RunFree(free, b, len)})
-
-ObjectPages(o) == o.base .. o.base + o.length - 1
-
-FreeObject(s, k) ==
-    LET gone == ObjectPages(s.objects[k])
-    IN [s EXCEPT !.l2_free = @ \cup gone,
-                 !.host_content = [h \in gone |-> NoContent] @@ @,
-                 !.objects = Remove(@, {k})]
-
-\* Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted.
-EvictDeviceNode(s, n) ==
-    LET freed == FreeDev(s, s.nodes[n].dev)
-    IN IF s.nodes[n].host # NoObject THEN [freed EXCEPT !.nodes[n].dev = <<>>]
-       ELSE [freed EXCEPT !.nodes = Remove(@, {n})]
-
-\* Drop a host victim: free its object and delete the node.
-EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
-
-(* Insert's room: evict device victims in victim order (never one of `keep`; a
-   parent that becomes evictable joins the order) until every lane has
-   need[lane] free pages. *)
-RECURSIVE MakeRoom(_, _, _)
-MakeRoom(s, need, keep) ==
-    IF \A lane \in Ranks : FreeIn(s.dev_free, lane) >= need[lane] THEN [ok |-> TRUE, s |-> s]
-    ELSE LET vs == DevVictims(s) \ keep
-         IN IF vs = {} THEN [ok |-> FALSE, s |-> s]
-            ELSE MakeRoom(EvictDeviceNode(s, FirstVictim(s.nodes, vs)), need, keep)
-
-(* Reserve's room: release host victims from a snapshot of the host order taken
-   before, retrying first fit after each; parents that become host leaves
-   meanwhile wait for the next round. *)
-RECURSIVE HostRoom(_, _, _)
-HostRoom(s, len, victims) ==
-    IF HasRun(s.l2_free, len) THEN [ok |-> TRUE, s |-> s]
-    ELSE IF victims = <<>> THEN [ok |-> FALSE, s |-> s]
-    ELSE HostRoom(EvictHostNode(s, Head(victims)), len, Tail(victims))
-
------------------------------------------------------------------------------
-(* The owner-lane planner (MODEL.md section 8), in its reference form: every
-   round rescans the candidates and takes the smallest
-   (-contribution, -unlock contribution, victim order). *)
-
-LaneCounts(ns, n) == [lane \in Ranks |-> Cardinality({j \in DOMAIN ns[n].dev : Lane(ns[n].dev[j]) = lane})]
-
-Contribution(ns, n, d) == LET c == LaneCounts(ns, n) IN SumSeq([i \in 1 .. R |-> Min2(c[i - 1], d[i - 1])])
-
-\* Unlocked, on L1, no pending backup, evictable under the policy.
-PlanBase(s, n) ==
-    LET nd == s.nodes[n]
-    IN n # Root /\ nd.dev # <<>> /\ nd.lock = 0 /\ n \notin s.pending
-       /\ (nd.host # NoObject \/ WriteThrough)
-
-\* Evictable once the planned victims are gone; an unbacked node (deleted when
-\* evicted) must lose every child, and only to unbacked planned victims.
-AfterPlan(s, n, planned) ==
-    /\ PlanBase(s, n)
-    /\ \A c \in Children(s.nodes, n) :
-         IF c \in planned THEN ~(s.nodes[n].host = NoObject /\ s.nodes[c].host # NoObject)
-         ELSE ~(s.nodes[c].dev # <<>> \/ s.nodes[n].host = NoObject)
-
-\* What evicting n would unlock: the contribution of its nearest ancestor on L1.
-RECURSIVE UnlockFrom(_, _, _, _)
-UnlockFrom(s, a, d, planned) ==
-    IF a = Root \/ a \in planned THEN 0
-    ELSE IF s.nodes[a].dev = <<>> THEN UnlockFrom(s, s.nodes[a].parent, d, planned)
-    ELSE IF ~PlanBase(s, a) THEN 0
-    ELSE IF Contribution(s.nodes, a, d) > 0 THEN Contribution(s.nodes, a, d)
-    ELSE UnlockFrom(s, s.nodes[a].parent, d, planned)
-
-RECURSIVE NewCandidate(_, _, _)
-NewCandidate(s, a, planned) ==
-    IF a = Root \/ a \in planned THEN NoNode
-    ELSE IF AfterPlan(s, a, planned) THEN a
-    ELSE IF s.nodes[a].dev # <<>> THEN NoNode
-    ELSE NewCandidate(s, s.nodes[a].parent, planned)
-
-PlanScore(s, n, d, planned) ==
-    LET c == Contribution(s.nodes, n, d)
-        u == IF c > 0 THEN 0 ELSE UnlockFrom(s, s.nodes[n].parent, d, planned)
-    IN <<-c, -u>> \o VictimKey(s.nodes, n)
-
-RECURSIVE PlanFrom(_, _, _, _, _)
-PlanFrom(s, d, cands, planned, victims) ==
-    IF \A lane \in Ranks : d[lane] = 0 THEN [victims |-> victims, remaining |-> d]
-    ELSE LET scored == {n \in cands : /\ n \notin planned
-                                      /\ AfterPlan(s, n, planned)
-                                      /\ LET sc == PlanScore(s, n, d, planned)
-                                         IN sc[1] < 0 \/ sc[2] < 0}
-         IN IF scored = {} THEN [victims |-> victims, remaining |-> d]
-            ELSE LET v == CHOOSE v \in scored :
-                             \A m \in scored \ {v} :
-                                LexLess(PlanScore(s, v, d, planned), PlanScore(s, m, d, planned))
-                     c == LaneCounts(s.nodes, v)
-                     d2 == [lane \in Ranks |-> Max2(0, d[lane] - c[lane])]
-                     p2 == planned \cup {v}
-                     a == NewCandidate(s, s.nodes[v].parent, p2)
-                 IN PlanFrom(s, d2, (cands \ {v}) \cup (IF a = NoNode THEN {} ELSE {a}),
-                             p2, Append(victims, v))
-
-Plan(s, deficits) == PlanFrom(s, deficits, DevVictims(s), {}, <<>>)
-
-RECURSIVE EvictAll(_, _)
-EvictAll(s, victims) ==
-    IF victims = <<>> THEN s ELSE EvictAll(EvictDeviceNode(s, Head(victims)), Tail(victims))
-
------------------------------------------------------------------------------
-(* Backups *)
-
-BackupCandidate(s, n) ==
-    LET nd == s.nodes[n]
-    IN /\ n # Root
-       /\ nd.dev # <<>>
-       /\ nd.host = NoObject
-       /\ n \notin s.pending
-       /\ IF WriteThrough THEN nd.hits >= WriteThreshold
-          ELSE nd.lock = 0 /\ ~ChildOnL1(s.nodes, n)
-
------------------------------------------------------------------------------
-(* Load-back: the whole nodes directly below a request's lock, along its key,
-   that are only on L2. *)
-
-RECURSIVE HostRunFrom(_, _, _, _, _)
-HostRunFrom(ns, tokens, cur, i, run) ==
-    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
-    IN IF c = NoNode THEN run
-       ELSE IF \/ ns[c].dev # <<>>
-               \/ ns[c].host = NoObject
-               \/ i + Len(ns[c].key) > Len(tokens)
-               \/ SubSeq(tokens, i + 1, i + Len(ns[c].key)) # ns[c].key
-            THEN run
-       ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c))
-
-HostRun(ns, req) == HostRunFrom(ns, req.tokens, req.node, Len(Prefix(ns, req.node)), <<>>)
-
-
------------------------------------------------------------------------------
-(* Transitions. Each is its enabling condition followed by its effect. The
-   effect of a transition that evicts, splits or allocates is computed by a pure
-   operator over State (named for what it yields, e.g. Inserted) and taken by
-   Apply: TLC caches what such operators define, where it would recompute the
-   definitions of a LET written directly in an action at every use. *)
-
-Apply(t) == t.ok /\ Become(t.s)
+   A guard that is a disjunction (or an \E) is, for TLC, one branch of the
+   step per true disjunct, each generating the same successor again. Guards
+   whose disjuncts can hold together are therefore written so that TLC
+   evaluates them as one value: a set that is not empty, a membership, an IF or
+   an implication. *)
 
 (* Requests. A request's lock covers its node and every ancestor (lock + 1 on
    each); page k of a request (counting from the root) lives in lane k mod R. *)
 
+InPhase(rid, phase) == rid \in DOMAIN requests /\ requests[rid].phase = phase
+
+ArrivalsLeft == MaxRequests = 0 \/ next_rid < MaxRequests
+LiveRoom == MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
+
 Arrive(rid, tokens, out_pages) ==
     /\ rid = next_rid
-    /\ MaxRequests = 0 \/ next_rid < MaxRequests
-    /\ MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
+    /\ ArrivalsLeft
+    /\ LiveRoom
     /\ out_pages \in Nat
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
@@ -547,62 +237,66 @@ Arrive(rid, tokens, out_pages) ==
     /\ UNCHANGED <<nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, l3vars>>
 
-RECURSIVE OnL1Run(_, _)
-OnL1Run(ns, path) ==
-    IF path = <<>> \/ ns[Head(path)].dev = <<>> THEN 0 ELSE 1 + OnL1Run(ns, Tail(path))
+\* A request that an in-flight reload holds (it waits for the reload's admission).
+Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
+
+\* A queued request marked for a reload, or held by one, waits for the reload's
+\* decision instead of matching (it would compute what the reload brings).
+AwaitsReload(rid) == rid \in DOMAIN reload_candidates \/ Held(rid)
 
 Matched(s, rid) ==
     LET req == s.requests[rid]
-        w == WalkKey(s.nodes, req.tokens)
-        split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
-        s0 == IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s
-        path == IF split THEN Append(w.full, s.next_id) ELSE w.full
-        s1 == TouchPath(s0, path)
-        k == OnL1Run(s1.nodes, path)
-        last == IF k = 0 THEN Root ELSE path[k]
-    IN [ok |-> TRUE,
-        s |-> [s1 EXCEPT !.nodes = LockPath(@, last, 1),
-                         !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]]
-
-\* A request that an in-flight reload holds (it waits for the reload's admission).
-Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
+        kp == KeyPath(s, req.tokens)
+        s1 == TouchPath(kp.s, kp.path)
+        k == OnL1Run(s1.nodes, kp.path)
+        last == IF k = 0 THEN Root ELSE kp.path[k]
+    IN [s1 EXCEPT !.nodes = LockPath(@, last, 1),
+                  !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]
 
 (* Match the longest cached prefix (L1 or L2), splitting the node the key
    diverges inside (not when it is unsplittable: the match then stops above
    it); touch the matched nodes root to leaf; lock the path down to the deepest
-   matched node on L1. A request marked for a reload, or held by one, waits. *)
+   matched node on L1. *)
 Match(rid) ==
-    /\ rid \in DOMAIN requests
-    /\ requests[rid].phase = "queued"
-    /\ rid \notin DOMAIN reload_candidates
-    /\ ~Held(rid)
-    /\ Apply(Matched(State, rid))
+    /\ InPhase(rid, "queued")
+    /\ ~AwaitsReload(rid)
+    /\ Become(Matched(State, rid))
+
+(* Where Insert puts a request's pages, before it takes them: the key's path
+   (after the split it needs), the pages it caches (`fresh`), the absolute
+   positions of the pages to allocate (re-owned nodes, the new node, the
+   request's out_pages) and the room made for them by evicting device victims
+   off the path. *)
+InsertLayout(s, rid) ==
+    LET req == s.requests[rid]
+        kp == KeyPath(s, req.tokens)
+        path == kp.path
+        fresh == IF kp.stop THEN <<>> ELSE SubSeq(req.tokens, kp.covered + 1, Len(req.tokens))
+        sizes == [k \in DOMAIN path |-> Len(kp.s.nodes[path[k]].key)]
+        reown == [k \in DOMAIN path |-> IF kp.s.nodes[path[k]].dev = <<>>
+                                         THEN Positions(SumSeq(SubSeq(sizes, 1, k - 1)), sizes[k])
+                                         ELSE <<>>]
+        positions == Flatten(reown) \o Positions(SumSeq(sizes), Len(fresh))
+                     \o Positions(Len(req.tokens), req.out_pages)
+        lanes == [i \in DOMAIN positions |-> Lane(positions[i])]
+    IN [path |-> path, fresh |-> fresh, sizes |-> sizes, reown |-> reown,
+        positions |-> positions, lanes |-> lanes,
+        room |-> MakeRoom(kp.s, LaneNeed(lanes), Range(path))]
+
+\* Every lane gets the pages Insert takes from it, once device victims are evicted.
+InsertFits(rid) == InsertLayout(State, rid).room.ok
 
 Inserted(s, rid) ==
     LET req == s.requests[rid]
-        tokens == req.tokens
-        w == WalkKey(s.nodes, tokens)
-        stop == w.cut # <<>> /\ Unsplittable(s, w.cut[1])
-        split == w.cut # <<>> /\ ~stop
-        s0 == IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s
-        path == IF split THEN Append(w.full, s.next_id) ELSE w.full
-        covered == IF split THEN w.covered + w.cut[2] ELSE w.covered
-        fresh == IF stop THEN <<>> ELSE SubSeq(tokens, covered + 1, Len(tokens))
-        sizes == [k \in DOMAIN path |-> Len(s0.nodes[path[k]].key)]
-        depth == SumSeq(sizes)
-        \* absolute positions of the pages to allocate: re-owned nodes, the new node, out_pages
-        reown == [k \in DOMAIN path |-> IF s0.nodes[path[k]].dev = <<>>
-                                         THEN Positions(SumSeq(SubSeq(sizes, 1, k - 1)), sizes[k])
-                                         ELSE <<>>]
+        lay == InsertLayout(s, rid)
+        path == lay.path
+        fresh == lay.fresh
+        sizes == lay.sizes
+        reown == lay.reown
         offset == [k \in DOMAIN path |-> SumSeq([j \in 1 .. k - 1 |-> Len(reown[j])])]
         nReown == SumSeq([k \in DOMAIN path |-> Len(reown[k])])
-        positions == Flatten(reown) \o Positions(depth, Len(fresh))
-                     \o Positions(Len(tokens), req.out_pages)
-        lanes == [i \in DOMAIN positions |-> Lane(positions[i])]
-        need == [lane \in Ranks |-> Cardinality({i \in DOMAIN lanes : lanes[i] = lane})]
-        room == MakeRoom(s0, need, Range(path))
-        s1 == room.s
-        got == Alloc(s1.dev_free, lanes)
+        s1 == lay.room.s
+        got == Alloc(s1.dev_free, lay.lanes)
         pages == got.pages
         filled == 1 .. nReown + Len(fresh)
         last == IF path = <<>> THEN Root ELSE path[Len(path)]
@@ -625,88 +319,98 @@ Inserted(s, rid) ==
                         ELSE s1.nodes[n]]
         grown == IF fresh = <<>> THEN pathNodes ELSE (newId :> newNode) @@ pathNodes
         final == IF fresh = <<>> THEN last ELSE newId
-    IN IF ~room.ok THEN [ok |-> FALSE, s |-> s]
-       ELSE [ok |-> TRUE,
-        s |-> [s1 EXCEPT
-                 !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
-                 !.next_id = IF fresh = <<>> THEN @ ELSE @ + 1,
-                 !.clock = @ + Len(path) + Bit(fresh # <<>>),
-                 !.dev_free = got.free,
-                 !.dev_content = [p \in {pages[i] : i \in filled} |->
-                                    SubSeq(tokens, 1, positions[IndexOf(pages, p)] + 1)] @@ @,
-                 !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
-                                               !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]]]
+    IN [s1 EXCEPT
+          !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
+          !.next_id = IF fresh = <<>> THEN @ ELSE @ + 1,
+          !.clock = @ + Len(path) + Bit(fresh # <<>>),
+          !.dev_free = got.free,
+          !.dev_content = [p \in {pages[i] : i \in filled} |->
+                             SubSeq(req.tokens, 1, lay.positions[IndexOf(pages, p)] + 1)] @@ @,
+          !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
+                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]]
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
-   node the key diverges inside is split (at a pending one caching stops above
-   it) and the rest becomes one new node. Room comes from evicting device victims
-   in victim order; the request also takes its out_pages. Its lock moves to the
-   deepest node of its key. *)
+   node the key diverges inside is split (at an unsplittable one caching stops
+   above it) and the rest becomes one new node. Room comes from evicting device
+   victims in victim order; the request also takes its out_pages. Its lock
+   moves to the deepest node of its key. *)
 Insert(rid) ==
-    /\ rid \in DOMAIN requests
-    /\ requests[rid].phase = "matched"
-    /\ Apply(Inserted(State, rid))
-
-\* The sequence s without its element x (s holds x at most once).
-Without(s, x) == IF x \in Range(s) THEN LET j == IndexOf(s, x) IN SubSeq(s, 1, j - 1) \o SubSeq(s, j + 1, Len(s))
-                 ELSE s
+    /\ InPhase(rid, "matched")
+    /\ InsertFits(rid)
+    /\ Become(Inserted(State, rid))
 
 \* Release whatever the request holds: its lock (once matched), its pages, its
 \* reload mark and its place among a reload's waiters.
 Released(s, rid) ==
     LET req == s.requests[rid]
         freed == FreeDev(s, req.pages)
-    IN [ok |-> TRUE,
-        s |-> [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
-                            !.requests = Remove(@, {rid}),
-                            !.reload_candidates = Remove(@, {rid}),
-                            !.reloads = [j \in DOMAIN s.reloads |->
-                                           [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]]
+    IN [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
+                     !.requests = Remove(@, {rid}),
+                     !.reload_candidates = Remove(@, {rid}),
+                     !.reloads = [j \in DOMAIN s.reloads |->
+                                    [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]
 
 Finish(rid) ==
-    /\ rid \in DOMAIN requests
-    /\ requests[rid].phase = "decoding"
-    /\ Apply(Released(State, rid))
+    /\ InPhase(rid, "decoding")
+    /\ Become(Released(State, rid))
 
+\* A request may be aborted in any phase.
 Abort(rid) ==
     /\ rid \in DOMAIN requests
-    /\ Apply(Released(State, rid))
+    /\ Become(Released(State, rid))
 
 -----------------------------------------------------------------------------
-(* Split is demand-driven: a live request's key diverges inside the node (what
-   its Match, or Insert, would split), the node's backup is not pending and no
-   spill pins it. *)
+(* Split is demand-driven: a live request's key diverges inside the node after
+   `at` pages (what its Match, or Insert, would split), the node's backup is not
+   pending and no spill pins it. *)
+LiveKeyCuts == {WalkKey(nodes, requests[rid].tokens).cut :
+                   rid \in {q \in DOMAIN requests : requests[q].phase \in {"queued", "matched"}}}
+
+IsDemandedSplit(n, at) ==
+    /\ ~Unsplittable(State, n)
+    /\ <<n, at>> \in LiveKeyCuts
+
 Split(n, at) ==
     /\ n \in DOMAIN nodes
-    /\ ~Unsplittable(State, n)
-    /\ \E rid \in DOMAIN requests :
-          /\ requests[rid].phase \in {"queued", "matched"}
-          /\ WalkKey(nodes, requests[rid].tokens).cut = <<n, at>>
+    /\ IsDemandedSplit(n, at)
     /\ Become(SplitNode(State, n, at))
 
 -----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
    it on every rank, commit what every rank finished, or roll it back. *)
 
+(* Eligible for a backup: on L1, unbacked, not pending, and under write_through
+   hit often enough; under write_back an unlocked leaf of L1 (it is written back
+   before it is evicted). *)
+IsBackupCandidate(n) ==
+    LET nd == nodes[n]
+    IN /\ n # Root
+       /\ nd.dev # <<>>
+       /\ nd.host = NoObject
+       /\ n \notin pending
+       /\ IF WriteThrough THEN nd.hits >= WriteThreshold
+          ELSE nd.lock = 0 /\ ~ChildOnL1(nodes, n)
+
+\* A free run of `len` host pages, once host victims are released (HostRoom).
+HostRoomFor(len) == HostRoomFits(State, len)
+
 Reserved(s, n) ==
     LET len == Len(s.nodes[n].key)
-        room == HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s)))
-        s1 == room.s
+        s1 == HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s
         base == FirstFit(s1.l2_free, len)
-    IN IF ~room.ok THEN [ok |-> FALSE, s |-> s]
-       ELSE [ok |-> TRUE,
-        s |-> [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
-                         !.objects = (n :> [base |-> base, length |-> len,
-                                            committed |-> FALSE, owner |-> n]) @@ @,
-                         !.pending = @ \cup {n},
-                         !.writes = Append(@, n),
-                         !.nodes[n].lock = @ + 1]]
+    IN [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+                  !.objects = (n :> [base |-> base, length |-> len,
+                                     committed |-> FALSE, owner |-> n]) @@ @,
+                  !.pending = @ \cup {n},
+                  !.writes = Append(@, n),
+                  !.nodes[n].lock = @ + 1]
 
 Reserve(n) ==
     /\ n \in DOMAIN nodes
-    /\ BackupCandidate(State, n)
-    /\ Apply(Reserved(State, n))
+    /\ IsBackupCandidate(n)
+    /\ HostRoomFor(Len(nodes[n].key))
+    /\ Become(Reserved(State, n))
 
 (* The rank steps, WriteDone and Commit, assign the variables directly: they are
    what the fairness of the liveness property ranges over, and TLC evaluates
@@ -719,14 +423,20 @@ Stored(r, n) ==
     IN [h \in {base + i - 1 : i \in {i \in DOMAIN dev : Lane(dev[i]) = r}} |->
           dev_content[dev[h - base + 1]]] @@ host_content
 
+\* Rank r has a submitted write it has not finished.
+WriteLeft(r) == write_done[r] < Len(writes)
+
 \* Rank r finishes its next write: it copies the pages in its lane into the object.
 WriteDone(r) ==
     /\ r \in Ranks
-    /\ write_done[r] < Len(writes)
+    /\ WriteLeft(r)
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
                    writes, requests, dev_content, spill_queue, l3vars>>
+
+\* Every rank has finished the write at the head of `writes`.
+WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
 
 \* The first m writes, `done`, become visible on every rank; their objects are
 \* queued for a spill, in write order.
@@ -744,7 +454,7 @@ CommitFirst(m, done) ==
 
 \* The one agreement: the MIN over ranks of the writes each finished.
 Commit ==
-    /\ \A r \in Ranks : write_done[r] > 0
+    /\ WrittenEverywhere
     /\ CommitFirst(Min({write_done[r] : r \in Ranks}),
                    Range(SubSeq(writes, 1, Min({write_done[r] : r \in Ranks}))))
 
@@ -752,47 +462,54 @@ Commit ==
 RolledBack(s, n) ==
     LET j == IndexOf(s.writes, n)
         freed == FreeObject(s, n)
-    IN [ok |-> TRUE,
-        s |-> [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
-                            !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
-                                                              THEN s.write_done[r] - 1
-                                                              ELSE s.write_done[r]],
-                            !.pending = @ \ {n},
-                            !.nodes[n].lock = @ - 1]]
+    IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
+                     !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
+                                                       THEN s.write_done[r] - 1
+                                                       ELSE s.write_done[r]],
+                     !.pending = @ \ {n},
+                     !.nodes[n].lock = @ - 1]
 
 Rollback(n) ==
     /\ n \in pending
-    /\ Apply(RolledBack(State, n))
+    /\ Become(RolledBack(State, n))
 
 -----------------------------------------------------------------------------
-(* Eviction *)
+(* Eviction: the victim is the first of its tier's order; the argument names it
+   so that a log reads plainly, and the guard checks that the order picks it. *)
+
+IsDeviceVictim(n) ==
+    /\ DevEvictable(State, n)
+    /\ n = FirstVictim(nodes, DevVictims(State))
+
+IsHostVictim(n) ==
+    /\ HostEvictable(State, n)
+    /\ n = FirstVictim(nodes, HostVictims(State))
 
 EvictDevice(n) ==
     /\ n \in DOMAIN nodes
-    /\ DevEvictable(State, n)
-    /\ n = FirstVictim(nodes, DevVictims(State))
+    /\ IsDeviceVictim(n)
     /\ Become(EvictDeviceNode(State, n))
 
 EvictHost(n) ==
     /\ n \in DOMAIN nodes
-    /\ HostEvictable(State, n)
-    /\ n = FirstVictim(nodes, HostVictims(State))
+    /\ IsHostVictim(n)
     /\ Become(EvictHostNode(State, n))
+
+\* The pages of the L2-only nodes below request rid's lock, along its key.
+HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
+
+\* The owner-lane planner frees every page the load-back lacks in its lanes.
+LoadBackFits(rid) == LoadBackPlan(State, requests[rid]).remaining = [lane \in Ranks |-> 0]
 
 LoadedBack(s, rid) ==
     LET req == s.requests[rid]
-        run == HostRun(s.nodes, req)
+        lp == LoadBackPlan(s, req)
+        run == lp.run
         sizes == [k \in DOMAIN run |-> Len(s.nodes[run[k]].key)]
         count == SumSeq(sizes)
         start == [k \in DOMAIN run |-> SumSeq(SubSeq(sizes, 1, k - 1))]
-        lanes == [i \in 1 .. count |-> Lane(i - 1)]
-        deficit == [lane \in Ranks |->
-                      Max2(0, Cardinality({i \in DOMAIN lanes : lanes[i] = lane}) - FreeIn(s.dev_free, lane))]
-        plan == IF \A lane \in Ranks : deficit[lane] = 0
-                THEN [victims |-> <<>>, remaining |-> deficit]
-                ELSE Plan(s, deficit)
-        s1 == EvictAll(s, plan.victims)
-        got == Alloc(s1.dev_free, lanes)
+        s1 == EvictAll(s, lp.victims)
+        got == Alloc(s1.dev_free, lp.lanes)
         \* page i of the run is loaded from this host page
         source == [i \in 1 .. count |->
                      LET k == CHOOSE k \in DOMAIN run : start[k] < i /\ i <= start[k] + sizes[k]
@@ -803,32 +520,28 @@ LoadedBack(s, rid) ==
                      THEN LET k == IndexOf(run, n)
                           IN [s1.nodes[n] EXCEPT !.dev = SubSeq(got.pages, start[k] + 1, start[k] + sizes[k])]
                      ELSE s1.nodes[n]]
-    IN IF count = 0 \/ count * P < LoadBackThreshold \/ \E lane \in Ranks : plan.remaining[lane] > 0
-       THEN [ok |-> FALSE, s |-> s]
-       ELSE [ok |-> TRUE,
-             s |-> [s1 EXCEPT
-                      !.nodes = LockPath(LockPath(loaded, last, 1), req.node, -1),
-                      !.dev_free = got.free,
-                      !.dev_content = [p \in Range(got.pages) |->
-                                         s1.host_content[source[IndexOf(got.pages, p)]]] @@ @,
-                      !.requests[rid].node = last]]
+    IN [s1 EXCEPT
+          !.nodes = LockPath(LockPath(loaded, last, 1), req.node, -1),
+          !.dev_free = got.free,
+          !.dev_content = [p \in Range(got.pages) |->
+                             s1.host_content[source[IndexOf(got.pages, p)]]] @@ @,
+          !.requests[rid].node = last]
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
-   nothing: page i of the run goes to lane i mod R, and the owner-lane planner
-   frees what the lanes lack. The lock moves to the deepest loaded node. *)
+   nothing, when they cover at least LoadBackThreshold tokens: page i of the
+   run goes to lane i mod R, and the owner-lane planner frees what the lanes
+   lack. The lock moves to the deepest loaded node. *)
 LoadBack(rid) ==
-    /\ rid \in DOMAIN requests
-    /\ requests[rid].phase = "matched"
-    /\ Apply(LoadedBack(State, rid))
+    /\ InPhase(rid, "matched")
+    /\ HostHit(rid) > 0
+    /\ HostHit(rid) * P >= LoadBackThreshold
+    /\ LoadBackFits(rid)
+    /\ Become(LoadedBack(State, rid))
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
    a reload belongs to rank i mod R, i its 0-based index in it; ranks copy only
    the pages they own. Every L3 step needs an L3 tier (L3 > 0). *)
-
-\* The 0-based indices of the pages rank r owns in a run of n pages.
-Owned(r, n) == {i \in 0 .. n - 1 : i % R = r}
-OwnedSeq(r, n) == [k \in 1 .. Cardinality(Owned(r, n)) |-> r + (k - 1) * R]
 
 (* Spills. Commit (and a split of a backed node, for its new upper object)
    queues committed objects; SpillSubmit drops the queue's head entries that are
@@ -848,10 +561,12 @@ SubmitFrom(q) ==
     ELSE IF Spillable(Head(q)) THEN [rest |-> Tail(q), node |-> Head(q)]
     ELSE SubmitFrom(Tail(q))
 
+SpillSlotFree == Len(spills) < SpillInflight
+
 SpillSubmit ==
     /\ L3 > 0
     /\ spill_queue # <<>>
-    /\ Len(spills) < SpillInflight
+    /\ SpillSlotFree
     /\ LET sub == SubmitFrom(spill_queue)
        IN /\ spill_queue' = sub.rest
           /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
@@ -862,11 +577,14 @@ SpillSubmit ==
                    write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
                    spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
 
+\* Rank r has a spill in flight it has not gathered.
+SpillToGather(r) == spill_gathered[r] < Len(spills)
+
 \* Rank r gathers the pages it owns of its next spill out of the shared slab.
 SpillGathered(r) ==
     /\ L3 > 0
     /\ r \in Ranks
-    /\ spill_gathered[r] < Len(spills)
+    /\ SpillToGather(r)
     /\ LET op == spills[spill_gathered[r] + 1]
            base == objects[op.node].base
            own == OwnedSeq(r, Len(op.hashes))
@@ -878,6 +596,9 @@ SpillGathered(r) ==
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3>>
 
+\* Rank r has a gathered spill it has not written.
+SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
+
 \* Rank r's next spill write succeeds: its disk works and has room for the new pages.
 SpillWriteOk(r) ==
     LET staged == Head(spill_staged[r])
@@ -888,7 +609,7 @@ SpillWriteOk(r) ==
 SpillDone(r, ok) ==
     /\ L3 > 0
     /\ r \in Ranks
-    /\ Len(spill_done[r]) < spill_gathered[r]
+    /\ SpillToWrite(r)
     /\ ok = SpillWriteOk(r)
     /\ LET staged == Head(spill_staged[r])
            hs == {staged[k][1] : k \in DOMAIN staged}
@@ -900,6 +621,36 @@ SpillDone(r, ok) ==
                    requests, write_done, dev_content, host_content, spill_queue, spills,
                    reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults>>
 
+\* The ops every rank has gathered, and those every rank has written.
+SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
+SpillsWritten == Min({Len(spill_done[r]) : r \in Ranks})
+
+\* SpillAck has something to do: an op every rank wrote, or a pin to release
+\* (no rank writes an op before it gathers it).
+SpillAckDue == {j \in 1 .. SpillsGathered : j <= SpillsWritten \/ spills[j].pinned} # {}
+
+SpillAcked(s) ==
+    LET g == Min({s.spill_gathered[r] : r \in Ranks})
+        d == Min({Len(s.spill_done[r]) : r \in Ranks})
+        unpin == {j \in 1 .. g : s.spills[j].pinned}
+        written(j) ==
+            LET op == s.spills[j]
+                n == op.node
+            IN /\ n \in DOMAIN s.nodes
+               /\ s.nodes[n].host = n
+               /\ \A r \in Ranks : s.spill_done[r][j]
+               /\ LET hs == NodeHashes(s.nodes, n)
+                      off == Len(op.hashes) - Len(hs)
+                  IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
+        durable == {s.spills[j].node : j \in {j \in 1 .. d : written(j)}}
+    IN [s EXCEPT !.nodes = [n \in DOMAIN s.nodes |->
+                              [s.nodes[n] EXCEPT !.pin = @ - Cardinality({j \in unpin : s.spills[j].node = n}),
+                                                 !.durable = @ \/ n \in durable]],
+                 !.spills = [j \in 1 .. Len(s.spills) - d |->
+                               [s.spills[j + d] EXCEPT !.pinned = @ /\ j + d \notin unpin]],
+                 !.spill_gathered = [r \in Ranks |-> s.spill_gathered[r] - d],
+                 !.spill_done = [r \in Ranks |-> SubSeq(s.spill_done[r], d + 1, Len(s.spill_done[r]))]]
+
 (* The agreement of spills: the MIN over ranks of the ops gathered releases
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
    durable the nodes whose pages every owner wrote. After a split the node keeps
@@ -908,75 +659,34 @@ SpillDone(r, ok) ==
 SpillAck ==
     /\ L3 > 0
     /\ spills # <<>>
-    /\ LET g == Min({spill_gathered[r] : r \in Ranks})
-           d == Min({Len(spill_done[r]) : r \in Ranks})
-           unpin == {j \in 1 .. g : spills[j].pinned}
-           written(j) ==
-               LET op == spills[j]
-                   n == op.node
-               IN /\ n \in DOMAIN nodes
-                  /\ nodes[n].host = n
-                  /\ \A r \in Ranks : spill_done[r][j]
-                  /\ LET hs == NodeHashes(nodes, n)
-                         off == Len(op.hashes) - Len(hs)
-                     IN off >= 0 /\ off % R = 0 /\ SubSeq(op.hashes, off + 1, Len(op.hashes)) = hs
-           durable == {spills[j].node : j \in {j \in 1 .. d : written(j)}}
-       IN /\ d > 0 \/ unpin # {}
-          /\ nodes' = [n \in DOMAIN nodes |->
-                         [nodes[n] EXCEPT !.pin = @ - Cardinality({j \in unpin : spills[j].node = n}),
-                                          !.durable = @ \/ n \in durable]]
-          /\ spills' = [j \in 1 .. Len(spills) - d |->
-                          [spills[j + d] EXCEPT !.pinned = @ /\ j + d \notin unpin]]
-          /\ spill_gathered' = [r \in Ranks |-> spill_gathered[r] - d]
-          /\ spill_done' = [r \in Ranks |-> SubSeq(spill_done[r], d + 1, Len(spill_done[r]))]
-    /\ UNCHANGED <<next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue,
-                   reload_candidates, reloads, reload_done, disk_ok, disk_faults, l3, spill_staged>>
+    /\ SpillAckDue
+    /\ Become(SpillAcked(State))
 
 (* Reloads. A queued request whose key misses the tree at a node boundary below
    its deepest whole match (the anchor) may be marked, once, as a candidate for
    a reload of the missing suffix. *)
 
-NoTarget == [anchor |-> NoNode, tokens |-> <<>>, hashes |-> <<>>]
-
-ReloadTarget(ns, req) ==
-    LET w == WalkKey(ns, req.tokens)
-        anchor == IF w.full = <<>> THEN Root ELSE w.full[Len(w.full)]
-        tokens == SubSeq(req.tokens, w.covered + 1, Len(req.tokens))
-    IN IF w.cut # <<>> \/ w.covered >= Len(req.tokens) THEN NoTarget
-       ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(Prefix(ns, anchor), tokens)]
+HasReloadTarget(rid) == ReloadTarget(nodes, requests[rid]).anchor # NoNode
 
 ReloadMark(rid) ==
     /\ L3 > 0
-    /\ rid \in DOMAIN requests
-    /\ requests[rid].phase = "queued"
+    /\ InPhase(rid, "queued")
     /\ ~requests[rid].tried
-    /\ LET t == ReloadTarget(nodes, requests[rid])
-       IN /\ t.anchor # NoNode
-          /\ reload_candidates' = (rid :> t) @@ reload_candidates
+    /\ HasReloadTarget(rid)
+    /\ reload_candidates' = (rid :> ReloadTarget(nodes, requests[rid])) @@ reload_candidates
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
                    write_done, dev_content, host_content, spill_queue, spills, reloads,
                    spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged>>
 
-\* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over ranks.
-ClaimOf(s, r, hs) ==
-    Max({n \in 0 .. Len(hs) : \A i \in 0 .. n - 1 : i % R # r \/ hs[i + 1] \in DOMAIN s.l3[r]})
-Claimable(s, hs) == Min({ClaimOf(s, r, hs) : r \in Ranks})
-
-\* The anchor is still in the tree, the suffix still a clean miss under it, and
-\* the anchor's prefix still leads to the suffix's first page hash.
-AttachOk(ns, anchor, tokens, first) ==
-    /\ anchor \in DOMAIN ns
-    /\ ChildWith(ns, anchor, tokens[1]) = NoNode
-    /\ Prefix(ns, anchor) \o <<tokens[1]>> = first
-
+\* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
 
 (* Decide candidate rid: claim the pages every rank has (at least the
    load-back floor, and a clean attach); join the in-flight reload of the same
    pages, or reserve an L2 object for a new one (evicting host leaves to fit, as
-   Reserve does). Otherwise only the mark is dropped and the request recomputes. *)
+   Reserve does). Otherwise only the mark is dropped and the request recomputes.
+   Every outcome is a step: the decision is the effect, not a guard. *)
 ReloadReserved(s, rid) ==
     LET cand == s.reload_candidates[rid]
         s0 == [s EXCEPT !.reload_candidates = Remove(@, {rid})]
@@ -986,25 +696,27 @@ ReloadReserved(s, rid) ==
         room == HostRoom(s0, c, VictimOrder(s.nodes, HostVictims(s)))
         base == FirstFit(room.s.l2_free, c)
     IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
-       THEN [ok |-> TRUE, s |-> s0]
+       THEN s0
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
-            IN [ok |-> TRUE, s |-> [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]]
+            IN [s0 EXCEPT !.reloads[j].waiters = Append(@, rid)]
        ELSE IF Len(s.reloads) >= ReloadInflight \/ ~room.ok
-       THEN [ok |-> TRUE, s |-> s0]
-       ELSE [ok |-> TRUE,
-             s |-> [room.s EXCEPT
-                      !.l2_free = @ \ (base .. base + c - 1),
-                      !.reloads = Append(@, [key |-> key, anchor |-> cand.anchor,
-                                             tokens |-> SubSeq(cand.tokens, 1, c),
-                                             hashes |-> SubSeq(cand.hashes, 1, c),
-                                             waiters |-> <<rid>>, ttl |-> ReloadTTL,
-                                             base |-> base, length |-> c])]]
+       THEN s0
+       ELSE [room.s EXCEPT
+               !.l2_free = @ \ (base .. base + c - 1),
+               !.reloads = Append(@, [key |-> key, anchor |-> cand.anchor,
+                                      tokens |-> SubSeq(cand.tokens, 1, c),
+                                      hashes |-> SubSeq(cand.hashes, 1, c),
+                                      waiters |-> <<rid>>, ttl |-> ReloadTTL,
+                                      base |-> base, length |-> c])]
 
 ReloadReserve(rid) ==
     /\ L3 > 0
     /\ rid \in DOMAIN reload_candidates
-    /\ Apply(ReloadReserved(State, rid))
+    /\ Become(ReloadReserved(State, rid))
+
+\* Rank r has a reload in flight it has not read.
+ReloadToRead(r) == Len(reload_done[r]) < Len(reloads)
 
 \* Rank r's next reload read succeeds: its disk works and holds every page it owns.
 ReloadReadOk(r) ==
@@ -1015,7 +727,7 @@ ReloadReadOk(r) ==
 ReloadDone(r, ok) ==
     /\ L3 > 0
     /\ r \in Ranks
-    /\ Len(reload_done[r]) < Len(reloads)
+    /\ ReloadToRead(r)
     /\ ok = ReloadReadOk(r)
     /\ LET op == reloads[Len(reload_done[r]) + 1]
        IN host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
@@ -1026,6 +738,9 @@ ReloadDone(r, ok) ==
                    requests, write_done, dev_content, spill_queue, spills, reload_candidates,
                    reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged>>
 
+\* Every rank has read the reload at the head of `reloads`.
+HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
+
 (* The agreement of reloads: once every rank has read the head reload, the AND
    of the ok bits decides. If it still holds requests, every rank read ok and
    the anchor still takes the suffix, one L2-only, durable node is inserted
@@ -1033,10 +748,9 @@ ReloadDone(r, ok) ==
    are released (they match again). *)
 ReloadAdmit ==
     /\ L3 > 0
-    /\ reloads # <<>>
-    /\ \A r \in Ranks : reload_done[r] # <<>>
+    /\ HeadReloadRead
     /\ LET op == Head(reloads)
-           pages == op.base .. op.base + op.length - 1
+           pages == ReloadPages(op)
        IN IF /\ op.waiters # <<>>
              /\ \A r \in Ranks : reload_done[r][1]
              /\ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1])
@@ -1057,11 +771,14 @@ ReloadAdmit ==
                    spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
                    disk_faults, l3, spill_staged>>
 
+\* Some reload holds a request: the reload clock has something to release.
+SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
+
 \* One tick of the reload clock: the waiters of a reload whose ttl runs out are
 \* released to recompute; its reservation stays until it is admitted or aborted.
 ReloadExpire ==
     /\ L3 > 0
-    /\ \E j \in DOMAIN reloads : reloads[j].waiters # <<>>
+    /\ SomeReloadHolds
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
@@ -1072,11 +789,14 @@ ReloadExpire ==
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
+
+FaultsLeft == MaxDiskFaults = 0 \/ disk_faults < MaxDiskFaults
+
 DiskFail(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ disk_ok[r]
-    /\ MaxDiskFaults = 0 \/ disk_faults < MaxDiskFaults
+    /\ FaultsLeft
     /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
     /\ disk_faults' = disk_faults + 1
     /\ UNCHANGED <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
@@ -1212,8 +932,6 @@ DevicePages ==
 \* 6. The object ranges, the reloads' reservations and the free set partition
 \*    the host pool; each object belongs to exactly one committed node or pending
 \*    backup (a reload's reservation is part of the reload itself).
-ReloadPages(op) == op.base .. op.base + op.length - 1
-
 HostPages ==
     /\ \A k \in DOMAIN objects : ObjectPages(objects[k]) \subseteq HostPool
     /\ \A j \in DOMAIN reloads : ReloadPages(reloads[j]) \subseteq HostPool

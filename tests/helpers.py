@@ -58,3 +58,18 @@ def node_by_key(s: ClusterState, key: tuple[int, ...]) -> int:
         if n.key == key:
             return nid
     raise KeyError(key)
+
+
+def append_steps(path: Any, *rows: str) -> None:
+    """Add hand-made transition lines to the end of a written log, before its end line,
+    and rewrite the end line to count them (a well-formed log that a reader must judge
+    by its steps, not refuse as cut short)."""
+    import json
+
+    from kvsm.log import end_line
+
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1]).get("end") is True, "the log has no end line"
+    body = lines[:-1] + list(rows)
+    last = json.loads(body[-1])
+    path.write_text("\n".join(body + [end_line(len(body) - 1, last["digest"])]) + "\n")

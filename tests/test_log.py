@@ -3,6 +3,8 @@ the line number and the reason; the JSON Schema agrees with the reader."""
 
 from __future__ import annotations
 
+import re
+
 import json
 from importlib import resources
 
@@ -10,7 +12,7 @@ import jsonschema
 import pytest
 
 from kvsm.config import load_config
-from kvsm.log import Header, LogWriter, OutputError, read_log, replay
+from kvsm.log import Header, LogError, LogWriter, OutputError, read_log, replay
 from kvsm.state import initial_state
 from kvsm.walk import walk
 
@@ -206,3 +208,97 @@ def test_a_rename_that_fails_at_the_end_leaves_no_temporary_file(tmp_path):
             target.mkdir()  # the path became a directory while the run wrote
     assert "late.jsonl" in str(e.value)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["late.jsonl"] and list(target.iterdir()) == []
+
+
+# ---- the end line (format 2) ---------------------------------------------------------------
+
+
+def test_the_writer_ends_every_log_with_its_count_and_final_digest(tmp_path):
+    p = tmp_path / "w.jsonl"
+    digests = write_walk(p, "small", 40, 2)
+    end = json.loads(p.read_text().splitlines()[-1])
+    assert end == {"end": True, "transitions": len(digests), "final_digest": digests[-1]} and len(digests) > 10
+    assert json.loads(p.read_text().splitlines()[0])["kvsm_log"] == 2
+    empty = tmp_path / "empty.jsonl"
+    cfg = load_config("small")
+    s0 = initial_state(cfg)
+    with LogWriter(empty, Header(cfg, 0, "walk", s0.digest(), {})):
+        pass
+    assert json.loads(empty.read_text().splitlines()[-1]) == {"end": True, "transitions": 0, "final_digest": s0.digest()}
+    assert replay(empty).ok
+
+
+def test_a_log_cut_at_any_line_boundary_is_detected(log):
+    lines = log.read_text().splitlines(keepends=True)
+    for keep in (1, 2, 100, len(lines) - 1):
+        log.write_text("".join(lines[:keep]))
+        res = replay(log)
+        assert not res.ok and res.malformed, keep
+        assert res.first_mismatch == {
+            "line": keep + 1,
+            "reason": f"the log ends after transition {keep - 1} without its end line: it was cut short (a log of format 2 ends with {{\"end\": true, ...}})",
+        }
+        _, stream = read_log(log)
+        with pytest.raises(LogError, match="without its end line"):
+            list(stream)
+
+
+def test_an_end_line_that_disagrees_or_is_followed_by_more_is_an_error(log):
+    lines = log.read_text().splitlines(keepends=True)
+    end = json.loads(lines[-1])
+    cases = [
+        (lines[:-2] + lines[-1:], "end line says 200 transitions, the log has 199: lines are missing"),
+        (lines[:-1] + [json.dumps(dict(end, final_digest="0" * 32)) + "\n"], "end line's final digest 0000"),
+        (lines + ['{"i": 201}\n'], "a line after the end line"),
+        (lines[:-1] + [json.dumps(dict(end, extra=1)) + "\n"], "end line has unknown field 'extra'"),
+    ]
+    for rows, reason in cases:
+        log.write_text("".join(rows))
+        res = replay(log)
+        assert not res.ok and res.malformed and reason in res.first_mismatch["reason"], (reason, res.first_mismatch)
+
+
+def test_a_format_1_log_is_still_replayed_with_a_warning_and_a_newer_one_is_refused(log, tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    lines = log.read_text().splitlines(keepends=True)
+    old = tmp_path / "old.jsonl"
+    old.write_text(lines[0].replace('{"kvsm_log":2,', '{"kvsm_log":1,', 1) + "".join(lines[1:-1]))
+    res = replay(old)
+    assert res.ok and res.format == 1 and res.transitions == 200
+    r = CliRunner().invoke(app, ["replay", str(old)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith(f"warning: {old}: a log of format 1 (this kvsm writes format 2): it is read, but it has no end line")
+    assert "regenerate it with the command that wrote it (source 'walk', seed 5) to get format 2" in r.stderr
+    new = tmp_path / "new.jsonl"
+    new.write_text(lines[0].replace('{"kvsm_log":2,', '{"kvsm_log":3,', 1) + "".join(lines[1:]))
+    assert mismatch(new) == {"line": 1, "reason": "log format 3 is newer than this kvsm reads (formats 1 to 2): upgrade kvsm"}
+
+
+def test_validate_detects_a_cut_log_before_it_runs_tlc(log):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]))
+    r = CliRunner().invoke(app, ["validate", str(log)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: {log}:{len(lines)}: the log ends after transition 200 without its end line: it was cut short (a log of format 2 ends with {{\"end\": true, ...}})"
+
+
+def test_a_request_asking_more_output_pages_than_the_device_has_replays(tmp_path):
+    # found by a campaign: the simulator logs such an Arrive (the request never fits and is
+    # aborted); a reader that refused it would refuse a log the model produced
+    from kvsm.log import replay
+    from kvsm.sim.options import SimOptions
+    from kvsm.sim.runner import simulate
+
+    log = tmp_path / "sim.jsonl"
+    simulate(SimOptions(workload="multi-turn", config="l3", seed=54, tiers="l1,l2", requests=8, ranks=1, l1_pages=1), log)
+    asks = [int(m) for m in re.findall(r'"out_pages":(\d+)', log.read_text())]
+    assert max(asks) > 1, "the run no longer asks for more output pages than its one device page"
+    res = replay(log, check=True)
+    assert res.first_mismatch is None and res.violations == []

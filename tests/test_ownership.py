@@ -108,3 +108,15 @@ def test_l3_effects_list_only_the_pages_their_rank_owns():
 def test_effects_take_no_part_in_state_equality():
     s = fresh(R=2)
     assert replace(s, effects=(fx.PoisonDev(page=1),)) == s
+
+
+def test_six_seeded_simulations_catch_the_cross_lane_writes_only_by_ownership(cross_lane_writes):
+    from kvsm.sim.options import SimOptions
+    from kvsm.sim.runner import simulate
+    from kvsm.sim.scheduler import SimInvariantError
+
+    for seed in range(6):
+        opts = SimOptions(workload="thrash", requests=40, ranks=2, l1_pages=16, l2_pages=64, seed=seed, check=True)
+        with pytest.raises(SimInvariantError, match=r"WriteDone\(r=\d\).*11 Ownership: rank \d stores device page") as e:
+            simulate(opts)
+        assert " 1 Tree" not in str(e.value) and "7 Content" not in str(e.value)

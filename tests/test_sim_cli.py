@@ -49,10 +49,10 @@ def test_table_plots_and_report(tmp_path):
     r = runner.invoke(app, ["sim", *SMALL, "--plot", str(plots), "--report", str(report)])
     assert r.exit_code == 0, r.output
     assert "block hit rate" in r.stdout
-    for name in ("hit_rate.png", "occupancy.png"):
+    for name in ("hit_rate.png", "occupancy.png", "lanes.png"):
         assert (plots / name).read_bytes().startswith(b"\x89PNG")
     page = report.read_text()
-    assert page.count("data:image/png;base64,") == 2 and "hit_rate_blocks" in page and "<script" not in page
+    assert page.count("data:image/png;base64,") == 3 and "hit_rate_blocks" in page and "<script" not in page
 
 
 def test_bad_input_is_an_error_that_writes_nothing(tmp_path):
@@ -94,7 +94,7 @@ def test_a_run_without_a_log_ends_at_the_digest_of_the_run_with_one(tmp_path):
     plain = runner.invoke(app, args)
     logged = runner.invoke(app, [*args, "-o", str(tmp_path / "r.jsonl")])
     assert plain.exit_code == 0 and logged.exit_code == 0, plain.output + logged.output
-    a, b = json.loads(plain.output), json.loads(logged.output)
+    a, b = json.loads(plain.stdout), json.loads(logged.stdout)
     assert a["transitions"] == b["transitions"] > 0
     assert a["final_digest"] == b["final_digest"]
 

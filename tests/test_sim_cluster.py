@@ -14,7 +14,7 @@ import pytest
 
 from kvsm.log import replay
 from kvsm.sim import FaultSpecError, Faults, SimDivergence, SimError, SimOptions, simulate
-from kvsm.sim import scheduler
+from kvsm.sim import procedures
 from kvsm.sim.cluster import View
 from kvsm.transitions import Transition, apply
 
@@ -30,7 +30,7 @@ def test_same_seed_same_log_byte_for_byte(tmp_path):
     simulate(replace(opts, seed=6), c)
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
-    assert ra.summary["transitions"] == len(a.read_text().splitlines()) - 1
+    assert ra.summary["transitions"] == len(a.read_text().splitlines()) - 2  # the header and the end line
 
 
 def test_same_seed_same_log_in_another_process(tmp_path):
@@ -69,12 +69,12 @@ def test_every_request_ends_and_every_backup_settles():
 
 
 def test_a_rank_that_decides_differently_is_caught_at_once(monkeypatch):
-    real = scheduler.insert
+    real = procedures.insert
 
     def rank1_skips_a_backup(v: View, rid: int, backup: bool):
         return real(v, rid, backup and not (v.rank == 1 and rid == 7))
 
-    monkeypatch.setattr(scheduler, "insert", rank1_skips_a_backup)
+    monkeypatch.setattr(procedures, "insert", rank1_skips_a_backup)
     with pytest.raises(SimDivergence) as e:
         simulate(SMALL)
     assert e.value.step["rank"] == 1

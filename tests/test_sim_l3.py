@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from kvsm.cli import app
 from kvsm.log import replay
 from kvsm.sim import FaultSpecError, SimDivergence, SimError, SimOptions, simulate
-from kvsm.sim import scheduler
+from kvsm.sim import procedures
 from kvsm.sim.cluster import View
 from kvsm.transitions import Transition, apply
 
@@ -179,8 +179,8 @@ class _SkipsReserving:
 
 
 def test_a_rank_that_decides_an_l3_step_differently_is_caught_at_once(tmp_path, monkeypatch):
-    real = scheduler.l3_drain
-    monkeypatch.setattr(scheduler, "l3_drain", lambda v: real(_SkipsReserving(v) if v.rank == 1 else v))
+    real = procedures.l3_drain
+    monkeypatch.setattr(procedures, "l3_drain", lambda v: real(_SkipsReserving(v) if v.rank == 1 else v))
     with pytest.raises(SimDivergence) as e:
         _hand_run(tmp_path)
     assert e.value.step["rank"] == 1

@@ -11,7 +11,8 @@ import pytest
 
 from kvsm.sim import WorkloadError, load_workload, read_trace
 from kvsm.sim.generators import GENERATORS, PrefixIds, generate
-from kvsm.sim.workload import bundled_path, parse_line
+from kvsm.sim.trace import parse_line
+from kvsm.sim.workload import bundled_path
 
 GOOD = {"timestamp": 5, "input_length": 1025, "output_length": 513, "hash_ids": [7, 8, 9]}
 
@@ -45,7 +46,7 @@ def test_a_good_trace_parses_in_file_order(tmp_path):
         (json.dumps(GOOD | {"timestamp": -1}), "field 'timestamp' must be >= 0"),
         (json.dumps(GOOD | {"input_length": 0, "hash_ids": []}), "field 'input_length' must be >= 1"),
         (json.dumps(GOOD | {"output_length": -2}), "field 'output_length' must be >= 0"),
-        (json.dumps(GOOD | {"hash_ids": [1, "2", 3]}), "must be a list of integers >= 0"),
+        (json.dumps(GOOD | {"hash_ids": [1, "2", 3]}), "must be a list of integers in [0, 2147483647], got '2'"),
         (json.dumps(GOOD | {"hash_ids": [1, 2]}), "'hash_ids' has 2 ids but input_length 1025 needs ceil(1025/512) = 3"),
     ],
 )

@@ -3,24 +3,23 @@ that `kvsm --help` works without it."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True)
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, emit_json, fail, print_error, warn, warn_old_log
 
 
 def _print_summary(s: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(s) + "\n")
+        emit_json(s)
         return
     for f in s["failures"]:
-        err.print(f"[red]{f['kind']}:[/red] {f['message']}", highlight=False)
+        ranks = f.get("ranks")
+        every = f" (every rank: {', '.join(map(str, ranks))})" if ranks and len(ranks) > 1 else ""
+        print_error(f"{f['message']}{every}", f["kind"])
     typer.echo(
         f"{'ok' if s['ok'] else 'FAILED'}: replayed {s['transitions']} transitions on {s['ranks']} ranks ({s['device']}, {s['io']} copies): "
         f"{s['pages_copied']} pages copied, {s['bytes_verified']} bytes verified, "
@@ -34,7 +33,7 @@ def _print_summary(s: dict[str, Any], as_json: bool) -> None:
     if s.get("disk_dir"):
         typer.echo(f"disk stores kept in {s['disk_dir']}")
     if s.get("io_note"):
-        err.print(f"note: {s['io_note']}", highlight=False)
+        warn(s["io_note"])
 
 
 def register(app: typer.Typer) -> None:
@@ -64,12 +63,12 @@ def register(app: typer.Typer) -> None:
         from ..gpu.options import Options, ReplayError, check_inputs  # noqa: PLC0415
 
         opts = Options(str(log), device=device or "cpu", page_bytes=page_bytes, layers=layers, io=io, timeout_s=timeout, slab_dir=slab_dir, disk_dir=disk_dir, keep=keep)
+        warn_old_log(log)
         try:  # bad input is refused before torch is imported (seconds) or any process starts
             check_inputs(opts, ranks)
             from_env()
         except (ReplayError, InjectError) as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False)
-            raise typer.Exit(2) from None
+            raise fail(str(e)) from None
 
         from .. import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
 
@@ -85,13 +84,14 @@ def register(app: typer.Typer) -> None:
                 ok, summary = replay_as_this_rank(opts, ranks)
                 if summary is not None:
                     _print_summary(summary, as_json)
-                raise typer.Exit(0 if ok else 1)
+                raise typer.Exit(0 if ok else EXIT_FAILED)
             summary = do_replay(opts, ranks)
         except (ReplayError, InjectError) as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False)
-            raise typer.Exit(2) from None
-        except torch.multiprocessing.ProcessRaisedException as e:
-            err.print(f"[red]error:[/red] a rank process failed:\n{e}", highlight=False)
-            raise typer.Exit(3) from None
+            # the inputs passed their checks above: what fails now is the machine (no CUDA,
+            # no room for the slab or the disk stores, a rank's setup)
+            raise fail(str(e), EXIT_ENVIRONMENT) from None
+        except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise fail(f"a rank process failed: {last}", EXIT_ENVIRONMENT) from None
         _print_summary(summary, as_json)
-        raise typer.Exit(0 if summary["ok"] else 1)
+        raise typer.Exit(0 if summary["ok"] else EXIT_FAILED)

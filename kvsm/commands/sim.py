@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from rich.markup import escape
+
+from ..bounds import MAX_DEVICE_PAGES, MAX_GENERATED_REQUESTS, MAX_RANKS
+from .common import EXIT_FAILED, console, emit_json, err, fail, progress, warn
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -58,17 +56,85 @@ def _summary_table(s: dict[str, Any]) -> Table:
     return table
 
 
+def _tell_story(opts: Any, output: Optional[Path]) -> None:
+    """After a run stopped: run the same seed again, keep its log up to where it stops
+    (the run itself leaves no log, by design), and print the story of its last steps."""
+    from ..log import Header, LogWriter
+    from ..render.story import tail_story
+    from ..sim import SimDivergence
+    from ..sim.options import prepare
+    from ..sim.scheduler import SimInvariantError, Simulation
+
+    path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
+    try:
+        prep = prepare(opts)
+        sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
+        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        stopped = False
+        with LogWriter(path, header) as w:
+            sim.writer = w
+            try:
+                sim.run()
+            except (SimDivergence, SimInvariantError):
+                stopped = True  # the same stop, deterministically: the log keeps what led to it
+        if not stopped:
+            err.print(f"(no story: the same seed ran to the end the second time; its log is {escape(str(path))})", highlight=False, soft_wrap=True)
+            return
+        story = tail_story(path)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the run's own error was reported
+        err.print(f"(no story of the failed run: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    from .show import emit_err
+
+    emit_err(story)
+
+
+# Cost of a run on the project's 2-core machine, per request: each replicated step is
+# applied to the log's state and to every rank's replica, and a step's work grows with
+# the number of lanes too (100 requests of the bundled trace: 1.2 s on 4 ranks, 34 s on
+# 64, 112 s on 128; the whole trace on 4 ranks: 14.6 s with L1+L2, 30.7 s with L3).
+_MS_PER_REPLICA = 1.0
+_MS_PER_REPLICA_SQUARED = 0.05
+_SLOW_RUN_SECONDS = 60.0
+
+
+def estimate_seconds(requests: int, ranks: int, l3: bool, check: bool) -> float:
+    """A rough wall time of a simulation on this project's development machine."""
+    n = ranks + 1
+    s = requests * (_MS_PER_REPLICA * n + _MS_PER_REPLICA_SQUARED * n * n) / 1000
+    return s * (2 if l3 else 1) * (3 if check else 1)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} seconds"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
+
+
+def _warn_if_slow(prep: Any, check: bool) -> None:
+    n, R = len(prep.workload.requests), prep.cfg.R
+    est = estimate_seconds(n, R, prep.l3, check)
+    if est >= _SLOW_RUN_SECONDS:
+        warn(
+            f"{n} requests on {R} ranks{' with L3' if prep.l3 else ''}{' and --check' if check else ''} will take about "
+            f"{_duration(est)} here (every replicated step is applied to each of the {R} ranks' replicas, and a step's "
+            f"work grows with the ranks); progress follows on stderr"
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("sim")
     def sim(
-        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (bundled trace), or a generator: system-prompts, multi-turn, long-doc, thrash"),
+        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (the bundled Mooncake synthetic trace), or a generator: system-prompts, multi-turn, long-doc, thrash"),
         config: str = typer.Option("default", "--config", "-c", help="built-in config name or TOML path"),
-        ranks: Optional[int] = typer.Option(None, "--ranks", help="ranks R (default: the config's)"),
-        seed: int = typer.Option(0, "--seed", "-s", help="decides workload generation, timing and faults"),
-        requests: Optional[int] = typer.Option(None, "--requests", "-n", help="first N requests of a trace; N generated requests (default 2000)"),
+        ranks: Optional[int] = typer.Option(None, "--ranks", min=1, max=MAX_RANKS, help=f"ranks R, at most {MAX_RANKS} (default: the config's)"),
+        seed: int = typer.Option(0, "--seed", "-s", min=0, max=2**63 - 1, help="decides workload generation, timing and faults"),
+        requests: Optional[int] = typer.Option(None, "--requests", "-n", min=1, help=f"first N requests of a trace; N generated requests, at most {MAX_GENERATED_REQUESTS} (default 2000)"),
         tiers: str = typer.Option("l1,l2", "--tiers", help="l1 | l1,l2 | l1,l2,l3"),
         page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="the config's P (default: the workload's block size)"),
-        l1_pages: Optional[int] = typer.Option(None, "--l1-pages", help="device pages per rank lane; 0 = enough for the whole workload"),
+        l1_pages: Optional[int] = typer.Option(None, "--l1-pages", help=f"device pages per rank lane; 0 = enough for the whole workload (ranks * pages at most {MAX_DEVICE_PAGES})"),
         l2_pages: Optional[int] = typer.Option(None, "--l2-pages", help="shared host pages; 0 = enough for the whole workload"),
         l3_pages: Optional[int] = typer.Option(None, "--l3-pages", help="disk pages per rank (with --tiers l1,l2,l3); 0 = enough for the whole workload"),
         eviction: Optional[str] = typer.Option(None, "--eviction", help="lru | slru (default: the config's)"),
@@ -76,12 +142,14 @@ def register(app: typer.Typer) -> None:
         schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed; auto = serial for --tiers l1 --ranks 1"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png and occupancy.png"),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
         report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
-        check: bool = typer.Option(False, "--check", help="check every invariant after every transition (slow)"),
+        check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
+        bug: Optional[str] = typer.Option(None, "--bug", help="injected defect of the config (kvsm.config.BUGS); default: the config's"),
     ) -> None:
-        """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed."""
+        """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
         from ..config import ConfigError
+        from ..log import OutputError, check_output_file
         from ..sim import FaultSpecError, SimDivergence, SimError, SimOptions, WorkloadError, simulate
         from ..sim.scheduler import SimInvariantError
 
@@ -100,35 +168,30 @@ def register(app: typer.Typer) -> None:
             faults=faults,
             schedule=schedule,
             check=check,
+            bug=bug,
         )
-        from ..cli import _progress  # noqa: PLC0415  (the CLI's one progress bar style)
-
-        from ..log import OutputError, check_output_file  # noqa: PLC0415
-
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             if plot is not None:
                 check_output_file(plot / "hit_rate.png")  # refuses a --plot that is a file
             if report is not None:
                 check_output_file(report)
         except OutputError as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        progress = _progress("sim")
+            raise fail(str(e)) from None
+        bar = progress("sim")
         try:
-            with progress:
-                task = progress.add_task("sim", total=None)
+            with bar:
+                task = bar.add_task("sim: requests", total=None)
 
                 def on_progress(done: int, total: int) -> None:
-                    if done % 64 == 0 or done == total:
-                        progress.update(task, completed=done, total=total)
+                    bar.update(task, completed=done, total=total)
 
-                result = simulate(opts, output, on_progress)
+                result = simulate(opts, output, on_progress, on_start=lambda prep: _warn_if_slow(prep, check))
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
-            err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise fail(str(e)) from None
         except (SimDivergence, SimInvariantError) as e:
-            err.print(f"[red]run stopped:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+            stop = fail(str(e), EXIT_FAILED, "run stopped")
+            _tell_story(opts, output)
+            raise stop from None
         written = []
         try:
             if plot is not None:
@@ -139,15 +202,14 @@ def register(app: typer.Typer) -> None:
                 from ..sim.report import write_report
 
                 written.append(write_report(result, report))
-        except OSError as e:
+        except OutputError as e:
             where = f"; the log {output} is complete" if output is not None else ""
-            err.print(f"[red]error:[/red] {escape(f'{e.filename}: cannot write: {e.strerror}')}{escape(where)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise fail(f"{e}{where}") from None
         if as_json:
-            sys.stdout.write(json.dumps(result.summary) + "\n")
+            emit_json(result.summary)
         else:
             console.print(_summary_table(result.summary))
             if output is not None:
-                console.print(f"log: {output}")
+                console.print(f"log: {output}", highlight=False)
             for p in written:
-                console.print(f"wrote {p}")
+                console.print(f"wrote {p}", highlight=False)

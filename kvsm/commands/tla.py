@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, console, emit_json, err, fail, warn_old_log
 
 MODEL_HELP = (
     "model: ci, deep, l3, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
@@ -20,13 +17,15 @@ MODEL_HELP = (
 )
 
 
-def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
+def _fail(msg: str, code: int = EXIT_INPUT) -> typer.Exit:
+    return fail(msg, code)
 
 
-def _fail(msg: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {msg}")
-    return typer.Exit(2)
+def _tlc_failed(e: Exception) -> typer.Exit:
+    """TLC missing (Java, the jar, the spec) is the machine's; TLC refusing a model is the input's."""
+    from ..tla.errors import TLCUnavailable  # noqa: PLC0415
+
+    return _fail(str(e), EXIT_ENVIRONMENT if isinstance(e, TLCUnavailable) else EXIT_INPUT)
 
 
 def register(app: typer.Typer) -> None:
@@ -44,17 +43,23 @@ def register(app: typer.Typer) -> None:
         """Model-check the spec with TLC: its invariants and the liveness properties, or
         with --simulate its invariants along random behaviours. A violation's trace
         becomes a kvsm log that `kvsm replay --check` replays."""
+        from ..log import OutputError, check_output_file
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
 
+        try:  # before TLC runs: a violation's log must have somewhere to go
+            if log is not None:
+                check_output_file(log)
+        except OutputError as e:
+            raise _fail(f"--log: {e}") from None
         sim = {"num": traces, "depth": depth, "seed": seed} if simulate else None
         try:
             res = do_check(config, workers=workers, log_path=log, simulate=sim)
         except (TLCError, TLCUnavailable) as e:
-            raise _fail(str(e)) from None
+            raise _tlc_failed(e) from None
         out = res.to_json()
         if as_json:
-            _emit_json(out)
+            emit_json(out)
         else:
             t = res.tlc
             if sim is not None:
@@ -79,7 +84,7 @@ def register(app: typer.Typer) -> None:
                     err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check {v['log']})")
                 else:
                     err.print(f"the trace could not become a log: {v.get('log_error')}")
-        raise typer.Exit(0 if res.ok else 1)
+        raise typer.Exit(0 if res.ok else EXIT_FAILED)
 
     @app.command()
     def conform(
@@ -95,9 +100,9 @@ def register(app: typer.Typer) -> None:
         try:
             res = do_conform(config, workers=workers)
         except (TLCError, TLCUnavailable) as e:
-            raise _fail(str(e)) from None
+            raise _tlc_failed(e) from None
         if as_json:
-            _emit_json(res.to_json())
+            emit_json(res.to_json())
         else:
             table = Table(title=f"conform {config}")
             for col in ("", "TLC", "model", "only in TLC", "only in model"):
@@ -113,7 +118,7 @@ def register(app: typer.Typer) -> None:
                         err.print(f"[red]transitions only the {side} takes from a shared state:[/red] {d['diverging']}")
                 for ex in res.examples:
                     err.print(json.dumps(ex, indent=1))
-        raise typer.Exit(0 if res.equal else 1)
+        raise typer.Exit(0 if res.equal else EXIT_FAILED)
 
     @app.command()
     def validate(
@@ -128,14 +133,15 @@ def register(app: typer.Typer) -> None:
         from ..tla.errors import TLCError, TLCUnavailable
         from ..tla.validate import validate as do_validate
 
+        warn_old_log(log)
         try:
             res = do_validate(log, workers=workers, segments=segments)
         except LogError as e:
-            raise _fail(str(e)) from None
+            raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
         except (TLCError, TLCUnavailable) as e:
-            raise _fail(str(e)) from None
+            raise _tlc_failed(e) from None
         if as_json:
-            _emit_json(res.to_json())
+            emit_json(res.to_json())
         else:
             if res.first_rejected:
                 r = res.first_rejected
@@ -157,4 +163,4 @@ def register(app: typer.Typer) -> None:
                     f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
                     f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
                 )
-        raise typer.Exit(0 if res.ok else 1)
+        raise typer.Exit(0 if res.ok else EXIT_FAILED)

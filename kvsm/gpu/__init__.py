@@ -11,12 +11,16 @@ free and at the end.
 Modules: `plan` (pure: a transition's effects -> this rank's batches, no torch),
 `hooks` (test-only fault injection), `generator` (page bytes from content identities),
 `memory` (device pool, shared host slab, spill staging), `disk` (a rank's disk store),
-`transfer` (batched copies), `rank` (one rank's replay loop), `launch` (spawn or
-torchrun, the summary). Only `plan` and `hooks` may be imported without torch.
+`transfer` (batched copies), `execute` (a rank's batches executed and checked),
+`collectives` (what the ranks say over gloo), `rank` (one rank's replay loop), `launch`
+(spawn or torchrun, the summary). Only `plan` and `hooks`
+may be imported without torch.
 """
 
 import warnings
 
-# A CPU-only torch without numpy warns at import; the backend never uses numpy.
+# A torch that cannot use the installed numpy warns at import. Only the object
+# collectives (collectives.py) need numpy, and without it they fail with torch's own
+# "Numpy is not available"; kvsm installs numpy with matplotlib.
 NUMPY_WARNING = "Failed to initialize NumPy"
 warnings.filterwarnings("ignore", message=NUMPY_WARNING)

@@ -9,6 +9,7 @@ the summary that rank 0 writes.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
@@ -23,8 +24,25 @@ from .options import Options, ReplayError, check_inputs
 from .rank import Report, run_rank
 
 
+def _once(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A failure of the log itself (a line the model rejects, a line that cannot be read)
+    is met alike by every rank: keep it once, with the ranks that met it."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for f in failures:
+        if f.get("kind") in ("log", "rejected"):
+            key = (f["kind"], f.get("transition"), f.get("message"))
+            if key in seen:
+                seen[key]["ranks"].append(f.get("rank"))
+                continue
+            f = dict(f, ranks=[f.get("rank")])
+            seen[key] = f
+        out.append(f)
+    return out
+
+
 def summarize(reports: list[Report], ok: bool, opts: Options) -> dict[str, Any]:
-    failures = sorted((f for r in reports for f in r.failures), key=lambda f: (f.get("transition", 0), f.get("rank", 0)))
+    failures = _once(sorted((f for r in reports for f in r.failures), key=lambda f: (f.get("transition", 0), f.get("rank", 0))))
     copied = sum(r.bytes_copied for r in reports)
     busy = union_seconds([iv for r in reports for iv in r.intervals])
     return {
@@ -114,6 +132,25 @@ def _child(rank: int, world: int, opts: Options, addr: str, port: int, out: str)
     os._exit(0)
 
 
+def _stop(ctx: Any, slab_dir: str) -> None:
+    """The run is abandoned (a rank failed, or SIGINT/SIGTERM reached this process): stop
+    the rank processes still running and remove the slab a rank may have made before it
+    could unlink it (the ranks' disk stores are in the run's temporary directory)."""
+    for p in ctx.processes:
+        if p.is_alive():
+            p.terminate()
+    for p in ctx.processes:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        for path in glob.glob(os.path.join(slab_dir, f"kvsm-slab-{p.pid}-*")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def replay(opts: Options, ranks: int | None = None) -> dict[str, Any]:
     """Replay `opts.log` on R spawned rank processes of this host; the summary.
     Hooks from `KVSM_GPU_INJECT` are added to `opts.hooks`."""
@@ -134,7 +171,13 @@ def replay(opts: Options, ranks: int | None = None) -> dict[str, Any]:
         saved = os.environ.get("PYTHONWARNINGS")
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved, f"ignore:{NUMPY_WARNING}"]))
         try:
-            mp.spawn(_child, args=(R, opts, "127.0.0.1", _free_port(), out), nprocs=R, join=True, start_method="spawn")
+            ctx = mp.start_processes(_child, args=(R, opts, "127.0.0.1", _free_port(), out), nprocs=R, join=False, start_method="spawn")
+            try:
+                while not ctx.join():
+                    pass
+            except BaseException:
+                _stop(ctx, opts.slab_dir)
+                raise
         finally:
             if saved is None:
                 del os.environ["PYTHONWARNINGS"]

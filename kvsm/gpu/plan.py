@@ -2,12 +2,12 @@
 
 Pure (no torch), so the rules of ownership and ordering are testable on their own.
 
-Ownership (MODEL.md section 4): device page `p` belongs to rank `p mod R`; that rank
+Ownership (`kvsm.state.lane_of`): device page `p` belongs to rank `p mod R`; that rank
 fills it, loads into it and poisons it. A `store` names its rank, which must own the
 page. A freed host object `(base, length)` is poisoned page by page, page `base + i`
 by rank `i mod R`, so the ranks share the work and no page is written twice.
 
-L3 (MODEL.md section 4): a page inside an L2 object belongs to rank `i mod R`, `i` its
+L3 (ownership again): a page inside an L2 object belongs to rank `i mod R`, `i` its
 index in the object. The L3 effects name their rank and list only its pages:
 `spill_gather` (copy slab pages into the rank's staging), `spill_write` (write the
 oldest staged copy to the rank's disk when ok), `reload_read` (read pages from the

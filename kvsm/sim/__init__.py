@@ -5,7 +5,8 @@ from .cluster import SimDivergence
 from .faults import Faults, FaultSpecError
 from .options import SimError, SimOptions, Timing
 from .runner import SimResult, run_main_job, simulate
-from .workload import TraceRequest, Workload, WorkloadError, load_workload, read_trace
+from .trace import TraceRequest, Workload, WorkloadError, read_trace
+from .workload import load_workload
 
 __all__ = [
     "FaultSpecError",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from .workload import MOONCAKE_BLOCK_TOKENS, TraceRequest, Workload
+from .trace import MOONCAKE_BLOCK_TOKENS, TraceRequest, Workload
 
 BLOCK = MOONCAKE_BLOCK_TOKENS
 ARRIVALS_PER_S = 4.0  # Poisson arrivals, about the rate of the Mooncake synthetic trace

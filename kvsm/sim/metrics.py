@@ -42,6 +42,10 @@ class Sample:
     l2_used: float  # fraction of the host pool in use
     l3_used: float  # fraction of all ranks' disk pages in use (0 without L3)
     pending: int  # backups submitted, not yet committed
+    hits: int = 0  # hit pages so far (all tiers): with `pages`, any window's hit rate
+    pages: int = 0  # prompt pages so far
+    l1_lanes: tuple[float, ...] = ()  # per rank: fraction of its device lane in use
+    l3_ranks: tuple[float, ...] = ()  # per rank: fraction of its disk in use (empty without L3)
 
 
 @dataclass
@@ -189,6 +193,7 @@ class Metrics:
         hits = self.hits
         h0, p0 = self._window
         dp = self.pages_total - p0
+        lanes = tuple(1 - len(lane) / cfg.L1 for lane in s.dev_free)
         l1_free = sum(len(lane) for lane in s.dev_free)
         l2_free = sum(n for _, n in s.l2_free[0])
         self.samples.append(
@@ -201,6 +206,10 @@ class Metrics:
                 1 - l2_free / cfg.L2,
                 len(s.l3) / (cfg.R * cfg.L3) if cfg.L3 else 0.0,
                 len(s.writes),
+                hits,
+                self.pages_total,
+                lanes,
+                tuple(n / cfg.L3 for n in s.l3_used) if cfg.L3 else (),
             )
         )
         self._window = (hits, self.pages_total)

@@ -3,12 +3,15 @@ and how the options become a model `Config` and a workload."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..bounds import MAX_DEVICE_PAGES
 from ..config import EVICTIONS, Config, ConfigError, load_config
 from .faults import Faults
-from .workload import Workload, load_workload
+from .trace import Workload
+from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
 SCHEDULES = ("auto", "serial", "timed")
@@ -38,6 +41,15 @@ class Timing:
     disk_read_ms_per_page: float = 1.0  # one rank reads one of its pages from its disk into the slab
     disk_jitter: float = 0.5  # a disk operation's duration is drawn in [1 - j, 1 + j] x nominal
 
+    def tick_at(self, ms: float) -> int:
+        """The first tick that starts at or after simulated time `ms`."""
+        return math.ceil(ms / self.tick_ms)
+
+    def after(self, tick: int, ms: float) -> int:
+        """The tick of an event that tick `tick` started and that ends at time `ms`: the
+        first tick at or after `ms`, and never `tick` itself."""
+        return max(tick + 1, self.tick_at(ms))
+
     def to_json(self, l3: bool = True) -> dict[str, Any]:
         """The constants as the log header records them (the disk's only with L3)."""
         d = asdict(self)
@@ -66,7 +78,8 @@ class SimOptions:
     faults: str = "none"
     schedule: str = "auto"
     timing: Timing = field(default_factory=Timing)
-    check: bool = False  # check every invariant after every transition (slow)
+    check: bool = False  # check every invariant after every transition (kvsm.checking)
+    bug: str | None = None  # the config's injected defect (`Config.bug`); None: the config's own
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,11 @@ def prepare(opts: SimOptions) -> Prepared:
     if L1 == 0:
         # every page a request ever holds, per lane: position k of a request is in lane k mod R
         L1 = 1 + sum(-(-(len(r.hash_ids) + (0 if serial else workload.out_pages(r))) // R) for r in workload.requests)
+        if R * L1 > MAX_DEVICE_PAGES:
+            raise SimError(
+                f"--l1-pages 0: the whole workload needs {L1} pages per lane, {R * L1} on {R} ranks, more than the bound "
+                f"{MAX_DEVICE_PAGES} device pages; give --l1-pages a number"
+            )
     L2 = opts.l2_pages if opts.l2_pages is not None else base.L2
     if L2 == 0:
         L2 = 1 + sum(len(r.hash_ids) for r in workload.requests)
@@ -152,6 +170,8 @@ def prepare(opts: SimOptions) -> Prepared:
     )
     if opts.eviction is not None:
         data["eviction"] = opts.eviction
+    if opts.bug is not None:
+        data["bug"] = opts.bug
     try:
         cfg = Config.from_json(data, where=f"config '{opts.config}' with the command's overrides")
     except ConfigError as e:

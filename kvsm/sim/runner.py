@@ -9,9 +9,10 @@ from typing import Any, Callable
 
 from ..log import Header, LogWriter
 from ..state import ClusterState
+from ..transitions import Transition
 from .metrics import Sample
-from .options import SimOptions, prepare
-from .scheduler import Simulation
+from .options import Prepared, SimOptions, prepare
+from .scheduler import SimInvariantError, Simulation
 
 
 @dataclass
@@ -26,13 +27,22 @@ def simulate(
     opts: SimOptions,
     log: str | Path | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    on_transition: Callable[[Transition, ClusterState], None] | None = None,
+    on_start: Callable[[Prepared], None] | None = None,
 ) -> SimResult:
     """Run one simulation. With `log`, write the transition log there (atomically: a
-    run that fails leaves no file). `on_progress(done, total)` is called per request."""
+    run that fails leaves no file). `on_start(prepared)` is called once the options are
+    checked and the workload is loaded, before the run; `on_progress(done, total)` per
+    request; `on_transition(t, state after)` per transition of the log (an exception it
+    raises stops the run). With `opts.check`, a `kvsm.checking.Checker` checks every
+    invariant after every transition and a violation raises `SimInvariantError`."""
     prep = prepare(opts)
+    if on_start is not None:
+        on_start(prep)
     total = len(prep.workload.requests)
     progress = (lambda n: on_progress(n, total)) if on_progress is not None else None
-    sim = Simulation(prep, opts.timing, opts.seed, check=opts.check, on_progress=progress)
+    sim = Simulation(prep, opts.timing, opts.seed, check=False, on_progress=progress)
+    watch = _Watch(sim.cluster.state, opts.check, on_transition) if (opts.check or on_transition) else None
     extra = {
         "workload": prep.workload.info(),
         "tiers": opts.tiers,
@@ -44,11 +54,18 @@ def simulate(
     if log is not None:
         header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), extra)
         with LogWriter(log, header) as w:
-            sim.writer = w
+            sim.writer = _Tee(w, watch) if watch is not None else w
             sim.run()
+            if watch is not None:
+                watch.finish()
     else:
+        sim.writer = watch
         sim.run()
+        if watch is not None:
+            watch.finish()
     seconds = time.perf_counter() - t0
+    # the plots' time axis ends where the simulation does, not at the last admission
+    sim.metrics.sample(sim.end_ms if prep.schedule == "timed" else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
@@ -85,12 +102,62 @@ def simulate(
     return SimResult(summary, sim.metrics.samples, sim.cluster.state, sim.metrics.request_hits)
 
 
-def run_main_job(outdir: str | Path = "out", seed: int = 0, requests: int = 300, ranks: int = 4) -> dict[str, Any]:
+class _Watch:
+    """What sees every transition of the log besides the log itself: the invariant
+    checker (with --check) and the caller's `on_transition`."""
+
+    def __init__(self, s0: ClusterState, check: bool, on_transition: Callable[[Transition, ClusterState], None] | None) -> None:
+        from ..checking import Checker
+
+        self.checker = Checker(s0) if check else None
+        self.on_transition = on_transition
+        self.count = 0
+        if self.checker is not None:
+            self._raise(self.checker.start(0))
+
+    def write(self, t: Transition, state: ClusterState) -> None:
+        self.count += 1
+        if self.checker is not None:
+            self._raise(self.checker.step(t, state, self.count))
+        if self.on_transition is not None:
+            self.on_transition(t, state)
+
+    def finish(self) -> None:
+        if self.checker is not None:
+            self._raise(self.checker.finish())
+
+    def _raise(self, found: Any) -> None:
+        if found is not None:
+            where = f"after log transition #{found.at} {found.transition}" if found.transition is not None else "in the initial state"
+            raise SimInvariantError(f"{where}: " + "; ".join(found.violations))
+
+
+class _Tee:
+    def __init__(self, log: LogWriter, watch: _Watch) -> None:
+        self.log, self.watch = log, watch
+
+    def write(self, t: Transition, state: ClusterState) -> None:
+        self.log.write(t, state)
+        self.watch.write(t, state)
+
+
+def main_job_log(outdir: str | Path, seed: int) -> Path:
+    """Where `kvsm run` writes its simulation's log."""
+    return Path(outdir) / f"sim-synthetic-{seed}.jsonl"
+
+
+def run_main_job(
+    outdir: str | Path = "out",
+    seed: int = 0,
+    requests: int = 300,
+    ranks: int = 4,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """The simulator's part of `kvsm run`: a short multi-rank run (L1 and the shared L2)
     over the first `requests` requests of the bundled Mooncake synthetic trace, on the
     default config, with a light fault mix, writing its log to
     `outdir/sim-synthetic-<seed>.jsonl`. Returns the summary (its `log` names the file)."""
-    log = Path(outdir) / f"sim-synthetic-{seed}.jsonl"
+    log = main_job_log(outdir, seed)
     opts = SimOptions(
         workload="synthetic",
         config="default",
@@ -103,4 +170,4 @@ def run_main_job(outdir: str | Path = "out", seed: int = 0, requests: int = 300,
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
     )
-    return simulate(opts, log).summary
+    return simulate(opts, log, on_progress).summary

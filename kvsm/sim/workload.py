@@ -1,135 +1,21 @@
-"""Workloads: Mooncake-format trace files and the seeded generators, as one value.
-
-A workload is a tuple of `TraceRequest`s in file order. Each hash id is one page of
-the model (its page symbol); a trace block is `block_tokens` tokens (512 in Mooncake
-traces). What the simulator does with the tokens that have no hash id (the output)
-is described in docs/sim.md and in `out_pages`.
-"""
+"""Workloads by name: the bundled trace, a seeded generator, or a trace file by path
+(docs/sim.md, Workloads)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
 
-MOONCAKE_BLOCK_TOKENS = 512
+from ..bounds import MAX_GENERATED_REQUESTS
+from .generators import GENERATORS, generate
+from .trace import Workload, WorkloadError, read_trace
+
 BUNDLED = {"synthetic": "synthetic_trace.jsonl"}
-
-
-class WorkloadError(ValueError):
-    """A workload that cannot be used: the message names the file, the line and why."""
-
-    def __init__(self, where: str, line: int | None, reason: str) -> None:
-        super().__init__(f"{where}:{line}: {reason}" if line is not None else f"{where}: {reason}")
-        self.where, self.line, self.reason = where, line, reason
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    timestamp: int  # arrival, ms from the start of the trace
-    input_length: int  # prompt tokens
-    output_length: int  # generated tokens
-    hash_ids: tuple[int, ...]  # one prefix hash per block of the prompt = one page symbol each
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    source: str  # the file read, or the generator and its seed
-    block_tokens: int
-    requests: tuple[TraceRequest, ...]
-    sha256: str | None = None  # of the file, for a trace
-
-    def out_pages(self, req: TraceRequest) -> int:
-        """Pages a request holds while it decodes: its output tokens, one page per started
-        block. They have no hash id, so they are never cached nor matched later."""
-        return -(-req.output_length // self.block_tokens)
-
-    def info(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "name": self.name,
-            "source": self.source,
-            "requests": len(self.requests),
-            "pages": sum(len(r.hash_ids) for r in self.requests),
-            "block_tokens": self.block_tokens,
-        }
-        if self.sha256:
-            d["sha256"] = self.sha256
-        return d
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> TraceRequest:
-    """One Mooncake trace line; every defect is a `WorkloadError` naming the line."""
-    if not text.strip():
-        raise WorkloadError(where, lineno, "blank line")
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise WorkloadError(where, lineno, f"not valid JSON ({e.msg})") from None
-    if not isinstance(d, dict):
-        raise WorkloadError(where, lineno, "a request must be a JSON object")
-    for k in ("timestamp", "input_length", "output_length", "hash_ids"):
-        if k not in d:
-            raise WorkloadError(where, lineno, f"field '{k}' is missing")
-    for k, lo in (("timestamp", 0), ("input_length", 1), ("output_length", 0)):
-        if not _int(d[k]):
-            raise WorkloadError(where, lineno, f"field '{k}' must be an integer, got {d[k]!r}")
-        if d[k] < lo:
-            raise WorkloadError(where, lineno, f"field '{k}' must be >= {lo}, got {d[k]}")
-    ids = d["hash_ids"]
-    if not isinstance(ids, list) or not all(_int(x) and x >= 0 for x in ids):
-        raise WorkloadError(where, lineno, "field 'hash_ids' must be a list of integers >= 0")
-    need = -(-d["input_length"] // block_tokens)
-    if len(ids) != need:
-        raise WorkloadError(
-            where,
-            lineno,
-            f"'hash_ids' has {len(ids)} ids but input_length {d['input_length']} needs "
-            f"ceil({d['input_length']}/{block_tokens}) = {need}",
-        )
-    return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids))
-
-
-def parse_lines(where: str, lines: Iterable[str], limit: int | None = None) -> list[TraceRequest]:
-    out: list[TraceRequest] = []
-    for lineno, text in enumerate(lines, start=1):
-        if limit is not None and len(out) >= limit:
-            break
-        out.append(parse_line(where, lineno, text))
-    if not out:
-        raise WorkloadError(where, None, "no requests")
-    return out
 
 
 def bundled_path(name: str) -> Path:
     return Path(str(resources.files("kvsm.sim").joinpath("data", BUNDLED[name])))
-
-
-def read_trace(path: str | Path, limit: int | None = None, name: str | None = None) -> Workload:
-    """A Mooncake-format trace file; `limit` keeps its first requests (file order)."""
-    p = Path(path)
-    where = str(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise WorkloadError(where, None, f"cannot read: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise WorkloadError(where, line, "not UTF-8 text") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    reqs = parse_lines(where, lines, limit)
-    return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), hashlib.sha256(data).hexdigest())
 
 
 def load_workload(
@@ -140,14 +26,16 @@ def load_workload(
 ) -> Workload:
     """A bundled trace by name (`synthetic`), a generator by name (see
     `kvsm.sim.generators.GENERATORS`), or a trace file by path."""
-    from .generators import GENERATORS, generate
-
     if name_or_path in BUNDLED:
         w = read_trace(bundled_path(name_or_path), requests, name=name_or_path)
         # name the package file, not this machine's path, so that logs compare across machines
         return replace(w, source=f"kvsm/sim/data/{BUNDLED[name_or_path]}")
     if name_or_path in GENERATORS:
-        return generate(name_or_path, requests if requests is not None else 2000, seed, device_pages)
+        n = requests if requests is not None else 2000
+        if n > MAX_GENERATED_REQUESTS:
+            # a generator makes every request in memory: its size is what --requests claims
+            raise WorkloadError(name_or_path, None, f"--requests {n}: a generator makes at most {MAX_GENERATED_REQUESTS} requests")
+        return generate(name_or_path, n, seed, device_pages)
     p = Path(name_or_path)
     if not p.exists():
         known = ", ".join(sorted(BUNDLED) + sorted(GENERATORS))

@@ -67,15 +67,24 @@ def find_jar() -> Path:
 
 
 def spec_dir() -> Path:
-    """The `spec/` folder of the source tree kvsm runs from (or $KVSM_SPEC_DIR)."""
+    """The folder of the spec: $KVSM_SPEC_DIR when set; else the copy an installed kvsm
+    carries (`kvsm/_spec/`, put into the wheel by setup.py); else the `spec/` folder of
+    the source checkout kvsm runs from."""
     override = os.environ.get("KVSM_SPEC_DIR")
-    d = Path(override) if override else Path(__file__).resolve().parents[2] / "spec"
-    if not (d / f"{SPEC_MODULE}.tla").is_file():
-        raise TLCError(
-            f"{d}: no {SPEC_MODULE}.tla here; kvsm finds the spec in the source checkout it is "
-            "installed from (`pip install -e .`) or in $KVSM_SPEC_DIR"
-        )
-    return d
+    if override:
+        d = Path(override)
+        if not (d / f"{SPEC_MODULE}.tla").is_file():
+            raise TLCError(f"KVSM_SPEC_DIR={override}: no {SPEC_MODULE}.tla there")
+        return d
+    package = Path(__file__).resolve().parents[1]
+    candidates = (package / "_spec", package.parent / "spec")
+    for d in candidates:
+        if (d / f"{SPEC_MODULE}.tla").is_file():
+            return d
+    raise TLCError(
+        f"no {SPEC_MODULE}.tla in {candidates[0]} (an installed kvsm) nor in {candidates[1]} (a source checkout): "
+        "reinstall kvsm (`pip install kvsm`, or `pip install .` in a checkout) or set $KVSM_SPEC_DIR to a spec/ folder"
+    )
 
 
 def model_paths(name_or_path: str) -> tuple[Path, Path]:
@@ -344,6 +353,9 @@ def run_tlc(
             java,
             *jvm,
             "-Xss64m",
+            # TLC extracts its standard modules into java.io.tmpdir and parses them there:
+            # a shared /tmp lets concurrent runs delete each other's copies mid-parse
+            f"-Djava.io.tmpdir={work}",
             "-cp",
             str(jar),
             "tlc2.TLC",

@@ -172,7 +172,7 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
     refuse_unmodelled(cfg, f"{p}: the log's config")
     state = initial_state(cfg)
     if state.digest() != header.initial_digest:
-        raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state")
+        raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state", malformed=False)
     items = list(stream)
     spec_dir()  # fail early, with the reason, when the spec cannot be found
     tok = Tokens()

@@ -16,7 +16,7 @@ from ..state import ClusterState, Rejected
 from .base import REGISTRY, Spec, Transition
 from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
-# Order of the names as MODEL.md lists them; also the order `enabled` reports them in.
+# Order of the names by family, as docs/model.md lists them; also the order `enabled` reports them in.
 NAMES = (
     "Arrive",
     "Match",

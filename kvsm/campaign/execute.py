@@ -1,0 +1,152 @@
+"""Running a campaign's runs on Dask distributed.
+
+One Dask task per run (`kvsm.campaign.worker.run_task`), on a `LocalCluster` of W worker
+processes (one thread each: the model is pure Python and holds the GIL) or on the
+workers of an existing scheduler (`--scheduler ADDRESS`). Results come back as they
+finish, in any order, and the caller stores each at once.
+
+Dask reschedules the tasks of a worker that dies (killed, out of memory) on the others;
+a task whose workers died `distributed.scheduler.allowed-failures` times (3) is given up
+as `KilledWorker`, which the campaign records as status `killed`. Each task announces
+its start on a worker (a Dask event, topic `kvsm-campaign`), so a result says on how many
+workers its run started (`attempts`) and which (`workers`); the workers that left the
+cluster during the campaign are listed too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from .run import Budget
+from .worker import run_task
+from .spec import RunSpec
+
+TOPIC = "kvsm-campaign"
+
+
+def task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str, Any]:
+    """What a worker runs: announce the start, then the run."""
+    from distributed import get_worker
+
+    try:
+        w = get_worker()
+        w.log_event(TOPIC, {"seed": spec_json["seed"], "worker": w.address})
+    except ValueError:  # not on a worker (called directly)
+        pass
+    return run_task(spec_json, budget_json)
+
+
+@dataclass
+class Session:
+    """A Dask client, and the local cluster it owns (None on an existing scheduler)."""
+
+    client: Any
+    local: Any
+    address: str
+    starts: dict[int, list[str]] = field(default_factory=dict)
+    seen_workers: set[str] = field(default_factory=set)
+    lost_workers: list[str] = field(default_factory=list)
+
+    def workers(self) -> set[str]:
+        # asked of the scheduler directly: `Client.scheduler_info` returns a cache that the
+        # client's own periodic refresh may replace, at any moment, by one without workers
+        c = self.client
+        return set(c.sync(c.scheduler.identity, n_workers=-1)["workers"])
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self.local is not None:
+                self.local.close()
+
+
+def connect(workers: int | None = None, scheduler: str | None = None, processes: bool = True, timeout: float = 30.0) -> Session:
+    """A local cluster of `workers` processes, or the cluster behind `scheduler`."""
+    from distributed import Client, LocalCluster
+
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if scheduler is not None:
+        client = Client(scheduler, timeout=timeout)
+        local = None
+        deadline = time.monotonic() + timeout
+        while not client.sync(client.scheduler.identity, n_workers=-1)["workers"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not client.sync(client.scheduler.identity, n_workers=-1)["workers"]:
+            client.close()
+            raise ConnectionError(f"--scheduler {scheduler}: no worker joined within {timeout:g} s")
+        address = scheduler
+    else:
+        local = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        client = Client(local)
+        address = local.scheduler_address
+    s = Session(client, local, address)
+    s.seen_workers = s.workers()
+
+    def on_start(event: Any) -> None:
+        _, msg = event
+        s.starts.setdefault(msg["seed"], []).append(msg["worker"])
+
+    client.subscribe_topic(TOPIC, on_start)
+    return s
+
+
+def run_all(
+    session: Session,
+    specs: Iterable[RunSpec],
+    budget: Budget,
+    on_result: Callable[[dict[str, Any]], None],
+) -> None:
+    """Submit every run and hand each result to `on_result` as it finishes."""
+    from distributed import as_completed
+
+    client = session.client
+    token = uuid.uuid4().hex[:8]
+    futures = {}
+    for spec in specs:
+        f = client.submit(task, spec.to_json(), budget.to_json(), key=f"kvsm-run-{spec.seed}-{token}", pure=False)
+        futures[f] = spec
+    for fut in as_completed(list(futures)):
+        spec = futures.pop(fut)
+        _notice_workers(session)
+        if fut.status == "finished":
+            rec = fut.result()
+        else:
+            exc = fut.exception()
+            killed = type(exc).__name__ == "KilledWorker"
+            rec = {
+                "seed": spec.seed,
+                "status": "killed" if killed else "error",
+                "spec": spec.to_json(),
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "transitions": 0,
+            }
+        starts = session.starts.get(spec.seed, [])
+        rec["attempts"] = max(1, len(starts))
+        if len(starts) > 1:
+            rec["workers"] = starts
+        on_result(rec)
+        fut.release()
+    _notice_workers(session)
+
+
+def _notice_workers(session: Session) -> None:
+    try:
+        now = session.workers()
+    except Exception:  # noqa: BLE001 - the scheduler is busy; look again at the next result
+        return
+    for w in sorted(session.seen_workers - now):
+        if w not in session.lost_workers:
+            session.lost_workers.append(w)
+    session.seen_workers |= now

@@ -1,0 +1,248 @@
+"""Shrinking a failing run to a local minimum that fails the same way.
+
+First the workload: the run's requests are written as a Mooncake trace and the run is
+repeated on subsets of it (same seed, config, tiers, faults and capacities), removing
+chunks of requests, halves first, then smaller, until no single request can be removed
+and the run still fail with the same signature. Then the transition log of that
+smallest failing run: for failures that are properties of the transitions alone
+(`invariant`, `held`), chunks of transitions are removed (a whole request's transitions
+first), each candidate replayed by the model with every invariant checked, until no
+single transition can be removed and the replay still fail with the same signature.
+Divergences, replay mismatches and crashes depend on the simulator (the ranks' order of
+steps, its own code), so their logs are the failing run's, up to the failure.
+
+Shrinking stops at `Budget.shrink_seconds`; the case then says it is not a local
+minimum. `case_files` are the case's files as texts (`kvsm.campaign.cases` writes them).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+from ..checking import Checker
+from ..log import Header, dumps, transition_line
+from ..sim.options import prepare
+from ..sim.trace import TraceRequest
+from ..state import ClusterState, Rejected, initial_state
+from ..transitions import Transition, apply
+from .run import Budget, Outcome, _Held, _track_held, execute, signature
+from .spec import RunSpec, command
+
+T = TypeVar("T")
+LOG_DETECTORS = ("invariant", "held")
+
+
+def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], deadline: float, groups: Callable[[list[T]], list[list[int]]] | None = None) -> tuple[list[T], bool]:
+    """A 1-minimal failing sub-sequence of `items` (which must fail): remove chunks of
+    halving size (after the caller's `groups` of indices, tried first), keeping every
+    removal that still fails, until no single item can go. Returns the items and whether
+    it got to that local minimum before `deadline`."""
+    cur = list(items)
+
+    def try_remove(idx: set[int]) -> bool:
+        nonlocal cur
+        cand = [x for i, x in enumerate(cur) if i not in idx]
+        if len(cand) == len(cur) or not fails(cand):
+            return False
+        cur = cand
+        return True
+
+    if groups is not None:
+        changed = True
+        while changed and time.perf_counter() < deadline:
+            changed = False
+            for g in groups(cur):
+                if time.perf_counter() >= deadline:
+                    break
+                if try_remove(set(g)):
+                    changed = True
+                    break
+    n = max(1, len(cur) // 2)
+    while time.perf_counter() < deadline:
+        removed = False
+        i = 0
+        while i < len(cur) and time.perf_counter() < deadline:
+            if try_remove(set(range(i, min(i + n, len(cur))))):
+                removed = True  # the next chunk now starts at i
+            else:
+                i += n
+        if n == 1 and not removed:
+            return cur, True
+        if not removed:
+            n = max(1, n // 2)
+    return cur, False
+
+
+# ---- the workload ------------------------------------------------------------------------------------
+
+
+def trace_text(requests: Sequence[TraceRequest]) -> str:
+    """Requests as a Mooncake trace (`kvsm sim --workload FILE` reads it back)."""
+    return "".join(
+        json.dumps({"timestamp": r.timestamp, "input_length": r.input_length, "output_length": r.output_length, "hash_ids": list(r.hash_ids)}) + "\n"
+        for r in requests
+    )
+
+
+# ---- the log ---------------------------------------------------------------------------------------
+
+
+def log_signature(s0: ClusterState, transitions: Sequence[Transition], detector: str) -> tuple[str, int] | None:
+    """Replay `transitions` from `s0` with every invariant checked: the signature of the
+    first failure of kind `detector` (`invariant` or `held`) and the number of
+    transitions up to it, or None (a transition rejected, or nothing found)."""
+    s = s0
+    ck = Checker(s0)
+    held: dict[int, int] = {}
+    f = ck.start(0)
+    if f is not None:
+        return (_inv_sig(f), 0) if detector == "invariant" else None
+    for i, t in enumerate(transitions, start=1):
+        try:
+            nxt = apply(s, t)
+        except Rejected:
+            return None
+        f = ck.step(t, nxt, i)
+        if f is not None:
+            return (_inv_sig(f), f.at) if detector == "invariant" else None
+        if nxt.reloads or held:
+            try:
+                _track_held(held, t, nxt)
+            except _Held as e:
+                return (signature("held", "HeldReleased", e.transition), i) if detector == "held" else None
+        s = nxt
+    f = ck.finish()
+    if f is not None:
+        return (_inv_sig(f), f.at) if detector == "invariant" else None
+    if detector == "held" and any(op.waiters for op in s.reloads):
+        return signature("held", "HeldReleased", transitions[-1].name if transitions else "-"), len(transitions)
+    return None
+
+
+def _inv_sig(f: Any) -> str:
+    first = f.violations[0]
+    return signature("invariant", first.split(":")[0], f.transition.name if f.transition else "-")
+
+
+def _request_groups(ts: list[Transition]) -> list[list[int]]:
+    """Indices of each request's transitions (every transition naming it), then of each
+    node's (Reserve, Rollback, Split of one node)."""
+    by: dict[tuple[str, int], list[int]] = {}
+    for i, t in enumerate(ts):
+        for k, v in t.args:
+            if k in ("rid", "node") and isinstance(v, int):
+                by.setdefault((k, v), []).append(i)
+    return [v for _, v in sorted(by.items())]
+
+
+def log_text(cfg: Any, seed: int, transitions: Sequence[Transition], extra: dict[str, Any]) -> tuple[str, int]:
+    """A kvsm log of `transitions` applied from the initial state (up to the first one the
+    model rejects), with the digests the model gives; and how many it holds."""
+    s = initial_state(cfg)
+    lines = [dumps(Header(cfg, seed, "sim", s.digest(), extra).to_json())]
+    n = 0
+    for t in transitions:
+        try:
+            s = apply(s, t)
+        except Rejected:
+            break
+        n += 1
+        lines.append(transition_line(n, t, s.digest()))
+    return "\n".join(lines) + "\n", n
+
+
+# ---- the whole case -----------------------------------------------------------------------------------
+
+
+def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
+    """The case of a failing run: its shrunk workload and log, and a sidecar saying what
+    it is and how to reproduce it."""
+    target = first.failure
+    assert target is not None
+    t0 = time.perf_counter()
+    deadline = t0 + budget.shrink_seconds
+    run_budget = Budget(budget.seconds, budget.transitions, 0)
+    requests = list(prepare(spec.options()).workload.requests)
+    steps = {"workload_runs": 0, "log_replays": 0}
+    best = first
+    local_min_w = False
+    with tempfile.TemporaryDirectory(prefix="kvsm-shrink-") as d:
+        trace = Path(d) / "workload.jsonl"
+
+        def run_on(reqs: list[TraceRequest]) -> Outcome:
+            trace.write_text(trace_text(reqs))
+            steps["workload_runs"] += 1
+            return execute(spec, run_budget, workload=str(trace), collect=False, replay_log=target.detector == "replay")
+
+        def fails(reqs: list[TraceRequest]) -> bool:
+            nonlocal best
+            if not reqs:
+                return False
+            out = run_on(reqs)
+            if out.failure is not None and out.failure.signature == target.signature:
+                best = out
+                return True
+            return False
+
+        # the same requests from a trace file first: the trace reproduces the run
+        if fails(requests):
+            # `best` is always the run on the current requests (it changes only on success)
+            requests, local_min_w = ddmin(requests, fails, deadline)
+            reproduced = True
+        else:
+            reproduced = False
+    transitions = best.transitions if reproduced else first.transitions
+    cfg = best.config if reproduced and best.config is not None else first.config
+    local_min_l = False
+    if cfg is None:
+        cfg = prepare(spec.options()).cfg
+    if target.detector in LOG_DETECTORS and reproduced and transitions:
+        s0 = initial_state(cfg)
+        found = log_signature(s0, transitions, target.detector)
+        if found is not None and found[0] == target.signature:
+            transitions = transitions[: found[1]]
+
+            def fails_log(ts: list[Transition]) -> bool:
+                steps["log_replays"] += 1
+                got = log_signature(s0, ts, target.detector)
+                return got is not None and got[0] == target.signature
+
+            transitions, local_min_l = ddmin(transitions, fails_log, deadline, groups=_request_groups)
+            got = log_signature(s0, transitions, target.detector)
+            if got is not None:
+                transitions = transitions[: got[1]]
+    elif target.detector != "replay":
+        at = (best.failure if reproduced and best.failure is not None else target).at
+        transitions = transitions[: max(at, 1)]
+    extra = {"campaign": {"seed": spec.seed, "signature": target.signature, "shrunk": True}}
+    text, n = log_text(cfg, spec.seed, transitions, extra)
+    workload_text = trace_text(requests)
+    sidecar = {
+        "signature": target.signature,
+        "detector": target.detector,
+        "what": target.what,
+        "transition": target.transition,
+        "message": target.message,
+        "seed": spec.seed,
+        "spec": spec.to_json(),
+        "command": command(spec, workload="workload.jsonl"),
+        "replay": "kvsm replay --check case.jsonl" if target.detector in LOG_DETECTORS else None,
+        "cwd": "the case's directory",
+        "original": {"command": command(spec), "requests": spec.requests, "transitions": len(first.transitions)},
+        "shrunk": {
+            "requests": len(requests),
+            "transitions": n,
+            "workload_reproduced": reproduced,
+            "workload_local_minimum": reproduced and local_min_w,
+            "log_shrunk": target.detector in LOG_DETECTORS and reproduced,
+            "log_local_minimum": local_min_l,
+            "runs": steps["workload_runs"],
+            "replays": steps["log_replays"],
+            "seconds": round(time.perf_counter() - t0, 3),
+        },
+    }
+    return {"case.jsonl": text, "workload.jsonl": workload_text, "case.json": json.dumps(sidecar, indent=2) + "\n"}

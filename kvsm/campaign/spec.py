@@ -1,0 +1,245 @@
+"""What one run of a campaign is, derived from its number alone.
+
+A campaign's choices (`Space`: the configs, tier sets, fault mixes and injected
+defect it was given) and a run's number (its seed) decide everything about the run:
+which config, tiers and fault mix, which workload and how many requests, the page
+capacities, the rank count and the victim order. The same space and number give the
+same `RunSpec` on every machine, and `command(spec)` is the `kvsm sim` command that
+reproduces the run alone.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from ..config import ConfigError, load_config
+from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
+from ..sim.options import TIERS, prepare
+
+CONFIGS = ("small", "default", "l3")
+TIER_SETS = TIERS
+# one mix per fault kind, and one with every kind (disk is dropped where a run has no L3)
+FAULT_MIXES = (
+    "none",
+    "slow:0.1",
+    "stall:0.05",
+    "abort:0.1",
+    "burst:0.05",
+    "disk:0.01",
+    "slow:0.05,stall:0.02,abort:0.05,burst:0.02,disk:0.005",
+)
+WORKLOADS = ("system-prompts", "multi-turn", "long-doc", "thrash", "synthetic")
+# Capacities a run draws, as how many of its average prompts a tier holds (None: the
+# config's own pages): small ones make every tier evict, large ones let reloads and
+# load-backs happen. The worker turns them into pages from the run's workload
+# (`resolve`), so that they mean the same for two-page and hundred-page prompts.
+L1_PROMPTS = (None, 0.5, 1, 2, 4, 16)  # device pages of all lanes together
+L2_PROMPTS = (None, 1, 4, 16)
+L3_PROMPTS = (None, 2, 8, 32)
+RANKS = (None, 1, 2, 4)
+EVICTIONS = (None, "lru", "slru")
+
+
+class SpaceError(ValueError):
+    """A campaign option that cannot run; the message names the option and why."""
+
+
+@dataclass(frozen=True)
+class Space:
+    """A campaign's choices; `tiers_for[config]` are the tier sets that config can run."""
+
+    configs: tuple[str, ...] = CONFIGS
+    tiers: tuple[str, ...] = TIER_SETS
+    faults: tuple[str, ...] = FAULT_MIXES
+    bug: str = "none"
+    workloads: tuple[str, ...] = WORKLOADS
+    requests: tuple[int, int] = (8, 48)
+    tiers_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tiers_for"] = {c: list(t) for c, t in self.tiers_for}
+        return d
+
+
+def make_space(
+    configs: list[str] | None = None,
+    tiers: list[str] | None = None,
+    faults: list[str] | None = None,
+    bug: str = "none",
+    requests: tuple[int, int] = (8, 48),
+    workloads: list[str] | None = None,
+) -> Space:
+    """Check every choice before any run starts: each config loads and accepts the
+    injected defect `bug` (the config's own refusal otherwise), each tier set and fault
+    mix parses, and each config has a tier set it can run."""
+    configs = list(configs or CONFIGS)
+    tiers = list(tiers or TIER_SETS)
+    faults = list(faults or FAULT_MIXES)
+    if not configs:
+        raise SpaceError("--configs: no config given")
+    for t in tiers:
+        if t not in TIER_SETS:
+            raise SpaceError(f"--tiers {t!r}: must be one of {' | '.join(TIER_SETS)}")
+    for f in faults:
+        try:
+            Faults.parse(f)
+        except FaultSpecError as e:
+            raise SpaceError(str(e)) from None
+    lo, hi = requests
+    if not 1 <= lo <= hi:
+        raise SpaceError(f"--requests {lo}..{hi}: need 1 <= MIN <= MAX")
+    for w in workloads or WORKLOADS:
+        if w not in WORKLOADS:
+            raise SpaceError(f"workload {w!r}: must be one of {', '.join(WORKLOADS)}")
+    tiers_for = []
+    for c in configs:
+        try:
+            cfg = load_config(c)
+            type(cfg).from_json({**cfg.to_json(), "bug": bug}, where=f"config '{c}' with --bug {bug}")
+        except ConfigError as e:
+            raise SpaceError(str(e)) from None
+        ok = []
+        for t in tiers:
+            try:
+                prepare(SimOptions(workload="system-prompts", requests=1, config=c, tiers=t, bug=bug))
+            except SimError:
+                continue  # e.g. a write_back config cannot run without L2
+            ok.append(t)
+        if not ok:
+            raise SpaceError(f"config '{c}' can run none of the tier sets {', '.join(tiers)}")
+        tiers_for.append((c, tuple(ok)))
+    return Space(tuple(configs), tuple(tiers), tuple(faults), bug, tuple(workloads or WORKLOADS), (lo, hi), tuple(tiers_for))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: every `kvsm sim` option it needs, and its number (its seed)."""
+
+    seed: int
+    config: str
+    tiers: str
+    faults: str
+    workload: str
+    requests: int | None
+    ranks: int | None = None
+    l1_pages: int | None = None
+    l2_pages: int | None = None
+    l3_pages: int | None = None
+    eviction: str | None = None
+    bug: str = "none"
+    # tier sizes in average prompts (L1, L2, L3), turned into the pages above by `resolve`
+    prompts: tuple[float | None, float | None, float | None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["prompts"] = list(self.prompts) if self.prompts is not None else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunSpec":
+        d = dict(d)
+        if d.get("prompts") is not None:
+            d["prompts"] = tuple(d["prompts"])
+        return cls(**d)
+
+    def options(self, check: bool = False, workload: str | None = None) -> SimOptions:
+        """The simulator's options (`workload` replaces the workload by a trace file, whose
+        requests are then all simulated); tier sizes in prompts are resolved first."""
+        if self.prompts is not None:
+            return resolve(self).options(check, workload)
+        return SimOptions(
+            workload=workload or self.workload,
+            config=self.config,
+            ranks=self.ranks,
+            seed=self.seed,
+            requests=None if workload else self.requests,
+            tiers=self.tiers,
+            l1_pages=self.l1_pages,
+            l2_pages=self.l2_pages,
+            l3_pages=self.l3_pages,
+            eviction=self.eviction,
+            faults=self.faults,
+            check=check,
+            bug=self.bug,
+        )
+
+
+def derive(space: Space, seed: int) -> RunSpec:
+    """The run numbered `seed` of the campaign `space` (a pure function of both)."""
+    rng = random.Random(f"kvsm-campaign:{seed}")
+    config = rng.choice(space.configs)
+    tiers = rng.choice(dict(space.tiers_for)[config])
+    faults = _fit_faults(rng.choice(space.faults), tiers)
+    workload = rng.choice(space.workloads)
+    requests = rng.randint(*space.requests)
+    ranks = rng.choice(RANKS)
+    l1 = rng.choice(L1_PROMPTS)
+    l2 = rng.choice(L2_PROMPTS) if tiers != "l1" else None
+    l3 = rng.choice(L3_PROMPTS) if tiers == "l1,l2,l3" else None
+    eviction = rng.choice(EVICTIONS)
+    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug, prompts=(l1, l2, l3))
+
+
+def resolve(spec: RunSpec) -> RunSpec:
+    """`spec` with its tier sizes in pages: `prompts` times the average prompt of its
+    workload (per lane for L1), at least one page."""
+    if spec.prompts is None:
+        return spec
+    k1, k2, k3 = spec.prompts
+    cfg = load_config(spec.config)
+    R = spec.ranks or cfg.R
+    reqs = load_workload(spec.workload, spec.requests, spec.seed, device_pages=R * cfg.L1).requests
+    mean = sum(len(r.hash_ids) for r in reqs) / max(1, len(reqs))
+
+    def pages(k: float | None, per: int = 1) -> int | None:
+        return None if k is None else max(1, -(-int(k * mean) // per))
+
+    return replace(spec, l1_pages=pages(k1, R), l2_pages=pages(k2), l3_pages=pages(k3), prompts=None)
+
+
+def _fit_faults(spec: str, tiers: str) -> str:
+    """A fault mix without its disk faults where the run has no disk."""
+    f = Faults.parse(spec)
+    if f.disk and tiers != "l1,l2,l3":
+        f = replace(f, disk=0.0)
+    return str(f)
+
+
+def command(spec: RunSpec, workload: str | None = None) -> str:
+    """The `kvsm sim` command that runs `spec` alone, every invariant checked."""
+    o = spec.options(workload=workload)
+    args = ["kvsm", "sim", "--workload", o.workload, "--config", o.config, "--seed", str(o.seed), "--tiers", o.tiers]
+    if o.requests is not None:
+        args += ["--requests", str(o.requests)]
+    for flag, v in (("--ranks", o.ranks), ("--l1-pages", o.l1_pages), ("--l2-pages", o.l2_pages), ("--l3-pages", o.l3_pages), ("--eviction", o.eviction)):
+        if v is not None:
+            args += [flag, str(v)]
+    if o.faults != "none":
+        args += ["--faults", o.faults]
+    if spec.bug != "none":
+        args += ["--bug", spec.bug]
+    args.append("--check")
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def seeds_of(runs: int | None, seeds: str | None) -> range:
+    """`--runs N` (seeds 0..N-1) or `--seeds A..B` (inclusive)."""
+    if runs is not None and seeds is not None:
+        raise SpaceError("give --runs or --seeds, not both")
+    if seeds is None:
+        n = 100 if runs is None else runs
+        if n < 1:
+            raise SpaceError(f"--runs must be >= 1, got {n}")
+        return range(n)
+    a, sep, b = seeds.partition("..")
+    try:
+        lo, hi = int(a), int(b)
+    except ValueError:
+        raise SpaceError(f"--seeds {seeds!r}: expected A..B with integers A <= B") from None
+    if not sep or lo > hi or lo < 0:
+        raise SpaceError(f"--seeds {seeds!r}: expected A..B with integers 0 <= A <= B")
+    return range(lo, hi + 1)

@@ -1,0 +1,108 @@
+"""The results of a campaign: `DIR/results.jsonl`, one line per finished run, and
+`DIR/campaign.json`, the campaign's choices.
+
+A line is appended with one `write` of the whole line on a file opened for appending
+and flushed to the disk before the next, so a campaign killed at any point leaves only
+whole lines, at worst followed by part of one line that never completed (the kernel
+finished or never began the write of a killed process; a power cut can still cut one).
+Reading ignores that last fragment, and `--resume` cuts it off before appending. A
+resumed campaign must have the same choices as the one it continues
+(`campaign.json`), and runs only the seeds that have no line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+RESULTS = "results.jsonl"
+CHOICES = "campaign.json"
+
+
+class StoreError(ValueError):
+    """A results directory that cannot be used: names the file and why."""
+
+
+class Results:
+    def __init__(self, outdir: Path) -> None:
+        self.dir = outdir
+        self.path = outdir / RESULTS
+        self._fd: int | None = None
+
+    # ---- reading ----------------------------------------------------------------------------
+    def read(self) -> Iterator[dict[str, Any]]:
+        """Every complete line (a final line without its newline is not complete)."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if not raw.endswith(b"\n"):
+                    return
+                try:
+                    rec = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    raise StoreError(f"{self.path}:{lineno}: not a JSON line ({e.msg})") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get("seed"), int):
+                    raise StoreError(f"{self.path}:{lineno}: not a run record (no integer 'seed')")
+                yield rec
+
+    def done(self) -> set[int]:
+        return {r["seed"] for r in self.read()}
+
+    # ---- writing ------------------------------------------------------------------------------
+    def open(self, choices: dict[str, Any], resume: bool) -> None:
+        """Start writing: a new campaign refuses a directory that has results; a resumed one
+        checks its choices and cuts off a line a kill left incomplete."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cpath = self.dir / CHOICES
+        if resume:
+            if cpath.exists():
+                try:
+                    old = json.loads(cpath.read_text())
+                except json.JSONDecodeError as e:
+                    raise StoreError(f"{cpath}: not JSON ({e.msg})") from None
+                new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
+                for k in sorted(set(new) | set(was)):
+                    if new.get(k) != was.get(k):
+                        raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the campaign had {was.get(k)!r})")
+            self._truncate_fragment()
+        elif self.path.exists() and self.path.stat().st_size:
+            raise StoreError(f"{self.path}: has results already; --resume continues that campaign, or give another -o")
+        tmp = cpath.with_suffix(".tmp")
+        tmp.write_text(json.dumps(choices, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, cpath)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _truncate_fragment(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            end = data.rfind(b"\n") + 1
+            if end != len(data):
+                f.truncate(end)
+
+    def append(self, rec: dict[str, Any]) -> None:
+        assert self._fd is not None
+        data = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        n = os.write(self._fd, data)
+        if n != len(data):  # a regular file takes the whole write; anything else is an error
+            raise OSError(f"{self.path}: wrote {n} of {len(data)} bytes")
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested objects as {"a.b": value}, so that a difference is named by its path."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out

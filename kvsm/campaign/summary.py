@@ -1,0 +1,176 @@
+"""A campaign's summary, from its result records: the `--json` object, the table, the plots.
+
+`--json` prints `{"runs", "transitions", "failures": [{"signature", "runs", "case"}],
+"coverage": {...}, "workers", "seconds"}`: `runs` and `transitions` count every run
+recorded in `DIR/results.jsonl` (a resumed campaign's earlier runs included), a failure
+group lists the seeds of its runs and the shrunk case with the fewest transitions (the
+lowest seed's among equals),
+`workers` and `seconds` are this invocation's. `coverage` is `kvsm.campaign.coverage`'s
+totals plus `runs` (how many ended `ok`, `failed`, `budget`, `killed`, `error`; how many
+were retried on another worker; the workers lost meanwhile) and `spec` (runs per config,
+tier set, fault mix and workload).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from rich.console import Group
+from rich.table import Table
+
+from .coverage import empty, merge
+
+STATUSES = ("ok", "failed", "budget", "killed", "error")
+
+
+def failure_signature(rec: dict[str, Any]) -> str | None:
+    if rec.get("status") == "failed" and rec.get("failure"):
+        return rec["failure"]["signature"]
+    if rec.get("status") == "error":
+        return f"campaign-error:{rec.get('error', '?').split(':')[0]}@-"
+    return None
+
+
+def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, lost: list[str] | None = None) -> dict[str, Any]:
+    cov = empty()
+    status: Counter = Counter()
+    spec: dict[str, Counter] = {k: Counter() for k in ("config", "tiers", "faults", "workload")}
+    groups: dict[str, dict[str, Any]] = {}
+    runs = transitions = retried = 0
+    for rec in records:
+        runs += 1
+        transitions += rec.get("transitions", 0)
+        status[rec.get("status", "error")] += 1
+        retried += rec.get("attempts", 1) > 1
+        if rec.get("coverage"):
+            merge(cov, rec["coverage"])
+        for k in spec:
+            if rec.get("spec") and k in rec["spec"]:
+                spec[k][str(rec["spec"][k])] += 1
+        sig = failure_signature(rec)
+        if sig is not None:
+            g = groups.setdefault(sig, {"signature": sig, "runs": [], "case": None, "_size": None})
+            g["runs"].append(rec["seed"])
+            key = (rec.get("case_size", {}).get("transitions", 1 << 62), rec["seed"])
+            if rec.get("case") and (g["_size"] is None or key < g["_size"]):
+                g["case"], g["_size"] = rec["case"], key
+    cov["runs"] = {s: status.get(s, 0) for s in STATUSES} | {"retried": retried, "workers_lost": list(lost or [])}
+    cov["spec"] = {k: dict(sorted(v.items())) for k, v in spec.items()}
+    failures = []
+    for g in sorted(groups.values(), key=lambda g: (-len(g["runs"]), g["signature"])):
+        g.pop("_size")
+        g["runs"] = sorted(g["runs"])
+        failures.append(g)
+    return {"runs": runs, "transitions": transitions, "failures": failures, "coverage": cov, "workers": workers, "seconds": round(seconds, 3)}
+
+
+def render(s: dict[str, Any], outdir: Path) -> Group:
+    """The summary as rich tables."""
+    cov = s["coverage"]
+    r = cov["runs"]
+    head = Table(title=f"kvsm campaign {outdir}", show_header=False)
+    head.add_column("measure")
+    head.add_column("value", justify="right")
+    rate = s["transitions"] / s["seconds"] if s["seconds"] else 0.0
+    head.add_row("runs (ok / failed / over budget / killed / error)", f"{s['runs']} ({r['ok']} / {r['failed']} / {r['budget']} / {r['killed']} / {r['error']})")
+    head.add_row("runs retried on another worker", str(r["retried"]))
+    if r["workers_lost"]:
+        head.add_row("workers lost", ", ".join(r["workers_lost"]))
+    head.add_row("transitions", f"{s['transitions']:,}")
+    head.add_row("workers, seconds, transitions/s (this invocation)", f"{s['workers']}, {s['seconds']:.1f}, {rate:,.0f}")
+    head.add_row("failure groups", str(len(s["failures"])))
+    parts: list[Any] = [head]
+    if s["failures"]:
+        ft = Table(title="failures, one shrunk case per signature")
+        for c in ("signature", "runs", "seeds", "case"):
+            ft.add_column(c)
+        for g in s["failures"]:
+            seeds = ", ".join(map(str, g["runs"][:6])) + (" ..." if len(g["runs"]) > 6 else "")
+            ft.add_row(g["signature"], str(len(g["runs"])), seeds, str(g["case"] or "-"))
+        parts.append(ft)
+    ct = Table(title="coverage")
+    ct.add_column("what")
+    ct.add_column("reached", justify="right")
+    ct.add_column("counts")
+    tr = cov["transitions"]
+    ct.add_row("transitions", f"{sum(1 for v in tr.values() if v)}/{len(tr)}", _counts(tr))
+    outcomes = sum(len(v) for v in cov["guards"].values())
+    rejected = sum(1 for v in cov["guards"].values() for k in v if k.startswith("rejected"))
+    ct.add_row("guard outcomes", f"{outcomes} ({rejected} rejection reasons)", _counts({k: sum(v.values()) for k, v in cov["guards"].items()}))
+    ct.add_row("faults injected", f"{sum(1 for v in cov['faults'].values() if v)}/{len(cov['faults'])}", _counts(cov["faults"]))
+    inv = cov["invariants"]
+    ct.add_row("invariants evaluated", f"{sum(1 for v in inv.values() if sum(v.values()))}/{len(inv)}",
+               _counts({k.split()[0]: v.get("full", 0) + v.get("step", 0) for k, v in inv.items()}))
+    sc = cov["scenarios"]
+    ct.add_row("spec scenarios (docs/tla.md)", f"{sum(1 for v in sc.values() if v)}/{len(sc)}",
+               "; ".join(f"{k}: {v}" for k, v in sc.items() if v) or "none")
+    missing = [k for k, v in sc.items() if not v]
+    if missing:
+        ct.add_row("scenarios not reached", str(len(missing)), "; ".join(missing))
+    parts.append(ct)
+    return Group(*parts)
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in d.items() if v) or "none"
+
+
+def write_plots(records: list[dict[str, Any]], outdir: Path) -> list[Path]:
+    """`coverage.png` (distinct guard outcomes, transitions and scenarios reached over the
+    runs, in the order they finished) and `failures.png` (failing runs per signature over
+    the runs), with matplotlib's Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    seen_t: set[str] = set()
+    seen_g: set[tuple[str, str]] = set()
+    seen_s: set[str] = set()
+    xs, ts, gs, ss = [], [], [], []
+    per_sig: dict[str, list[int]] = {}
+    fails: Counter = Counter()
+    for i, rec in enumerate(records, start=1):
+        c = rec.get("coverage") or {}
+        seen_t.update(k for k, v in c.get("transitions", {}).items() if v)
+        seen_g.update((n, k) for n, o in c.get("guards", {}).items() for k in o)
+        seen_s.update(k for k, v in c.get("scenarios", {}).items() if v)
+        xs.append(i)
+        ts.append(len(seen_t))
+        gs.append(len(seen_g))
+        ss.append(len(seen_s))
+        sig = failure_signature(rec)
+        if sig is not None:
+            fails[sig] += 1
+            per_sig.setdefault(sig, [0] * (i - 1))
+        for k, series in per_sig.items():
+            series.append(fails[k])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(xs, gs, label="guard outcomes")
+    ax.plot(xs, ts, label="transitions taken")
+    ax.plot(xs, ss, label="spec scenarios")
+    ax.set_xlabel("runs finished")
+    ax.set_ylabel("distinct items reached")
+    ax.set_title("kvsm campaign: coverage over runs")
+    ax.legend()
+    fig.tight_layout()
+    p1 = outdir / "coverage.png"
+    fig.savefig(p1)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for k, series in sorted(per_sig.items()):
+        ax.plot(xs, series, label=k)
+    if not per_sig:
+        ax.plot(xs, [0] * len(xs), label="no failure")
+    ax.set_xlabel("runs finished")
+    ax.set_ylabel("failing runs")
+    ax.set_title("kvsm campaign: failures over runs, per signature")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    p2 = outdir / "failures.png"
+    fig.savefig(p2)
+    plt.close(fig)
+    return [p1, p2]

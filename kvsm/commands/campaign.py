@@ -1,0 +1,122 @@
+"""`kvsm campaign`: many seeded simulations on Dask distributed, every failure shrunk
+(docs/campaign.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from .common import EXIT_FAILED, EXIT_ENVIRONMENT, console, emit_json, err, fail, progress as make_progress
+
+
+def _fail(msg: str, code: int | None = None) -> None:
+    raise fail(msg) if code is None else fail(msg, code)
+
+
+def _range(text: str, option: str) -> tuple[int, int]:
+    a, sep, b = text.partition("..")
+    try:
+        lo, hi = int(a), int(b if sep else a)
+    except ValueError:
+        _fail(f"{option} {text!r}: expected MIN..MAX (integers)")
+    return lo, hi
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("campaign")
+    def campaign(
+        runs: Optional[int] = typer.Option(None, "--runs", "-n", help="runs numbered 0..N-1 (default 100)"),
+        seeds: Optional[str] = typer.Option(None, "--seeds", help="runs numbered A..B (inclusive)"),
+        configs: str = typer.Option("small,default,l3", "--configs", "-c", help="configs to draw from: built-in names or TOML paths, comma-separated"),
+        tiers: Optional[List[str]] = typer.Option(None, "--tiers", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3; default all three"),
+        faults: Optional[List[str]] = typer.Option(None, "--faults", help="a fault mix to draw from (repeat the option), as kvsm sim --faults; default one per kind and one with all"),
+        bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
+        outdir: Path = typer.Option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        resume: bool = typer.Option(False, "--resume", help="continue the campaign in -o: run only the seeds without a result"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for coverage.png and failures.png"),
+        requests: str = typer.Option("8..48", "--requests", help="requests per run, drawn in MIN..MAX"),
+        run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, help="a run's time budget (0: none)"),
+        run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),
+        shrink_seconds: float = typer.Option(120.0, "--shrink-seconds", min=0, help="time a failing run may spend shrinking"),
+    ) -> None:
+        """Run many seeded simulations (every invariant checked, every replica compared)
+        on Dask distributed; shrink and group every failure; report coverage."""
+        from ..campaign.driver import execute_plan, plan
+        from ..campaign.execute import connect
+        from ..campaign.run import Budget
+        from ..campaign.spec import SpaceError, make_space, seeds_of
+        from ..campaign.store import Results, StoreError
+        from ..campaign.summary import render, summarize, write_plots
+        from ..log import OutputError, check_output_file
+
+        if workers is not None and scheduler is not None:
+            _fail("give --workers or --scheduler, not both")
+        try:
+            numbers = seeds_of(runs, seeds)
+            space = make_space([c for c in configs.split(",") if c], tiers, faults, bug, _range(requests, "--requests"))
+        except SpaceError as e:
+            _fail(str(e))
+        if plot is not None:
+            try:
+                check_output_file(plot / "coverage.png")
+            except OutputError as e:
+                _fail(str(e))
+        budget = Budget(run_seconds, run_transitions, shrink_seconds)
+        store = Results(outdir)
+        try:
+            store.open({"space": space.to_json(), "budget": budget.to_json()}, resume)
+            todo = plan(space, numbers, store)
+        except (StoreError, OSError) as e:
+            _fail(str(e))
+        n_workers = workers or os.cpu_count() or 1
+        t0 = time.perf_counter()
+        session = None
+        stats = {"done": 0, "failed": 0, "transitions": 0}
+
+        progress = make_progress("{task.description}")
+        try:
+            if todo:
+                try:
+                    session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
+                except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+                    _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+                with progress:
+                    task = progress.add_task("campaign", total=len(todo))
+
+                    def on_progress(rec: dict[str, Any]) -> None:
+                        stats["done"] += 1
+                        stats["transitions"] += rec.get("transitions", 0)
+                        stats["failed"] += rec.get("status") in ("failed", "error")
+                        rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
+                        progress.update(task, advance=1, description=f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed")
+
+                    execute_plan(session, todo, budget, store, on_progress)
+                n_workers = len(session.seen_workers) or n_workers
+        except KeyboardInterrupt:
+            err.print(f"[yellow]interrupted[/yellow]: {stats['done']} runs recorded in {store.path}; --resume continues")
+            raise typer.Exit(130) from None
+        finally:
+            lost = list(session.lost_workers) if session is not None else []
+            if session is not None:
+                session.close()
+            store.close()
+        records = list(store.read())
+        summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
+        written = write_plots(records, plot) if plot is not None else []
+        if as_json:
+            emit_json(summary)
+        else:
+            console.print(render(summary, outdir))
+            for p in written:
+                console.print(f"wrote {p}")
+            if lost:
+                console.print(f"workers lost during the campaign: {', '.join(lost)}; their runs were retried elsewhere "
+                              f"({summary['coverage']['runs']['retried']} retried); no result is missing")
+        raise typer.Exit(EXIT_FAILED if summary["failures"] else 0)

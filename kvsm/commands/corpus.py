@@ -1,0 +1,139 @@
+"""`kvsm corpus verify` and `kvsm corpus add`: the regression corpus in traces/
+(docs/corpus.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console()
+err = Console(stderr=True)
+
+corpus_app = typer.Typer(no_args_is_help=True, help="The regression corpus: readable cases in traces/ that verify replays and checks.")
+
+
+def _case_files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(p.glob("*.txt"))
+        else:
+            out.append(p)
+    return out
+
+
+def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) -> dict[str, Any]:
+    """Verify every case under `paths`; with `rewrite`, write what the renderer prints
+    where an expected output differs. The result is what `--json` prints, plus the
+    failures' details and the files rewritten."""
+    from ..corpus.format import CaseError, read_case
+    from ..corpus.run import Failure, rewritten, verify_case
+
+    files = _case_files(paths)
+    failed: list[Failure] = []
+    passed = 0
+    wrote: list[str] = []
+    names: dict[str, str] = {}
+    for f in files:
+        try:
+            case = read_case(str(f))
+        except CaseError as e:
+            failed.append(Failure(str(f), e.line, e.reason))
+            continue
+        fails: list[Failure] = []
+        if case.name in names:
+            fails.append(Failure(str(f), case.lines.get("case", 1), f"case name '{case.name}' is also used by {names[case.name]}"))
+        names.setdefault(case.name, str(f))
+        got, outputs = verify_case(case, tlc=tlc)
+        fails += got
+        if rewrite and outputs is not None:
+            text = rewritten(case, outputs)
+            if text != f.read_text(encoding="utf-8"):
+                f.write_text(text, encoding="utf-8")
+                wrote.append(str(f))
+                # the outputs are now the renderer's: only the other failures remain
+                fails = [x for x in fails if not x.output]
+        failed += fails
+        passed += not fails
+    return {"cases": len(files), "passed": passed, "failed": failed, "rewrote": wrote}
+
+
+@corpus_app.command("verify")
+def verify(
+    paths: Optional[list[Path]] = typer.Argument(None, help="case files or folders of them (default: traces/)"),
+    rewrite: bool = typer.Option(False, "--rewrite", help="write what the renderer prints where an expected output differs or is missing"),
+    as_json: bool = typer.Option(False, "--json", help='print {"cases", "passed", "failed": [{"file", "line", "why"}]}'),
+    tlc: Optional[bool] = typer.Option(None, "--tlc/--no-tlc", help="have TLC's validate accept every bug-free case (default: when Java is present)"),
+) -> None:
+    """Replay every case with every invariant checked and compare its outputs; exit 0 only when all pass."""
+    targets = paths or [Path("traces")]
+    missing = [p for p in targets if not p.exists()]
+    if missing:
+        err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder", soft_wrap=True)
+        raise typer.Exit(2)
+    use_tlc = tlc if tlc is not None else shutil.which("java") is not None
+    res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc)
+    if as_json:
+        out = {"cases": res["cases"], "passed": res["passed"], "failed": [f.to_json() for f in res["failed"]]}
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        for f in res["rewrote"]:
+            console.print(f"rewrote {escape(f)}", highlight=False, soft_wrap=True)
+        for f in res["failed"]:
+            err.print(f"[red]{escape(f.file)}:{f.line}:[/red] {escape(f.why)}", highlight=False, soft_wrap=True)
+            if f.detail:
+                err.print(escape(f.detail), highlight=False, soft_wrap=True)
+        failing = res["cases"] - res["passed"]
+        verdict = "[green]every case passes[/green]" if not failing else f"[red]{failing} failing[/red]"
+        console.print(f"{res['cases']} cases, {res['passed']} passed{' (TLC validated each bug-free case)' if use_tlc else ''}: {verdict}", highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if res["passed"] == res["cases"] and not res["failed"] else 1)
+
+
+@corpus_app.command("add")
+def add(
+    log: Path = typer.Argument(..., help="a transition log: a TLC counterexample, a failing simulator run, a hand-made walk"),
+    name: str = typer.Option(..., "--name", help="the case's name (its file is DIR/NAME.txt)"),
+    bug: Optional[str] = typer.Option(None, "--bug", help="the injected defect that produces the log's violation"),
+    shows: Optional[str] = typer.Option(None, "--shows", help="one sentence: what the case shows"),
+    directory: Path = typer.Option(Path("traces"), "--dir", help="the corpus folder"),
+    seconds: float = typer.Option(120.0, "--seconds", min=0, help="time budget for shrinking"),
+) -> None:
+    """Turn a log into a case, a failing one shrunk to the fewest steps that fail the same way."""
+    from ..config import ConfigError
+    from ..corpus.format import _NAME, CaseError, read_case
+    from ..corpus.run import case_from_log
+    from ..log import LogError
+
+    if not _NAME.fullmatch(name):
+        err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'", soft_wrap=True)
+        raise typer.Exit(2)
+    dest = directory / f"{name}.txt"
+    in_use = {}
+    for p in _case_files([directory]) if directory.is_dir() else []:
+        in_use[p.stem] = p
+        try:
+            in_use.setdefault(read_case(str(p)).name, p)
+        except CaseError:
+            pass
+    if dest.exists() or name in in_use:
+        err.print(f"[red]error:[/red] a case named '{escape(name)}' exists: {escape(str(in_use.get(name, dest)))}", soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        text, notes = case_from_log(log, name, dest, bug=bug, shows=shows, seconds=seconds)
+    except (LogError, CaseError, ConfigError) as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    directory.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text, encoding="utf-8")
+    console.print(f"wrote {escape(str(dest))}" + (f": {'; '.join(notes)}" if notes else ""), highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(corpus_app, name="corpus")

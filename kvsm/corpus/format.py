@@ -1,0 +1,408 @@
+"""The corpus format: a case as text (docs/corpus.md), read and written without running
+anything.
+
+A case is a header, a blank line, and a script:
+
+    case reload-anchor-changed
+    shows A reload whose anchor leaves the tree while it is in flight is
+      aborted at admit: nothing is inserted and its reservation is freed.
+    config l3
+      name = "l3-three"
+      max_requests = 3
+
+    # [1, 2] is spilled to both disks
+    Arrive rid=0 tokens=[1,2] out_pages=0
+    Match rid=0
+    show tree
+    ----
+    tree
+      #0  root
+      ...
+
+The script's lines are steps in the log's transition syntax (`Insert rid=0`,
+`WriteDone r=1`, `SpillDone r=0 ok=true`), comments (`#`), blank lines, and the
+directives `show [SECTION...]`, `diff [SECTION...]` and `rejects STEP`, each followed
+by a `----` line and its expected output up to the next blank line (or the end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..config import BUGS, Config, ConfigError, builtin_names, load_config
+from ..transitions import REGISTRY, Transition
+
+DIRECTIVES = ("show", "diff", "rejects")
+SEPARATOR = "----"
+ORIGIN_DEFAULT = {"source": "hand", "seed": None, "extra": {}}
+
+
+class CaseError(ValueError):
+    """A case that cannot be read; `line` is 1-based (0: the file as a whole)."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
+        self.path, self.line, self.reason = path, line, reason
+
+
+# ---- steps -----------------------------------------------------------------------------------
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def step_text(t: Transition) -> str:
+    """A transition in the corpus's step syntax: its name, `r=RANK` for a per-rank step,
+    then its arguments in the order the log format lists them."""
+    spec = REGISTRY.get(t.name)
+    parts = [t.name]
+    if t.rank is not None:
+        parts.append(f"r={t.rank}")
+    args = dict(t.args)
+    order = list(spec.args) if spec is not None else []
+    for k in order + sorted(k for k in args if k not in order):
+        if k in args:
+            parts.append(f"{k}={_value(args[k])}")
+    return " ".join(parts)
+
+
+_ARG = re.compile(r"(\w+)=(\[[^\]]*\]|\S+)")
+_INT = re.compile(r"-?\d+")
+
+
+def parse_step(text: str, path: str = "<step>", line: int = 0) -> Transition:
+    """A step line -> Transition; the errors say which argument is wrong and why."""
+    head, _, rest = text.strip().partition(" ")
+    spec = REGISTRY.get(head)
+    if spec is None:
+        raise CaseError(path, line, f"unknown transition or directive '{head}'")
+    args: dict[str, Any] = {}
+    rank = None
+    pos = 0
+    rest = rest.strip()
+    while pos < len(rest):
+        m = _ARG.match(rest, pos)
+        if m is None:
+            raise CaseError(path, line, f"{head}: cannot read '{rest[pos:]}' (arguments are name=value)")
+        k, v = m.group(1), m.group(2)
+        pos = m.end()
+        while pos < len(rest) and rest[pos] == " ":
+            pos += 1
+        if k == "r":
+            if not spec.per_rank:
+                raise CaseError(path, line, f"{head} is not a per-rank transition but has r={v}")
+            if not _INT.fullmatch(v):
+                raise CaseError(path, line, f"{head}: the rank r must be an integer, got '{v}'")
+            rank = int(v)
+            continue
+        typ = spec.args.get(k)
+        if typ is None:
+            raise CaseError(path, line, f"{head} has no argument '{k}' (it takes {', '.join(spec.args) or 'none'})")
+        if k in args:
+            raise CaseError(path, line, f"{head}: argument '{k}' is given twice")
+        if typ == "int":
+            if not _INT.fullmatch(v):
+                raise CaseError(path, line, f"{head} argument '{k}' must be an integer, got '{v}'")
+            args[k] = int(v)
+        elif typ == "bool":
+            if v not in ("true", "false"):
+                raise CaseError(path, line, f"{head} argument '{k}' must be true or false, got '{v}'")
+            args[k] = v == "true"
+        else:
+            inner = v[1:-1].strip() if v.startswith("[") and v.endswith("]") else None
+            items = [x.strip() for x in inner.split(",")] if inner else []
+            if inner is None or not all(_INT.fullmatch(x) for x in items):
+                raise CaseError(path, line, f"{head} argument '{k}' must be a list of integers like [1,2], got '{v}'")
+            args[k] = [int(x) for x in items]
+    if spec.per_rank and rank is None:
+        raise CaseError(path, line, f"{head} needs its rank (r=N)")
+    missing = [k for k in spec.args if k not in args]
+    if missing:
+        raise CaseError(path, line, f"{head} needs argument '{missing[0]}'")
+    return Transition.make(head, rank=rank, **args)
+
+
+# ---- configs ----------------------------------------------------------------------------------
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }" if v else "{}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    raise TypeError(f"no TOML for {v!r}")
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(Config) if f.name != "bug")
+
+
+def base_config(base: str | None) -> Config:
+    return load_config(base) if base is not None else Config()
+
+
+def overrides(cfg: Config, base: str | None) -> dict[str, Any]:
+    """The fields of `cfg` (as JSON) that differ from the base config, in field order."""
+    want, have = cfg.to_json(), base_config(base).to_json()
+    return {k: want[k] for k in CONFIG_FIELDS if want[k] != have[k]}
+
+
+def best_base(cfg: Config) -> str | None:
+    """The built-in config (or None: the defaults) from which `cfg` differs in fewest
+    fields; a tie goes to the built-in named like the config."""
+    options: list[str | None] = [None, *builtin_names()]
+    return min(options, key=lambda b: (len(overrides(cfg, b)), b != cfg.name, b or ""))
+
+
+def config_lines(cfg: Config, base: str | None) -> list[str]:
+    lines = ["config" + (f" {base}" if base is not None else "")]
+    for k, v in overrides(cfg, base).items():
+        if k == "prompts" and len(v) > 1:
+            lines.append("  prompts = [")
+            lines += [f"    {_toml(p)}," for p in v]
+            lines.append("  ]")
+        else:
+            lines.append(f"  {k} = {_toml(v)}")
+    return lines
+
+
+def parse_config(base: str | None, toml_text: str, where: str) -> Config:
+    """The base config (a built-in name, or the defaults) with the TOML's fields over it."""
+    try:
+        data = tomllib.loads(toml_text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}") from None
+    if "bug" in data:
+        raise ConfigError(f"{where}: a case names its injected defect on a line 'bug NAME', not in its config")
+    unknown = [k for k in data if k not in CONFIG_FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown field '{unknown[0]}'")
+    merged = base_config(base).to_json()
+    merged.update(data)
+    return Config.from_json(merged, where=where)
+
+
+# ---- the case ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """A line of the script: `step`, `comment`, `blank`, or a directive (`show`, `diff`,
+    `rejects`) with its arguments and expected output (None: no `----` block yet)."""
+
+    kind: str
+    line: int
+    text: str = ""  # a comment's or blank line's text
+    step: Transition | None = None  # a step, or the step a `rejects` names
+    args: tuple[str, ...] = ()  # a show or diff's section names
+    expected: str | None = None
+
+    def head(self) -> str:
+        """The line as written (without its output)."""
+        if self.kind == "step":
+            return step_text(self.step)
+        if self.kind in ("comment", "blank"):
+            return self.text
+        if self.kind == "rejects":
+            return "rejects " + step_text(self.step)
+        return " ".join((self.kind, *self.args))
+
+
+@dataclass
+class Case:
+    path: str
+    name: str
+    shows: str
+    config: Config  # without the bug
+    config_base: str | None
+    bug: str | None = None
+    violations: tuple[str, ...] = ()
+    origin: dict[str, Any] = field(default_factory=lambda: dict(ORIGIN_DEFAULT))
+    script: list[Entry] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)  # header field -> its line
+
+    @property
+    def steps(self) -> list[Transition]:
+        return [e.step for e in self.script if e.kind == "step"]
+
+
+def _header_lines(case: Case) -> list[str]:
+    out = [f"case {case.name}"]
+    shows = case.shows.split("\n")
+    out.append(f"shows {shows[0]}")
+    out += [f"  {x}" for x in shows[1:]]
+    out += config_lines(case.config, case.config_base)
+    if case.bug is not None:
+        out.append(f"bug {case.bug}")
+    out += [f"violation {v}" for v in case.violations]
+    if case.origin != ORIGIN_DEFAULT:
+        out.append("origin " + json.dumps(case.origin, separators=(", ", ": ")))
+    return out
+
+
+def format_case(case: Case, outputs: dict[int, str] | None = None) -> str:
+    """The case as text. `outputs` (script index -> output) replaces expected outputs,
+    which is how `--rewrite` writes what the renderer printed."""
+    lines = _header_lines(case) + [""]
+    n = len(case.script)
+    for i, e in enumerate(case.script):
+        lines.append(e.head())
+        if e.kind in DIRECTIVES:
+            out = outputs.get(i, e.expected) if outputs is not None else e.expected
+            if out is not None:
+                lines.append(SEPARATOR)
+                if out:
+                    lines += out.split("\n")
+                if i + 1 < n:
+                    lines.append("")  # ends the output block
+    return "\n".join(lines) + "\n"
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def parse_case(text: str, path: str = "<case>") -> Case:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = 0
+    hdr: dict[str, Any] = {}
+    at: dict[str, int] = {}
+    violations: list[str] = []
+
+    def need(cond: bool, line: int, reason: str) -> None:
+        if not cond:
+            raise CaseError(path, line, reason)
+
+    def block(start: int) -> tuple[list[str], int]:
+        """The indented lines after line `start` (0-based), dedented by two spaces."""
+        out, j = [], start + 1
+        while j < len(lines) and lines[j].startswith("  "):
+            out.append(lines[j][2:])
+            j += 1
+        return out, j
+
+    while i < len(lines) and lines[i].strip():
+        raw = lines[i]
+        ln = i + 1
+        key, _, rest = raw.partition(" ")
+        rest = rest.strip()
+        need(not raw.startswith(" "), ln, "an indented line here continues nothing (the header's fields start in column 1)")
+        need(key not in hdr or key == "violation", ln, f"header field '{key}' is given twice")
+        if key == "case":
+            need(bool(_NAME.fullmatch(rest)), ln, f"a case name is letters, digits, '-', '_' and '.', got '{rest}'")
+            hdr["case"], at["case"] = rest, ln
+            i += 1
+        elif key == "shows":
+            more, i = block(i)
+            hdr["shows"], at["shows"] = "\n".join([rest, *more]), ln
+            need(bool(rest), ln, "'shows' needs a sentence saying what the case shows")
+        elif key == "config":
+            body, i = block(i)
+            base = rest or None
+            need(base is None or base in builtin_names(), ln, f"'{base}' is not a built-in config ({', '.join(builtin_names())}); write the fields indented below 'config'")
+            try:
+                hdr["config"] = parse_config(base, "\n".join(body), f"{path}:{ln}")
+            except ConfigError as e:
+                raise CaseError(path, ln, str(e).removeprefix(f"{path}:{ln}: ")) from None
+            hdr["config_base"], at["config"] = base, ln
+        elif key == "bug":
+            need(rest in BUGS and rest != "none", ln, f"'{rest}' is not an injected defect ({', '.join(b for b in BUGS if b != 'none')})")
+            hdr["bug"], at["bug"] = rest, ln
+            i += 1
+        elif key == "violation":
+            need(bool(rest), ln, "'violation' needs the invariant's message")
+            violations.append(rest)
+            at.setdefault("violation", ln)
+            i += 1
+        elif key == "origin":
+            try:
+                origin = json.loads(rest)
+            except json.JSONDecodeError as e:
+                raise CaseError(path, ln, f"origin is not valid JSON: {e.msg}") from None
+            need(isinstance(origin, dict) and set(origin) == set(ORIGIN_DEFAULT), ln, "origin is {\"source\": ..., \"seed\": ..., \"extra\": {...}}")
+            hdr["origin"], at["origin"] = origin, ln
+            i += 1
+        else:
+            raise CaseError(path, ln, f"unknown header field '{key}' (case, shows, config, bug, violation, origin)")
+    for k in ("case", "shows", "config"):
+        need(k in hdr, 1, f"the header has no '{k}' line")
+    case = Case(
+        path=path,
+        name=hdr["case"],
+        shows=hdr["shows"],
+        config=hdr["config"],
+        config_base=hdr["config_base"],
+        bug=hdr.get("bug"),
+        violations=tuple(violations),
+        origin=hdr.get("origin", dict(ORIGIN_DEFAULT)),
+        lines=at,
+    )
+    i += 1  # the blank line that ends the header
+    while i < len(lines):
+        raw = lines[i]
+        ln = i + 1
+        s = raw.strip()
+        if not s:
+            case.script.append(Entry("blank", ln, text=""))
+            i += 1
+            continue
+        if s.startswith("#"):
+            case.script.append(Entry("comment", ln, text=raw))
+            i += 1
+            continue
+        need(s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
+        word, _, rest = s.partition(" ")
+        if word in DIRECTIVES:
+            if word == "rejects":
+                need(bool(rest), ln, "rejects needs the step it expects the model to refuse")
+                e = Entry("rejects", ln, step=parse_step(rest, path, ln))
+            else:
+                from ..render import SECTIONS
+
+                args = tuple(rest.split())
+                bad = [a for a in args if a not in SECTIONS]
+                need(not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")
+                e = Entry(word, ln, args=args)
+            i += 1
+            if i < len(lines) and lines[i] == SEPARATOR:
+                out: list[str] = []
+                i += 1
+                while i < len(lines) and lines[i] != "":
+                    out.append(lines[i])
+                    i += 1
+                if i < len(lines):
+                    i += 1  # the blank line that ends the output
+                e.expected = "\n".join(out)
+            case.script.append(e)
+            continue
+        case.script.append(Entry("step", ln, step=parse_step(s, path, ln)))
+        i += 1
+    return case
+
+
+def read_case(path: str) -> Case:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise CaseError(path, 0, f"cannot open: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CaseError(path, 0, f"not UTF-8 text (byte {e.start + 1})") from None
+    return parse_case(text, path)

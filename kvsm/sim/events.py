@@ -1,0 +1,42 @@
+"""The timed schedule's event queue: what happens at which tick, in a fixed order.
+
+Events at one tick are handled in the order of their kind (below), then in the order
+they were pushed, so that the run does not depend on anything but the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+# event kinds, in the order an iteration handles them; WRITE and DISK are rank steps
+WRITE, DISK, WAKE, FINISH, ABORT, INSERT, ARRIVE = range(7)
+
+Event = tuple[int, int, int, bool, Any]  # (tick, kind, push order, counts as work, payload)
+
+
+class Events:
+    def __init__(self) -> None:
+        self._heap: list[Event] = []
+        self._seq = 0
+        # events in the queue that count as work: a run goes on while there is any (a
+        # disk recovery alone does not keep it going)
+        self.work = 0
+
+    def push(self, tick: int, kind: int, payload: Any, work: bool = True) -> None:
+        self._seq += 1
+        self.work += work
+        heapq.heappush(self._heap, (tick, kind, self._seq, work, payload))
+
+    def pop_tick(self) -> tuple[int, list[Event], bool]:
+        """Every event of the earliest tick, in handling order, and whether any is work."""
+        heap = self._heap
+        tick = heap[0][0]
+        batch = []
+        work = False
+        while heap and heap[0][0] == tick:
+            e = heapq.heappop(heap)
+            self.work -= e[3]
+            work |= e[3]
+            batch.append(e)
+        return tick, batch, work

@@ -1,0 +1,142 @@
+"""The replicated procedures: each decides the transitions of one scheduler step from one
+rank's view only, so that every rank, run on its own replica, decides the same
+(`Cluster.run` runs each on the log's state and on every replica)."""
+
+from __future__ import annotations
+
+from ..state import ReloadOp, Rejected, SpillOp
+from ..transitions import Transition
+from ..transitions.evict import host_run
+from ..transitions.reload import reload_target
+from .cluster import View
+from .metrics import depth as _depth
+
+T = Transition.make
+
+
+def arrive(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l3: bool) -> None:
+    """Arrive; with L3, mark the request for an L3 lookup if its key misses the tree
+    below a whole node (the reference's lookup on entry to the waiting queue; the model
+    allows one per request)."""
+    s = v.apply(T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages))
+    if l3 and reload_target(s, rid) is not None:
+        v.apply(T("ReloadMark", rid=rid))
+
+
+def admit(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l2: bool) -> tuple[int, int, bool]:
+    """Arrive and match at once (no L3 lookup to wait for)."""
+    arrive(v, rid, tokens, out_pages, False)
+    return match(v, rid, l2)
+
+
+def match(v: View, rid: int, l2: bool) -> tuple[int, int, bool]:
+    """Match; load the host hit back when it is worth it (at least the config's
+    `load_back_threshold` tokens). Returns (L1 hit pages, pages loaded back, whether a
+    worthwhile load-back was refused for lack of device room)."""
+    s = v.apply(T("Match", rid=rid))
+    hit_l1 = _depth(s, s.requests[rid].node)
+    if l2:
+        _, pages = host_run(s, rid)
+        cfg = s.config
+        if pages and pages * cfg.P >= cfg.load_back_threshold:
+            try:
+                v.apply(T("LoadBack", rid=rid))
+            except Rejected:
+                return hit_l1, 0, True
+            return hit_l1, pages, False
+    return hit_l1, 0, False
+
+
+def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
+    """The forward pass is done: Insert (evicting as needed). With `backup`
+    (write_through), Reserve every node of the request's path that became eligible,
+    root to leaf, as the reference's insert does on each hit; a Reserve that cannot
+    find host room is skipped and tried again on the node's next hit. Returns whether
+    the request was cached and the nodes whose backup started."""
+    try:
+        s = v.apply(T("Insert", rid=rid))
+    except Rejected:
+        return False, ()
+    if not backup:
+        return True, ()
+    reserved = []
+    for nid in reversed(s.path_to_root(s.requests[rid].node)):
+        if nid in v.state.backup_index:
+            try:
+                v.apply(T("Reserve", node=nid))
+            except Rejected:
+                continue
+            reserved.append(nid)
+    return True, tuple(reserved)
+
+
+def write_back(v: View, rid: int) -> tuple[int, ...]:
+    """Under write_back an unbacked leaf must reach L2 before it can leave L1: start
+    backups of write-back candidates, in victim order, until they cover what request
+    `rid` still lacks (an estimate; a retry after the commit asks again)."""
+    s = v.state
+    cfg = s.config
+    req = s.requests[rid]
+    need = len(req.tokens) - _depth(s, req.node) + req.out_pages
+    free = sum(len(lane) for lane in s.dev_free)
+    evictable = sum(len(s.nodes[k[2]].dev) for k in s.dev_index)
+    short = max(1, need - free - evictable)
+    slru = cfg.eviction == "slru"
+    order = sorted((slru and n.hits >= 2, n.touched, n.id) for n in (s.nodes[i] for i in s.backup_index))
+    reserved = []
+    got = 0
+    for _, _, nid in order:
+        if got >= short:
+            break
+        try:
+            v.apply(T("Reserve", node=nid))
+        except Rejected:
+            break  # no host room even after evicting every host leaf
+        reserved.append(nid)
+        got += len(v.state.nodes[nid].key)
+    return tuple(reserved)
+
+
+def finish(v: View, rid: int) -> None:
+    v.apply(T("Finish", rid=rid))
+
+
+def abort(v: View, rid: int) -> None:
+    v.apply(T("Abort", rid=rid))
+
+
+def commit(v: View) -> None:
+    v.apply(T("Commit"))
+
+
+def rollback(v: View, nodes: tuple[int, ...]) -> None:
+    for nid in nodes:
+        v.apply(T("Rollback", node=nid))
+
+
+def l3_drain(v: View) -> tuple[tuple[SpillOp, ...], tuple[ReloadOp, ...]]:
+    """The L3 part of a tick, after the collective (the reference's L3 queue drain and
+    spill maintainer): `SpillAck` of what every rank gathered or wrote, `ReloadAdmit` of
+    each reload every rank has read (head first), `ReloadReserve` of every marked
+    candidate (in request order), one `ReloadExpire` while a reload holds a request,
+    then `SpillSubmit` while the queue is not empty and under the inflight cap.
+    Returns the spills and the reloads it started."""
+    s = v.state
+    if s.spills:
+        gathered = min(s.spill_gathered)
+        if min(len(x) for x in s.spill_done) or any(op.pinned for op in s.spills[:gathered]):
+            s = v.apply(T("SpillAck"))
+    while s.reloads and min(len(x) for x in s.reload_done):
+        s = v.apply(T("ReloadAdmit"))
+    kept = len(s.reloads)
+    for rid in sorted(s.reload_candidates.keys()):
+        s = v.apply(T("ReloadReserve", rid=rid))
+    reloads = s.reloads[kept:]
+    if any(op.waiters for op in s.reloads):
+        s = v.apply(T("ReloadExpire"))
+    spills: list[SpillOp] = []
+    while s.spill_queue and len(s.spills) < s.config.spill_inflight:
+        k = len(s.spills)
+        s = v.apply(T("SpillSubmit"))  # drops stale entries; submits at most one
+        spills.extend(s.spills[k:])
+    return tuple(spills), reloads

@@ -1,0 +1,432 @@
+-------------------------------- MODULE KVTree --------------------------------
+(***************************************************************************)
+(* The operators KVCache's actions are built from: walking a key through   *)
+(* the radix tree and splitting a node, the victim orders, allocating and  *)
+(* freeing pages, the owner-lane planner, and what L3 claims and attaches. *)
+(*                                                                         *)
+(* None of them reads a variable. Those that change the cache take and     *)
+(* return a state record `s` whose fields are KVCache's variables (the     *)
+(* record KVCache calls State); those that only look take the node map     *)
+(* `ns` (KVCache's `nodes`). KVCache extends this module; the constants    *)
+(* below are the ones these operators depend on, and KVCache's ASSUME      *)
+(* states what they must be. An action computes its effect with these      *)
+(* operators because TLC caches the definitions of a LET inside an         *)
+(* operator, where it re-evaluates a LET written in an action at every     *)
+(* use.                                                                    *)
+(***************************************************************************)
+EXTENDS Integers, Sequences, FiniteSets, TLC
+
+CONSTANTS
+    R,              \* ranks: device page p lives in the lane of rank p mod R
+    L2,             \* pages in the shared host pool
+    Policy,         \* "write_through" or "write_back"
+    L3,             \* pages each rank's disk holds; 0 = no L3 tier
+    SpillQueueCap   \* committed objects queued for a spill at most
+
+Root == 0
+NoParent == -1      \* the root's parent
+NoObject == -1      \* `host` of a node with no committed L2 copy
+NoNode == -1
+NoContent == <<>>   \* a poisoned page
+Ranks == 0 .. R - 1
+WriteThrough == Policy = "write_through"
+
+\* Device page p belongs to the lane of rank p mod R.
+Lane(p) == p % R
+
+-----------------------------------------------------------------------------
+(* Values *)
+
+Min(S) == CHOOSE x \in S : \A y \in S : x <= y
+Max(S) == CHOOSE x \in S : \A y \in S : x >= y
+Max2(a, b) == IF a >= b THEN a ELSE b
+Min2(a, b) == IF a <= b THEN a ELSE b
+Range(s) == {s[i] : i \in DOMAIN s}
+IndexOf(s, x) == CHOOSE i \in DOMAIN s : s[i] = x
+Remove(f, S) == [x \in DOMAIN f \ S |-> f[x]]
+Bit(b) == IF b THEN 1 ELSE 0
+
+\* The sequence s without its element x (s holds x at most once).
+Without(s, x) == IF x \in Range(s) THEN LET j == IndexOf(s, x) IN SubSeq(s, 1, j - 1) \o SubSeq(s, j + 1, Len(s))
+                 ELSE s
+
+RECURSIVE SumSeq(_)
+SumSeq(s) == IF s = <<>> THEN 0 ELSE Head(s) + SumSeq(Tail(s))
+
+RECURSIVE SumFn(_)
+SumFn(f) == IF DOMAIN f = {} THEN 0
+            ELSE LET x == CHOOSE x \in DOMAIN f : TRUE
+                 IN f[x] + SumFn(Remove(f, {x}))
+
+RECURSIVE Flatten(_)
+Flatten(ss) == IF ss = <<>> THEN <<>> ELSE Head(ss) \o Flatten(Tail(ss))
+
+\* Lexicographic order on equal-length sequences of integers.
+LexLess(a, b) == \E i \in DOMAIN a : a[i] < b[i] /\ \A j \in 1 .. i - 1 : a[j] = b[j]
+
+\* The absolute positions (page k of a request counts from the root) of n pages from `start`.
+Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
+
+-----------------------------------------------------------------------------
+(* The tree *)
+
+Children(ns, n) == {c \in DOMAIN ns : ns[c].parent = n}
+ChildOnL1(ns, n) == \E c \in Children(ns, n) : ns[c].dev # <<>>
+
+\* n and its ancestors, the root excluded: the nodes a lock on n covers.
+RECURSIVE PathToRoot(_, _)
+PathToRoot(ns, n) == IF n = Root THEN {} ELSE {n} \cup PathToRoot(ns, ns[n].parent)
+
+\* The page symbols from the root through n.
+RECURSIVE Prefix(_, _)
+Prefix(ns, n) == IF n = Root THEN <<>> ELSE Prefix(ns, ns[n].parent) \o ns[n].key
+
+\* The page hashes (content identities) of n's pages: the prefix through each.
+NodeHashes(ns, n) ==
+    LET pre == Prefix(ns, n)
+        above == Len(pre) - Len(ns[n].key)
+    IN [i \in 1 .. Len(ns[n].key) |-> SubSeq(pre, 1, above + i)]
+
+\* The hashes of the pages `tokens` that follow the prefix `base`.
+Chain(base, tokens) == [i \in 1 .. Len(tokens) |-> base \o SubSeq(tokens, 1, i)]
+
+ChildWith(ns, n, sym) ==
+    LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
+    IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
+
+RECURSIVE CommonLen(_, _, _)
+CommonLen(a, b, i) ==
+    IF i < Len(a) /\ i < Len(b) /\ a[i + 1] = b[i + 1] THEN CommonLen(a, b, i + 1) ELSE i
+
+(* Where a key leads: the nodes it covers whole (root to leaf), the pages they
+   cover, and the node it diverges inside with the pages in common (`cut`,
+   <<>> when none). A key that ends inside a node diverges there too. *)
+RECURSIVE WalkFrom(_, _, _, _, _)
+WalkFrom(ns, tokens, cur, i, full) ==
+    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
+    IN IF c = NoNode THEN [full |-> full, covered |-> i, cut |-> <<>>]
+       ELSE LET n == CommonLen(ns[c].key, SubSeq(tokens, i + 1, Len(tokens)), 0)
+            IN IF n = Len(ns[c].key) THEN WalkFrom(ns, tokens, c, i + n, Append(full, c))
+               ELSE [full |-> full, covered |-> i, cut |-> <<c, n>>]
+
+WalkKey(ns, tokens) == WalkFrom(ns, tokens, Root, 0, <<>>)
+
+\* How many nodes of `path`, from its head, are on L1.
+RECURSIVE OnL1Run(_, _)
+OnL1Run(ns, path) ==
+    IF path = <<>> \/ ns[Head(path)].dev = <<>> THEN 0 ELSE 1 + OnL1Run(ns, Tail(path))
+
+LockPath(ns, n, delta) ==
+    LET up == PathToRoot(ns, n)
+    IN [m \in DOMAIN ns |-> IF m \in up THEN [ns[m] EXCEPT !.lock = @ + delta] ELSE ns[m]]
+
+\* Every access bumps the clock; the path is touched root to leaf.
+TouchPath(s, path) ==
+    [s EXCEPT !.clock = @ + Len(path),
+              !.nodes = [n \in DOMAIN s.nodes |->
+                           IF n \in Range(path)
+                           THEN [s.nodes[n] EXCEPT !.touched = s.clock + IndexOf(path, n)]
+                           ELSE s.nodes[n]]]
+
+\* Queue committed objects for a spill, in order, while the queue has room; with
+\* no L3 tier nothing is queued.
+Enqueue(q, ns) == IF L3 = 0 THEN q
+                  ELSE q \o SubSeq(ns, 1, Min2(Len(ns), Max2(0, SpillQueueCap - Len(q))))
+
+\* A node that cannot be split: its backup is pending or an in-flight spill pins it.
+Unsplittable(s, n) == n \in s.pending \/ s.nodes[n].pin > 0
+
+(* Split n after `at` pages. The upper part is a new node (id next_id) with the
+   first `at` pages, their device pages and, when backed, their host pages as a
+   new object (queued for a spill); it inherits durable, lock, pin, hits and
+   stamp. The lower part keeps its id, its stamp and its object key, and stays
+   durable only if `at` is a multiple of R (else its pages' owners are not the
+   ranks that wrote them to disk). Never called on an unsplittable node. *)
+SplitNode(s, n, at) ==
+    LET nd == s.nodes[n]
+        u == s.next_id
+        upper == [parent |-> nd.parent, key |-> SubSeq(nd.key, 1, at),
+                  dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
+                  host |-> IF nd.host # NoObject THEN u ELSE NoObject,
+                  durable |-> nd.durable, lock |-> nd.lock, pin |-> nd.pin,
+                  hits |-> nd.hits, touched |-> nd.touched]
+        lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
+                            !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
+                            !.durable = nd.durable /\ at % R = 0]
+        objs == IF nd.host = NoObject THEN s.objects
+                ELSE LET o == s.objects[nd.host]
+                     IN (u :> [o EXCEPT !.length = at, !.owner = u])
+                        @@ [s.objects EXCEPT ![nd.host] = [o EXCEPT !.base = o.base + at,
+                                                                    !.length = o.length - at]]
+    IN [s EXCEPT !.nodes = (u :> upper) @@ [s.nodes EXCEPT ![n] = lower],
+                 !.objects = objs,
+                 !.next_id = u + 1,
+                 !.spill_queue = IF nd.host = NoObject THEN @ ELSE Enqueue(@, <<u>>)]
+
+(* Where a request's key meets the tree, as Match and Insert take it: the walk,
+   whether the node the key diverges inside is split (it is unless it is
+   unsplittable, and then the request stops above it), the state after that
+   split, and the path of whole nodes down to where the key leaves the tree. *)
+KeyPath(s, tokens) ==
+    LET w == WalkKey(s.nodes, tokens)
+        split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
+    IN [walk |-> w,
+        stop |-> w.cut # <<>> /\ ~split,
+        split |-> split,
+        s |-> IF split THEN SplitNode(s, w.cut[1], w.cut[2]) ELSE s,
+        path |-> IF split THEN Append(w.full, s.next_id) ELSE w.full,
+        covered |-> IF split THEN w.covered + w.cut[2] ELSE w.covered]
+
+-----------------------------------------------------------------------------
+(* Victims, identical on every rank: ascending (hits >= 2, touched, id). *)
+
+VictimKey(ns, n) == <<Bit(ns[n].hits >= 2), ns[n].touched, n>>
+
+FirstVictim(ns, S) ==
+    CHOOSE n \in S : \A m \in S \ {n} : LexLess(VictimKey(ns, n), VictimKey(ns, m))
+
+RECURSIVE VictimOrder(_, _)
+VictimOrder(ns, S) ==
+    IF S = {} THEN <<>>
+    ELSE LET v == FirstVictim(ns, S) IN <<v>> \o VictimOrder(ns, S \ {v})
+
+(* Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and
+   either backed (it keeps its host copy) or, under write_through, unbacked with
+   no children at all (it is deleted; one with host-only children would orphan
+   them). Under write_back an unbacked leaf is written back first. *)
+DevEvictable(s, n) ==
+    LET nd == s.nodes[n]
+    IN /\ n # Root
+       /\ nd.dev # <<>>
+       /\ nd.lock = 0
+       /\ n \notin s.pending
+       /\ ~ChildOnL1(s.nodes, n)
+       /\ nd.host = NoObject => WriteThrough /\ Children(s.nodes, n) = {}
+
+\* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
+\* by a spill.
+HostEvictable(s, n) ==
+    LET nd == s.nodes[n]
+    IN /\ n # Root
+       /\ nd.dev = <<>>
+       /\ nd.host # NoObject
+       /\ Children(s.nodes, n) = {}
+       /\ nd.lock = 0
+       /\ nd.pin = 0
+
+DevVictims(s) == {n \in DOMAIN s.nodes : DevEvictable(s, n)}
+HostVictims(s) == {n \in DOMAIN s.nodes : HostEvictable(s, n)}
+
+-----------------------------------------------------------------------------
+(* Pages *)
+
+FreeIn(free, lane) == Cardinality({p \in free : Lane(p) = lane})
+
+\* Every lane has need[lane] free pages.
+LanesHave(free, need) == \A lane \in Ranks : FreeIn(free, lane) >= need[lane]
+
+\* How many entries of `lanes` name each lane.
+LaneNeed(lanes) == [lane \in Ranks |-> Cardinality({i \in DOMAIN lanes : lanes[i] = lane})]
+
+\* Allocate one device page per entry of `lanes`, each the lowest free page of its lane.
+RECURSIVE Alloc(_, _)
+Alloc(free, lanes) ==
+    IF lanes = <<>> THEN [pages |-> <<>>, free |-> free]
+    ELSE LET p == Min({q \in free : Lane(q) = Head(lanes)})
+             rest == Alloc(free \ {p}, Tail(lanes))
+         IN [pages |-> <<p>> \o rest.pages, free |-> rest.free]
+
+\* (f @@ g is f where f is defined, else g: it overwrites the few pages a step touches.)
+FreeDev(s, pages) ==
+    [s EXCEPT !.dev_free = @ \cup Range(pages),
+              !.dev_content = [p \in Range(pages) |-> NoContent] @@ @]
+
+\* First fit: the lowest base of a free run of `len` host pages.
+RunBases(free, len) == {b \in 0 .. L2 - len : b .. b + len - 1 \subseteq free}
+HasRun(free, len) == RunBases(free, len) # {}
+FirstFit(free, len) == Min(RunBases(free, len))
+
+ObjectPages(o) == o.base .. o.base + o.length - 1
+
+\* The host pages a reload has reserved (its object until it is admitted).
+ReloadPages(op) == op.base .. op.base + op.length - 1
+
+FreeObject(s, k) ==
+    LET gone == ObjectPages(s.objects[k])
+    IN [s EXCEPT !.l2_free = @ \cup gone,
+                 !.host_content = [h \in gone |-> NoContent] @@ @,
+                 !.objects = Remove(@, {k})]
+
+\* Drop a device victim: a backed node keeps its host copy, an unbacked one is deleted.
+EvictDeviceNode(s, n) ==
+    LET freed == FreeDev(s, s.nodes[n].dev)
+    IN IF s.nodes[n].host # NoObject THEN [freed EXCEPT !.nodes[n].dev = <<>>]
+       ELSE [freed EXCEPT !.nodes = Remove(@, {n})]
+
+\* Drop a host victim: free its object and delete the node.
+EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
+
+(* Insert's room: evict device victims in victim order (never one of `keep`; a
+   parent that becomes evictable joins the order) until every lane has
+   need[lane] free pages. `ok` is FALSE when the victims run out first. *)
+RECURSIVE MakeRoom(_, _, _)
+MakeRoom(s, need, keep) ==
+    IF LanesHave(s.dev_free, need) THEN [ok |-> TRUE, s |-> s]
+    ELSE LET vs == DevVictims(s) \ keep
+         IN IF vs = {} THEN [ok |-> FALSE, s |-> s]
+            ELSE MakeRoom(EvictDeviceNode(s, FirstVictim(s.nodes, vs)), need, keep)
+
+(* Reserve's room: release host victims from a snapshot of the host order taken
+   before, retrying first fit after each; parents that become host leaves
+   meanwhile wait for the next round. `ok` is FALSE when the snapshot runs out
+   first. *)
+RECURSIVE HostRoom(_, _, _)
+HostRoom(s, len, victims) ==
+    IF HasRun(s.l2_free, len) THEN [ok |-> TRUE, s |-> s]
+    ELSE IF victims = <<>> THEN [ok |-> FALSE, s |-> s]
+    ELSE HostRoom(EvictHostNode(s, Head(victims)), len, Tail(victims))
+
+(* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
+   once every host victim of the snapshot is released, since releasing pages
+   never takes a free run away and the snapshot's victims are leaves that do
+   not depend on each other. (An IF, not a disjunction, so that a guard made of
+   it is one branch for TLC; the victims are looked at only when needed.) *)
+HostRoomFits(s, len) ==
+    IF HasRun(s.l2_free, len) THEN TRUE
+    ELSE HasRun(s.l2_free \cup UNION {ObjectPages(s.objects[s.nodes[v].host]) : v \in HostVictims(s)}, len)
+
+-----------------------------------------------------------------------------
+(* The owner-lane planner (docs/model.md), in its reference form: every
+   round rescans the candidates and takes the smallest
+   (-contribution, -unlock contribution, victim order). *)
+
+LaneCounts(ns, n) == [lane \in Ranks |-> Cardinality({j \in DOMAIN ns[n].dev : Lane(ns[n].dev[j]) = lane})]
+
+Contribution(ns, n, d) == LET c == LaneCounts(ns, n) IN SumSeq([i \in 1 .. R |-> Min2(c[i - 1], d[i - 1])])
+
+\* Unlocked, on L1, no pending backup, evictable under the policy.
+PlanBase(s, n) ==
+    LET nd == s.nodes[n]
+    IN n # Root /\ nd.dev # <<>> /\ nd.lock = 0 /\ n \notin s.pending
+       /\ (nd.host # NoObject \/ WriteThrough)
+
+\* Evictable once the planned victims are gone; an unbacked node (deleted when
+\* evicted) must lose every child, and only to unbacked planned victims.
+AfterPlan(s, n, planned) ==
+    /\ PlanBase(s, n)
+    /\ \A c \in Children(s.nodes, n) :
+         IF c \in planned THEN ~(s.nodes[n].host = NoObject /\ s.nodes[c].host # NoObject)
+         ELSE ~(s.nodes[c].dev # <<>> \/ s.nodes[n].host = NoObject)
+
+\* What evicting n would unlock: the contribution of its nearest ancestor on L1.
+RECURSIVE UnlockFrom(_, _, _, _)
+UnlockFrom(s, a, d, planned) ==
+    IF a = Root \/ a \in planned THEN 0
+    ELSE IF s.nodes[a].dev = <<>> THEN UnlockFrom(s, s.nodes[a].parent, d, planned)
+    ELSE IF ~PlanBase(s, a) THEN 0
+    ELSE IF Contribution(s.nodes, a, d) > 0 THEN Contribution(s.nodes, a, d)
+    ELSE UnlockFrom(s, s.nodes[a].parent, d, planned)
+
+RECURSIVE NewCandidate(_, _, _)
+NewCandidate(s, a, planned) ==
+    IF a = Root \/ a \in planned THEN NoNode
+    ELSE IF AfterPlan(s, a, planned) THEN a
+    ELSE IF s.nodes[a].dev # <<>> THEN NoNode
+    ELSE NewCandidate(s, s.nodes[a].parent, planned)
+
+PlanScore(s, n, d, planned) ==
+    LET c == Contribution(s.nodes, n, d)
+        u == IF c > 0 THEN 0 ELSE UnlockFrom(s, s.nodes[n].parent, d, planned)
+    IN <<-c, -u>> \o VictimKey(s.nodes, n)
+
+RECURSIVE PlanFrom(_, _, _, _, _)
+PlanFrom(s, d, cands, planned, victims) ==
+    IF \A lane \in Ranks : d[lane] = 0 THEN [victims |-> victims, remaining |-> d]
+    ELSE LET scored == {n \in cands : /\ n \notin planned
+                                      /\ AfterPlan(s, n, planned)
+                                      /\ LET sc == PlanScore(s, n, d, planned)
+                                         IN sc[1] < 0 \/ sc[2] < 0}
+         IN IF scored = {} THEN [victims |-> victims, remaining |-> d]
+            ELSE LET v == CHOOSE v \in scored :
+                             \A m \in scored \ {v} :
+                                LexLess(PlanScore(s, v, d, planned), PlanScore(s, m, d, planned))
+                     c == LaneCounts(s.nodes, v)
+                     d2 == [lane \in Ranks |-> Max2(0, d[lane] - c[lane])]
+                     p2 == planned \cup {v}
+                     a == NewCandidate(s, s.nodes[v].parent, p2)
+                 IN PlanFrom(s, d2, (cands \ {v}) \cup (IF a = NoNode THEN {} ELSE {a}),
+                             p2, Append(victims, v))
+
+Plan(s, deficits) == PlanFrom(s, deficits, DevVictims(s), {}, <<>>)
+
+RECURSIVE EvictAll(_, _)
+EvictAll(s, victims) ==
+    IF victims = <<>> THEN s ELSE EvictAll(EvictDeviceNode(s, Head(victims)), Tail(victims))
+
+-----------------------------------------------------------------------------
+(* Load-back: the whole nodes directly below a request's lock, along its key,
+   that are only on L2. *)
+
+RECURSIVE HostRunFrom(_, _, _, _, _)
+HostRunFrom(ns, tokens, cur, i, run) ==
+    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
+    IN IF c = NoNode THEN run
+       ELSE IF \/ ns[c].dev # <<>>
+               \/ ns[c].host = NoObject
+               \/ i + Len(ns[c].key) > Len(tokens)
+               \/ SubSeq(tokens, i + 1, i + Len(ns[c].key)) # ns[c].key
+            THEN run
+       ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c))
+
+HostRun(ns, req) == HostRunFrom(ns, req.tokens, req.node, Len(Prefix(ns, req.node)), <<>>)
+
+\* The pages of a run of nodes.
+RunPages(ns, run) == SumSeq([k \in DOMAIN run |-> Len(ns[run[k]].key)])
+
+(* What a load-back of `req` brings back and the victims it evicts for it: page
+   i of the run (1-based) goes to lane (i - 1) mod R, and the owner-lane planner
+   frees what the lanes lack (`remaining` is what it could not free). *)
+LoadBackPlan(s, req) ==
+    LET run == HostRun(s.nodes, req)
+        count == RunPages(s.nodes, run)
+        lanes == [i \in 1 .. count |-> Lane(i - 1)]
+        need == LaneNeed(lanes)
+        deficit == [lane \in Ranks |-> Max2(0, need[lane] - FreeIn(s.dev_free, lane))]
+        plan == IF \A lane \in Ranks : deficit[lane] = 0
+                THEN [victims |-> <<>>, remaining |-> deficit]
+                ELSE Plan(s, deficit)
+    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining]
+
+-----------------------------------------------------------------------------
+(* L3. A page inside an L2 object or a reload belongs to rank i mod R, i its
+   0-based index in it; ranks copy only the pages they own. *)
+
+\* The 0-based indices of the pages rank r owns in a run of n pages.
+Owned(r, n) == {i \in 0 .. n - 1 : i % R = r}
+OwnedSeq(r, n) == [k \in 1 .. Cardinality(Owned(r, n)) |-> r + (k - 1) * R]
+
+(* A reload's target for a queued request's key: the suffix below its deepest
+   whole match (the anchor) when the key misses the tree at a node boundary;
+   NoTarget (anchor NoNode) when it diverges inside a node or is all cached. *)
+NoTarget == [anchor |-> NoNode, tokens |-> <<>>, hashes |-> <<>>]
+
+ReloadTarget(ns, req) ==
+    LET w == WalkKey(ns, req.tokens)
+        anchor == IF w.full = <<>> THEN Root ELSE w.full[Len(w.full)]
+        tokens == SubSeq(req.tokens, w.covered + 1, Len(req.tokens))
+    IN IF w.cut # <<>> \/ w.covered >= Len(req.tokens) THEN NoTarget
+       ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(Prefix(ns, anchor), tokens)]
+
+\* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over ranks.
+ClaimOf(s, r, hs) ==
+    Max({n \in 0 .. Len(hs) : \A i \in 0 .. n - 1 : i % R # r \/ hs[i + 1] \in DOMAIN s.l3[r]})
+Claimable(s, hs) == Min({ClaimOf(s, r, hs) : r \in Ranks})
+
+\* The anchor is still in the tree, the suffix still a clean miss under it, and
+\* the anchor's prefix still leads to the suffix's first page hash.
+AttachOk(ns, anchor, tokens, first) ==
+    /\ anchor \in DOMAIN ns
+    /\ ChildWith(ns, anchor, tokens[1]) = NoNode
+    /\ Prefix(ns, anchor) \o <<tokens[1]>> = first
+
+=============================================================================

@@ -1,0 +1,290 @@
+"""kvsm.checking: the per-transition checks and the fast from-scratch check agree with
+kvsm.invariants on correct runs, and planted faults are caught: at once when the
+transition wrote the corrupted field, by the next from-scratch check (which names the
+transition that broke the state) when it did not."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvsm import checking
+from kvsm.checking import Checker, holds
+from kvsm.config import load_config
+from kvsm.invariants import violations
+from kvsm.log import Header, LogWriter, read_log, replay
+from kvsm.sim import SimOptions, simulate
+from kvsm.sim.scheduler import SimInvariantError
+from kvsm.state import ROOT_ID, Rejected, initial_state
+from kvsm.transitions import REGISTRY, apply
+from kvsm.tx import Tx, recent_writes
+from kvsm.walk import walk
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> list[Path]:
+    """Short runs that reach every family: the simulator with L3 and every fault, with
+    L1/L2 and write faults, and walks of the small, l3 and busy-L3 configs."""
+    d = tmp_path_factory.mktemp("checking")
+    out = []
+    for name, opts in {
+        "l3": SimOptions(workload="multi-turn", config="default", requests=40, ranks=4, tiers="l1,l2,l3", seed=3,
+                         l1_pages=16, l2_pages=48, l3_pages=60, faults="disk:0.02,slow:0.1,stall:0.05,abort:0.1,burst:0.05"),
+        "l2": SimOptions(workload="thrash", config="small", requests=40, tiers="l1,l2", seed=5, l1_pages=8, l2_pages=24,
+                         faults="slow:0.1,stall:0.05,abort:0.1"),
+    }.items():
+        simulate(opts, d / f"{name}.jsonl")
+        out.append(d / f"{name}.jsonl")
+    for cfg in ("small", "l3", str(DATA / "l3_busy.toml")):
+        c = load_config(cfg)
+        s0 = initial_state(c)
+        p = d / f"walk-{c.name}.jsonl"
+        with LogWriter(p, Header(c, 1, "walk", s0.digest(), {})) as w:
+            for t, s in walk(c, 600, 1, s0):
+                w.write(t, s)
+        out.append(p)
+    return out
+
+
+def _initial(path: Path):
+    return initial_state(read_log(path)[0].config)
+
+
+def _states(path: Path, s0=None):
+    """(line, transition, state before, state after) along a log from `s0` (the initial state)."""
+    h, stream = read_log(path)
+    s = s0 if s0 is not None else initial_state(h.config)
+    for lineno, _, t, _ in stream:
+        nxt = apply(s, t)
+        yield lineno, t, s, nxt
+        s = nxt
+
+
+def test_the_per_transition_checks_find_nothing_along_correct_runs(logs):
+    for p in logs:
+        s0 = _initial(p)
+        ck = Checker(s0, every=10**9)
+        assert ck.start() is None
+        agreement = 0
+        for lineno, t, _, s in _states(p, s0):
+            assert ck.step(t, s, lineno) is None, p
+            agreement += REGISTRY[t.name].agreement
+        assert ck.finish() is None
+        # one from-scratch check at the start, one per agreement point, one at the end
+        assert ck.stats.full == 1 + agreement + (1 if ck.stats.step and not REGISTRY[t.name].agreement else 0)
+        assert ck.stats.step == lineno - 1
+
+
+def test_the_fast_from_scratch_check_agrees_with_the_reference_on_correct_and_corrupted_states(logs):
+    rng = random.Random(7)
+    corrupt = [_bump_lock, _wrong_dev_content, _leak_device_page, _wrong_ondev, _longer_object, _wrong_sums, _wrong_disk_entry]
+    checked = 0
+    for p in logs:
+        for k, (_, _, _, s) in enumerate(_states(p)):
+            if k % 9:
+                continue
+            assert holds(s) and violations(s) == [], p
+            for f in rng.sample(corrupt, 3):
+                bad = f(s)
+                if bad is not None:
+                    assert not holds(bad) and violations(bad), (p, f.__name__)
+                    checked += 1
+    assert checked > 100
+
+
+# ---- corruptions of a state (None where the state has nothing to corrupt) ---------------------
+
+
+def _some_node(s, pred=lambda n: True):
+    for nid, n in s.nodes.items():
+        if nid != ROOT_ID and pred(n):
+            return nid, n
+    return None, None
+
+
+def _bump_lock(s):
+    nid, n = _some_node(s)
+    return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(lock=n.lock + 1)))
+
+
+def _wrong_dev_content(s):
+    nid, n = _some_node(s, lambda n: bool(n.dev))
+    return None if n is None else replace(s, dev_content=s.dev_content.set(n.dev[0], 12345))
+
+
+def _leak_device_page(s):
+    for lane, free in enumerate(s.dev_free):
+        if len(free):
+            lanes = list(s.dev_free)
+            lanes[lane] = free.remove(free.first())
+            return replace(s, dev_free=tuple(lanes))
+    return None
+
+
+def _wrong_ondev(s):
+    nid, n = _some_node(s)
+    return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(ondev=n.ondev + 1)))
+
+
+def _longer_object(s):
+    for key, o in s.objects.items():
+        return replace(s, objects=s.objects.set(key, o.with_(length=o.length + 1)))
+    return None
+
+
+def _wrong_sums(s):
+    if s.sums is None:
+        return None
+    return replace(s, sums=(s.sums[0] + 1,) + s.sums[1:])
+
+
+def _wrong_disk_entry(s):
+    for key in s.l3.keys():
+        return replace(s, l3=s.l3.set(key, key[1] + 1))
+    return None
+
+
+# ---- planted faults ------------------------------------------------------------------------------
+
+
+def _corrupting(name, corrupt, at):
+    """`name`'s transition that, its `at`-th time (or whenever `at(t)` holds), also
+    corrupts what it wrote (a second transaction within the same transition, so the
+    checker sees both writes)."""
+    right = REGISTRY[name]
+    seen = [0]
+
+    def apply_(s, t):
+        s2 = right.apply(s, t)
+        seen[0] += 1
+        if (at(t) if callable(at) else seen[0] == at) is False:
+            return s2
+        tx = Tx(s2)
+        corrupt(tx, s, s2, t)
+        return tx.commit()
+
+    return replace(right, apply=apply_)
+
+
+def _insert_lock(tx, s, s2, t):
+    nid = s2.requests[t.arg("rid")].node
+    tx.update(nid, lock=tx.node(nid).lock + 1)
+
+
+def _insert_content(tx, s, s2, t):
+    nid = s2.requests[t.arg("rid")].node
+    tx.fill_dev(tx.node(nid).dev[-1], 4242)
+
+
+def _commit_length(tx, s, s2, t):
+    nid = s.writes[0]
+    key = s2.nodes[nid].host
+    tx.objects.set(key, tx.objects[key].with_(length=tx.objects[key].length + 1))
+
+
+def _write_done_count(tx, s, s2, t):
+    tx.write_done[t.rank] = len(tx.writes) + 1
+
+
+PLANTED = {
+    "an Insert that over-locks its node (3 Locks)": ("Insert", _insert_lock, "3 Locks"),
+    "an Insert that fills a page with the wrong KV (7 Content)": ("Insert", _insert_content, "7 Content"),
+    "a Commit that lengthens the object (6 HostPages)": ("Commit", _commit_length, "6 HostPages"),
+    "a WriteDone that counts past the writes (4 Pending)": ("WriteDone", _write_done_count, "4 Pending"),
+}
+
+
+def _rewrite(log: Path, out: Path) -> None:
+    """The log's transitions applied by the model as it is now (a planted fault included),
+    written with the digests that gives (up to the first transition it rejects)."""
+    h, stream = read_log(log)
+    s = initial_state(h.config)
+    with LogWriter(out, Header(h.config, h.seed, h.source, s.digest(), h.extra)) as w:
+        for _, _, t, _ in stream:
+            try:
+                s = apply(s, t)
+            except Rejected:
+                break
+            w.write(t, s)
+
+
+@pytest.mark.parametrize("what", sorted(PLANTED))
+def test_a_corrupted_field_the_transition_wrote_is_caught_right_after_it(what, logs, monkeypatch, tmp_path):
+    name, corrupt, invariant = PLANTED[what]
+    log = logs[0]  # the L3 simulator run: every one of these transitions happens there
+    lines = [lineno for lineno, t, _, _ in _states(log) if t.name == name]
+    monkeypatch.setitem(REGISTRY, name, _corrupting(name, corrupt, 2))
+    _rewrite(log, tmp_path / "planted.jsonl")
+    monkeypatch.setitem(REGISTRY, name, _corrupting(name, corrupt, 2))  # counting afresh
+    res = replay(tmp_path / "planted.jsonl", check=True)
+    assert not res.ok and res.first_mismatch is None, res.first_mismatch
+    v = res.violations[0]
+    assert v["line"] == lines[1] and v["transition"].startswith(name)
+    assert all(x["line"] == lines[1] for x in res.violations)
+    assert any(x["violation"].startswith(invariant) for x in res.violations), res.violations
+
+
+def test_a_corrupted_field_the_transition_did_not_write_is_caught_by_the_next_full_check(logs):
+    """The state after transition k gets one node's lock changed outside the transaction
+    (the writes recorded are the transition's own): the per-transition checks cannot see
+    it; the next from-scratch check (an agreement point, every 16 transitions here, or
+    the end) does, and names transition k."""
+    log = logs[1]
+    every = 16
+    s0 = _initial(log)
+    ck = Checker(s0, every=every)
+    assert ck.start() is None
+    k = None
+    s = None
+    found = None
+    for lineno, t, before, after in _states(log, s0):
+        written = recent_writes()[-1][2]
+        # a leaf right under the root: no other node's lock relation reads its lock
+        nid, n = _some_node(after, lambda n: n.id not in written[0] and n.lock == 0 and n.parent == ROOT_ID and not len(n.children))
+        if k is None and lineno > 100 and t.name == "Arrive" and n is not None:
+            after = replace(after, nodes=after.nodes.set(nid, n.with_(lock=1)))
+            recent_writes().append((before, after, written))  # as if the transition had written this state
+            k = lineno
+        elif k is not None:
+            after = apply(s, t)
+        s = after
+        found = ck.step(t, after, lineno)
+        if found is not None:
+            break
+    else:
+        found = ck.finish()
+    assert k is not None and found is not None and found.at == k and found.how == "located"
+    assert any(v.startswith("3 Locks") for v in found.violations)
+    assert lineno - k <= every
+
+
+def test_sim_check_stops_a_run_at_the_planted_fault(monkeypatch):
+    # every rank's replica applies the same faulty Insert (no divergence to stop the run first)
+    monkeypatch.setitem(REGISTRY, "Insert", _corrupting("Insert", _insert_lock, lambda t: t.arg("rid") == 2))
+    opts = SimOptions(workload="multi-turn", config="small", requests=20, tiers="l1,l2", seed=1, l1_pages=16, l2_pages=32, check=True)
+    with pytest.raises(SimInvariantError, match=r"after log transition #\d+ Insert\(rid=2\): 3 Locks"):
+        simulate(opts)
+
+
+def test_a_state_whose_writes_are_not_known_is_checked_from_scratch(logs):
+    """A state the checker cannot trace to this thread's last transactions (here: changed
+    after the fact, with no record of it) gets the from-scratch check at once."""
+    log = logs[1]
+    s0 = _initial(log)
+    ck = Checker(s0, every=10**9, at_agreement=False)
+    assert ck.start() is None
+    for lineno, t, _, after in _states(log, s0):
+        if lineno == 30:
+            nid, n = _some_node(after)
+            after = replace(after, nodes=after.nodes.set(nid, n.with_(touched=after.clock + 5)))
+            found = ck.step(t, after, lineno)
+            assert found is not None and found.at == lineno and found.how == "full"
+            assert any(v.startswith("10 Counts") for v in found.violations)
+            return
+        assert ck.step(t, after, lineno) is None
+    raise AssertionError("the log is too short")
