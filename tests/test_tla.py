@@ -214,6 +214,12 @@ def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(t
     assert header.source == "tlc" and header.extra["property"] == "NothingCommitted"
     # the shortest way to a committed backup
     assert names == ["Arrive", "Match", "Insert", "Reserve", "WriteDone", "WriteDone", "Commit"]
+    # told on stderr (stdout is the JSON): its last six steps, and how to open the whole
+    story = res.stderr
+    assert "TLC counterexample of NothingCommitted" in story
+    steps = [ln.split()[2] for ln in story.splitlines() if ln.startswith("step ") and ln.split()[1].isdigit()]
+    assert steps == names[-6:] and "the last 6 steps up to step 7:" in story
+    assert f"kvsm show {log} --all" in story and f"kvsm show {log} --html violation.html" in story
 
     # the same property on the Python side: replay --check stops at the log's last line
     def nothing_committed(state):

@@ -87,6 +87,16 @@ def test_validate_rejects_a_tampered_step_and_names_its_line(tmp_path):
     assert out["first_rejected"]["line"] == k + 1 and out["first_rejected"]["name"] == "Insert"
     assert out["matched"] == k - 1
     assert out["model_rejected"]["line"] == k + 1  # the model rejects it too
+    # the story of the steps before it, the rejected step and why, on stderr
+    story = res.stderr
+    assert f"step {k - 1}  {rows[k - 1]['name']}" in story and f"step {k}  Insert rid=7" in story
+    assert f"stopped at line {k + 1}: rejected: request 7 does not exist" in story
+    assert f"kvsm show {log} --all" in story
+
+
+def _story_steps(story: str) -> list[str]:
+    """The transition names of the steps a story tells (`step N  Name args`)."""
+    return [ln.split()[2] for ln in story.splitlines() if ln.startswith("step ") and ln.split()[1].isdigit()]
 
 
 @pytest.mark.tlc
@@ -95,9 +105,16 @@ def test_validate_reports_a_digest_the_model_does_not_reproduce(tmp_path):
     rows = _lines(log)
     rows[3]["digest"] = "0" * 32
     _write(log, rows)
-    res = validate(log)
-    assert not res.ok and res.first_rejected is None
-    assert res.digest_mismatch["line"] == 4
+    res = runner.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 1
+    assert f"{log}:4: digest {'0' * 32} is not the model's" in " ".join(res.stderr.split())
+    # the story goes up to the step whose digest differs, and says so
+    assert _story_steps(res.stderr) == [r["name"] for r in rows[1:4]]
+    assert f"stopped at line 4: digest mismatch: the log has {'0' * 32}" in res.stderr
+    assert f"kvsm show {log} --all" in res.stderr
+    out = validate(log)
+    assert not out.ok and out.first_rejected is None
+    assert out.digest_mismatch["line"] == 4
 
 
 @pytest.mark.tlc
@@ -198,10 +215,16 @@ def test_validate_names_the_step_whose_model_state_the_spec_does_not_reach(tmp_p
         Transition.make("WriteDone", rank=0),
         Transition.make("Rollback", node=1),
     ]
-    res = validate(_log_of(tmp_path / "hand.jsonl", steps))
-    assert not res.ok and res.model_rejected is None and res.digest_mismatch is None
-    assert res.first_rejected == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
-    assert res.matched == 5
+    log = _log_of(tmp_path / "hand.jsonl", steps)
+    res = runner.invoke(app, ["validate", str(log), "--json"])
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert not out["ok"] and out["model_rejected"] is None and out["digest_mismatch"] is None
+    assert out["first_rejected"] == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
+    assert out["matched"] == 5
+    # the story ends with the step the spec rejects, told as the model took it
+    assert _story_steps(res.stderr) == [t.name for t in steps]
+    assert "state after step 6" in res.stderr and f"kvsm show {log} --all" in res.stderr
 
 
 @pytest.mark.tlc

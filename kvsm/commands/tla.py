@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, console, emit_json, err, fail, warn_old_log
@@ -26,6 +27,21 @@ def _tlc_failed(e: Exception) -> typer.Exit:
     from ..tla.errors import TLCUnavailable  # noqa: PLC0415
 
     return _fail(str(e), EXIT_ENVIRONMENT if isinstance(e, TLCUnavailable) else EXIT_INPUT)
+
+
+def _tell_story(path: str | Path, until: Optional[int] = None) -> None:
+    """On stderr (stdout stays the command's result, pure JSON with --json): the story of
+    the log's last steps up to `until` (default: its first violation, else its end) and
+    how to open the whole of it with `kvsm show`."""
+    from ..render.story import tail_story
+    from .show import emit_err
+
+    try:
+        story = tail_story(path, until=until)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the failure itself was reported
+        err.print(f"(no story of {escape(str(path))}: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    emit_err(story)
 
 
 def register(app: typer.Typer) -> None:
@@ -84,6 +100,8 @@ def register(app: typer.Typer) -> None:
                     err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check {v['log']})")
                 else:
                     err.print(f"the trace could not become a log: {v.get('log_error')}")
+        if out["violation"] is not None and out["violation"]["log"]:
+            _tell_story(out["violation"]["log"])
         raise typer.Exit(0 if res.ok else EXIT_FAILED)
 
     @app.command()
@@ -163,4 +181,8 @@ def register(app: typer.Typer) -> None:
                     f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
                     f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
                 )
+        if not res.ok:
+            # up to the first step the spec rejects; else the log up to where the model
+            # stops replaying it (its rejection or its digest mismatch, which the story names)
+            _tell_story(log, res.first_rejected["step"] if res.first_rejected else res.steps)
         raise typer.Exit(0 if res.ok else EXIT_FAILED)
