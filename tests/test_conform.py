@@ -35,8 +35,11 @@ def test_conform_finds_the_graphs_equal_on_ci(ci_graph):
     assert res.examples == []
 
 
-def test_conform_cli_prints_the_comparison_as_json():
-    res = CliRunner().invoke(app, ["conform", "--config", "ci", "--json"])
+def test_conform_cli_prints_the_comparison_as_json(tmp_path):
+    # a one-request config (generated model): the JSON's shape, not ci's graph, is tested
+    from tests.test_tla import one_request_config
+
+    res = CliRunner().invoke(app, ["conform", "--config", str(one_request_config(tmp_path)), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"tlc_states", "model_states", "tlc_edges", "model_edges", "only_in_tlc", "only_in_model", "examples"} <= set(out)

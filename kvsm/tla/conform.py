@@ -23,8 +23,8 @@ from ..config import Config
 from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, config_of_model, read_cfg
-from .runner import model_paths, run_tlc
+from .models import ModelConfig, read_cfg
+from .runner import load_model, run_tlc
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
 
@@ -52,23 +52,32 @@ class StateGraph:
     seconds: float = 0.0
 
 
-def graph_config(cfg_path: Path) -> ModelConfig:
+def graph_config(cfg: Path | ModelConfig, where: str = "") -> ModelConfig:
     """The model's constants with INIT Init and NEXT Next and nothing to check: the
     complete graph is wanted, and state constraints would cut it short."""
-    mc = read_cfg(cfg_path)
+    mc = read_cfg(cfg) if isinstance(cfg, Path) else cfg
+    where = where or str(cfg)
     for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
         if mc.names(kw):
-            raise TLCError(f"{cfg_path}: has {kw}; conform compares complete state graphs, which {kw} would change")
+            raise TLCError(f"{where}: has {kw}; conform compares complete state graphs, which {kw} would change")
     return ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
 
 
-def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, workers: int = 1) -> StateGraph:
+def tlc_graph(
+    module: Path,
+    cfg: Path | ModelConfig,
+    config: Config,
+    intern: Interner,
+    workers: int = 1,
+    extra_modules: dict[str, str] | None = None,
+) -> StateGraph:
     t0 = time.perf_counter()
+    name = cfg.name if isinstance(cfg, Path) else module.stem
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
         dot = Path(tmp) / "graph.dot"
-        res = run_tlc(module, graph_config(cfg_path), workers=workers, dump_dot=dot, keep_output=False)
+        res = run_tlc(module, graph_config(cfg, name), workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra_modules)
         if res.violation is not None:
-            raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {cfg_path.name}")
+            raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {name}")
         by_fp: dict[str, int] = {}
         raw_edges: list[tuple[str, str, str]] = []
         parts_cache: dict[tuple[str, str], Any] = {}
@@ -90,7 +99,7 @@ def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, wo
             if initial is None:
                 initial = sid  # TLC writes the initial state first
     if initial is None:
-        raise TLCError(f"TLC's graph of {cfg_path.name} has no state")
+        raise TLCError(f"TLC's graph of {name} has no state")
     g = StateGraph(initial)
     g.states = set(by_fp.values())
     for src, dst, label in raw_edges:
@@ -215,16 +224,23 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
 
 
 def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None) -> ConformResult:
-    """Compare TLC's graph of a model (`ci` or a .cfg path) with the Python model's.
-    `tlc` reuses a TLC graph already read (with its interner), e.g. across tests."""
-    module, cfg_path = model_paths(model_name)
-    config = config_of_model(module, cfg_path)
-    if tlc is None:
-        intern = Interner()
-        tg = tlc_graph(module, cfg_path, config, intern, workers)
-    else:
+    """Compare TLC's graph of a model (`ci`, a .cfg path, or a kvsm config: a TOML path
+    or a built-in config name, for which the TLC model is generated) with the Python
+    model's. `tlc` reuses a TLC graph already read (with its interner), e.g. across
+    tests. A generated model's bound on node ids is the largest id the Python model's
+    exploration creates (a spec that creates more shows as states only TLC has)."""
+    m = load_model(model_name, properties=False)
+    config = m.config
+    if tlc is not None:
         tg, intern = tlc
-    mg = model_graph(config, intern)
+        mg = model_graph(config, intern)
+    else:
+        intern = Interner()
+        mg = model_graph(config, intern)
+        if m.generated:
+            top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
+            m = load_model(model_name, properties=False, node_ids=max(1, top))
+        tg = tlc_graph(m.module, m.cfg, config, intern, workers, m.extra_modules)
     names = ContentNames(p.pages for p in config.prompts)
     t0 = time.perf_counter()
     res = compare(tg, mg, intern, names)
