@@ -12,6 +12,7 @@ something the other's does not. The examples show the earliest divergences first
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections import Counter, deque
@@ -23,7 +24,7 @@ from ..config import Config
 from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, read_cfg
+from .models import ModelConfig, module_definitions, read_cfg
 from .runner import load_model, run_tlc
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
@@ -223,6 +224,24 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
     )
 
 
+def _check_node_ids(module: Path, top: int) -> None:
+    """A shipped model bounds the node ids its actions quantify over (`MC_NodeIds ==
+    1 .. k`, which its own check verifies with `MC_NodeIdsCovered`); conform runs TLC
+    with nothing to check, so a bound the model outgrows would only show as edges
+    that TLC lacks. Say so plainly instead."""
+    text = module_definitions(module).get("MC_NodeIds")
+    if text is None:
+        return
+    m = re.fullmatch(r"(\d+)\s*\.\.\s*(\d+)", text.strip())
+    if m is None:
+        return
+    if top > int(m.group(2)):
+        raise TLCError(
+            f"{module}: MC_NodeIds is {text.strip()}, but the Python model of this config creates node id {top}; "
+            f"raise the bound to 1 .. {top} (TLC would not quantify over the larger ids)"
+        )
+
+
 def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None) -> ConformResult:
     """Compare TLC's graph of a model (`ci`, a .cfg path, or a kvsm config: a TOML path
     or a built-in config name, for which the TLC model is generated) with the Python
@@ -237,9 +256,11 @@ def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] 
     else:
         intern = Interner()
         mg = model_graph(config, intern)
+        top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
         if m.generated:
-            top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
             m = load_model(model_name, properties=False, node_ids=max(1, top))
+        else:
+            _check_node_ids(m.module, top)
         tg = tlc_graph(m.module, m.cfg, config, intern, workers, m.extra_modules)
     names = ContentNames(p.pages for p in config.prompts)
     t0 = time.perf_counter()
