@@ -61,16 +61,22 @@ def build_log(path: Path, R: int, pages: int, cycles: int) -> int:
             step("Match", rid=rid)
             step("Insert", rid=rid)
             node = s.requests[rid].node
-            step("Reserve", node=node)
+            step("Reserve", node=node, fits=True)
             for r in range(R):
                 step("WriteDone", rank=r)
+            for r in range(R):
+                step("CommitCall", rank=r)
             step("Commit")
             step("Finish", rid=rid)
             step("EvictDevice", node=node)
             rid += 1
-            step("Arrive", rid=rid, tokens=tokens, out_pages=0)
+            # one page more: a match covers a prompt but its last page, so this one
+            # matches the whole evicted prefix
+            step("Arrive", rid=rid, tokens=tokens + [tokens[-1] + 1], out_pages=0)
             step("Match", rid=rid)
             step("LoadBack", rid=rid)
+            for r in range(R):
+                step("LoadDone", rank=r)
             step("Abort", rid=rid)
             rid += 1
     return count

@@ -11,6 +11,6 @@ MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],
 
 \* Liveness quantifies over node ids; this config never creates more than these,
 \* which MC_NodeIdsCovered checks in every state.
-MC_NodeIds == 1 .. 4
+MC_NodeIds == 1 .. 6
 MC_NodeIdsCovered == DOMAIN nodes \subseteq {Root} \cup MC_NodeIds
 =============================================================================

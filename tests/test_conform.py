@@ -35,8 +35,11 @@ def test_conform_finds_the_graphs_equal_on_ci(ci_graph):
     assert res.examples == []
 
 
-def test_conform_cli_prints_the_comparison_as_json():
-    res = CliRunner().invoke(app, ["conform", "--config", "ci", "--json"])
+def test_conform_cli_prints_the_comparison_as_json(tmp_path):
+    # a one-request config (generated model): the JSON's shape, not ci's graph, is tested
+    from tests.test_tla import one_request_config
+
+    res = CliRunner().invoke(app, ["conform", "--config", str(one_request_config(tmp_path)), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"tlc_states", "model_states", "tlc_edges", "model_edges", "only_in_tlc", "only_in_model", "examples"} <= set(out)
@@ -114,3 +117,24 @@ def test_a_wrong_model_transition_makes_conform_fail_and_name_it(ci_graph, monke
         return change.get("write_done", first["from"]["write_done"])
 
     assert write_done(first["to"][0]) != write_done(first["other_side_to"][0])
+
+
+def test_a_shipped_model_whose_node_ids_the_model_outgrows_is_refused_by_name(tmp_path):
+    """Conform runs TLC with nothing to check, so a model whose `MC_NodeIds` bound is
+    smaller than the node ids the config creates would show only as edges TLC lacks
+    (this happened to MC_loads when a match began to split): it is refused up front."""
+    import shutil
+
+    from kvsm.tla.conform import conform
+    from kvsm.tla.errors import TLCError
+    from kvsm.tla.runner import spec_dir
+
+    for f in spec_dir().glob("*.tla"):
+        shutil.copy(f, tmp_path / f.name)
+    shutil.copy(spec_dir() / "MC_commit_early_return.cfg", tmp_path)
+    mod = tmp_path / "MC_commit_early_return.tla"
+    text = mod.read_text()
+    assert "MC_NodeIds == 1 .. 2" in text
+    mod.write_text(text.replace("MC_NodeIds == 1 .. 2", "MC_NodeIds == 1 .. 0"))
+    with pytest.raises(TLCError, match=r"MC_NodeIds is 1 \.\. 0, but the Python model of this config creates node id 1"):
+        conform(str(tmp_path / "MC_commit_early_return.cfg"))

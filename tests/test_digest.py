@@ -47,20 +47,19 @@ def test_digest_is_the_same_in_other_processes_and_hash_seeds():
 
 
 def test_states_without_new_parts_keep_their_digest():
-    """The state after a commit round and after every rank's load-back copy are the states
-    the atomic Commit and the synchronous LoadBack reached before those were split, with
-    the digests recorded then (by the code of that time)."""
+    """The state after a commit round is the state the atomic Commit reached before it was
+    split into per-rank calls, with the digest recorded then (by the code of that time).
+    (The load-back's counterpart cannot be compared any more: a match now stops one page
+    short of its prompt, so no prompt leads to the state the synchronous LoadBack reached;
+    the empty `loads` and `load_done` leave the digest as the first value shows.)"""
     from kvsm.config import load_config
     from kvsm.state import initial_state
 
     s = initial_state(load_config("default"))
     s = run(s, T("Arrive", rid=0, tokens=list(range(1, 40)), out_pages=2), T("Match", rid=0), T("Insert", rid=0),
-            T("Reserve", node=1), *(T("WriteDone", rank=r) for r in range(4)), *(T("CommitCall", rank=r) for r in range(4)),
+            T("Reserve", node=1, fits=True), *(T("WriteDone", rank=r) for r in range(4)), *(T("CommitCall", rank=r) for r in range(4)),
             T("Commit"))
     assert s.digest() == "45d0974f17e2f93987d2343e3af05311"
-    s = run(s, T("Finish", rid=0), T("EvictDevice", node=1), T("Arrive", rid=1, tokens=list(range(1, 40)), out_pages=0),
-            T("Match", rid=1), T("LoadBack", rid=1), *(T("LoadDone", rank=r) for r in range(4)))
-    assert s.digest() == "95df6f5421687c5c290a7fe2023601e2"
 
 
 def test_equal_states_by_different_paths_have_equal_digests():

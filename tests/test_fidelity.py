@@ -90,7 +90,7 @@ def test_a_round_that_commits_nothing_returns_to_the_state_before_it():
     cfg = replace(load_config("small"), max_requests=0, max_live=0)
     s = serve(initial_state(cfg), 0, [1])
     a = node_by_key(s, (1,))
-    s = run(s, T("Reserve", node=a), T("WriteDone", rank=1))
+    s = run(s, T("Reserve", node=a, fits=True), T("WriteDone", rank=1))
     before = s.digest()
     for t, s2 in successors(s, ("CommitCall",)):
         s3 = run(s2, T("CommitCall", rank=1 - t.rank), T("Commit"))
@@ -119,7 +119,7 @@ def test_the_fast_checks_agree_with_the_invariants_on_loads_and_rounds(loads_gra
         assert c.finish() is None
     s = initial_state(replace(small2, commit_call="reference"))
     c = Checker(s)
-    steps = [T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Reserve", node=1),
+    steps = [T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Reserve", node=1, fits=True),
              T("WriteDone", rank=0), T("CommitCall", rank=0), T("CommitCall", rank=1)]
     for i, t in enumerate(steps):
         s = apply(s, t)
@@ -137,7 +137,7 @@ def test_the_checker_catches_a_page_written_while_its_load_is_in_flight():
 
     cfg = replace(load_config("loads"), max_requests=0, max_live=0)
     s = serve(initial_state(cfg), 0, [1, 2])
-    s = run(backup(s, 1), T("EvictDevice", node=1), T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1),
+    s = run(backup(s, 1), T("EvictDevice", node=1), T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1),
             T("LoadBack", rid=1), T("Abort", rid=1))
     c = Checker(s)
     assert c.start() is None
@@ -188,7 +188,7 @@ def test_tlc_and_the_model_agree_on_the_loads_model_and_it_holds_every_property(
 
     cfg = str(spec_dir() / "MC_loads.cfg")
     res = conform(cfg)
-    assert res.equal and res.tlc_states == res.model_states == 6436, res.to_json()
+    assert res.equal and res.tlc_states == res.model_states == 127372, res.to_json()
     assert check(cfg).tlc.violation is None
 
 

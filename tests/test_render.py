@@ -22,12 +22,12 @@ def _served_and_backed():
 def test_show_prints_every_part_of_the_state_in_a_fixed_layout():
     s = run(_served_and_backed(), T("Insert", rid=1))
     assert show(s) == "\n".join([
-        "clock 4  next node #4  next request r2",
+        "clock 5  next node #4  next request r2",
         "tree",
         "  #0  root",
-        "  └─ #2  [1,2]  L1 p0(l0) p1(l1)  lock 1  hits 2  touched 3",
-        "     ├─ #1  [3]  L1 p2(l0)  L2 h0  hits 1  touched 1",
-        "     └─ #3  [9]  L1 p4(l0)  lock 1  hits 1  touched 4",
+        "  └─ #2  [1,2]  L1 p0(l0) p1(l1)  lock 1  hits 2  touched 4",
+        "     ├─ #1  [3]  L1 p2(l0)  L2 h0  hits 1  touched 2",
+        "     └─ #3  [9]  L1 p4(l0)  lock 1  hits 1  touched 5",
         "lanes",
         "  l0  used 3/4  free p6",
         "  l1  used 2/4  free p5 p7",
@@ -46,7 +46,7 @@ def test_show_is_deterministic_and_has_no_blank_line():
 
 def test_a_pending_backup_shows_its_object_being_written_and_which_ranks_wrote_it():
     s = serve(fresh(), 0, [1, 2])
-    s = run(s, T("Reserve", node=1), T("WriteDone", rank=1))
+    s = run(s, T("Reserve", node=1, fits=True), T("WriteDone", rank=1))
     text = show(s, sections=("tree", "writes"))
     assert "#1  [1,2]  L1 p0(l0) p1(l1)  L2 h0..1 writing  lock 1" in text
     assert "writes  r0 done 0  r1 done 1\n  #1  h0..1  done by r1" in text

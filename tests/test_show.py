@@ -208,6 +208,6 @@ def test_a_tlc_counterexample_is_told_as_a_story(tmp_path):
     assert runner.invoke(app, ["check", "--config", str(cfg), "--log", str(log)]).exit_code == 1
     text = tail_story(log, last=2)
     assert "TLC counterexample of NothingCommitted (invariant) in model" in text
-    assert "step 7  Commit\n  tree\n    ~ #1  L2 h0..1 writing → h0..1  lock 2 → 1" in text
+    assert "step 9  Commit\n  tree\n    ~ #1  L2 h0..1 writing → h0..1  lock 2 → 1" in text
     res = runner.invoke(app, ["show", str(log), "--html", str(tmp_path / "cex.html")])
-    assert res.exit_code == 0 and "(7 steps)" in res.output
+    assert res.exit_code == 0 and "(9 steps)" in res.output

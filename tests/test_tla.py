@@ -214,6 +214,12 @@ def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(t
     assert header.source == "tlc" and header.extra["property"] == "NothingCommitted"
     # the shortest way to a committed backup: both copies, both ranks' calls, the collective
     assert names == ["Arrive", "Match", "Insert", "Reserve", "WriteDone", "WriteDone", "CommitCall", "CommitCall", "Commit"]
+    # told on stderr (stdout is the JSON): its last six steps, and how to open the whole
+    story = res.stderr
+    assert "TLC counterexample of NothingCommitted" in story
+    steps = [ln.split()[2] for ln in story.splitlines() if ln.startswith("step ") and ln.split()[1].isdigit()]
+    assert steps == names[-6:] and "the last 6 steps up to step 9:" in story
+    assert f"kvsm show {log} --all" in story and f"kvsm show {log} --html violation.html" in story
 
     # the same property on the Python side: replay --check stops at the log's last line
     def nothing_committed(state):
@@ -271,4 +277,127 @@ def test_a_liveness_counterexample_that_loops_becomes_a_log_that_closes_the_loop
     back = header.extra["loops_back_to_step"]
     # the last transition returns to the state after step `back`
     assert digests[-1] == (header.initial_digest if back == 0 else digests[back - 1])
+    assert replay(res.log).ok
+
+
+# ---- the config fields the spec models, and models generated from kvsm configs ---------------------
+
+from dataclasses import fields  # noqa: E402
+
+from kvsm.config import Config  # noqa: E402
+
+
+def test_every_config_field_is_a_spec_constant_or_says_why_not():
+    """One table says how the spec sees each field of Config: a new field must be put
+    in it (a constant, not modelled yet, or no behaviour the spec decides)."""
+    constants = {f for f, _ in models.CONSTANT_FIELDS}
+    others = set(models.NOT_IN_SPEC) | set(models.NOT_BEHAVIOUR)
+    assert {f.name for f in fields(Config)} == constants | others
+    assert not constants & set(models.NOT_BEHAVIOUR) and not set(models.NOT_IN_SPEC) & set(models.NOT_BEHAVIOUR)
+    # what the spec hard-codes is the default config's value
+    assert all(getattr(Config(), f) == v for f, v in models.NOT_IN_SPEC.items())
+
+
+def _lru_config(tmp_path: Path) -> Path:
+    text = (Path(models.__file__).resolve().parents[1] / "configs" / "small.toml").read_text()
+    p = tmp_path / "small_lru.toml"
+    # before the file's tables ([walk_weights]), where a top-level key belongs
+    p.write_text('eviction = "lru"\n' + text)
+    return p
+
+
+def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path):
+    toml = _lru_config(tmp_path)
+    cli = CliRunner()
+    for cmd in (["check", "--config", str(toml)], ["conform", "--config", str(toml)]):
+        res = cli.invoke(app, cmd)
+        assert res.exit_code == 2, res.output
+        assert "field 'eviction' = 'lru' is not in the spec yet" in " ".join(res.output.split())
+    log = tmp_path / "lru.jsonl"
+    assert cli.invoke(app, ["walk", "--config", str(toml), "--steps", "5", "-o", str(log)]).exit_code == 0
+    res = cli.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 2 and "field 'eviction' = 'lru'" in " ".join(res.output.split())
+
+
+def test_binding_a_new_spec_constant_is_one_line_of_the_field_table(monkeypatch):
+    """Once the spec has a constant for a field, one line of CONSTANT_FIELDS binds it:
+    the field is no longer refused and the constant is written for TLC."""
+    cfg = Config(eviction="lru")
+    with pytest.raises(TLCError, match="eviction"):
+        models.refuse_unmodelled(cfg, "here")
+    monkeypatch.setattr(models, "CONSTANT_FIELDS", models.CONSTANT_FIELDS + (("eviction", "VictimOrder"),))
+    models.refuse_unmodelled(cfg, "here")
+    assert models.constant_bindings(cfg)["VictimOrder"] == '"lru"'
+
+
+def test_a_kvsm_config_names_a_generated_model_and_a_cfg_or_shipped_name_does_not():
+    assert runner.is_config("small") and runner.is_config("default") and runner.is_config("x/my.toml")
+    assert not runner.is_config("ci") and not runner.is_config("l3") and not runner.is_config("spec/MC_ci.cfg")
+    m = runner.load_model("small")
+    assert m.generated and m.config == load_config("small") and m.node_ids == 9
+    text = m.extra_modules[models.GENERATED_MODULE]
+    assert "EXTENDS KVCache" in text and "MC_NodeIds == 1 .. 9" in text
+    mc = m.model_config()
+    assert mc.constants["Prompts"] == ("<-", "MC_Prompts") and mc.constants["NodeIds"] == ("<-", "MC_NodeIds")
+    # the ci model's checks
+    ci = models.read_cfg(runner.model_paths("ci")[1])
+    assert mc.names("INVARIANTS") == ci.names("INVARIANTS") and mc.names("PROPERTIES") == ci.names("PROPERTIES")
+
+
+def test_a_config_whose_requests_never_stop_is_not_exhausted():
+    with pytest.raises(TLCError, match=r"max_requests = 0 .*`kvsm check --simulate`"):
+        runner.load_model("default")
+    m = runner.load_model("default", properties=False, node_ids=41, depth=20)
+    assert m.model_config().constants["MaxRequests"] == ("=", "20") and not m.model_config().names("PROPERTIES")
+
+
+def one_request_config(tmp_path: Path) -> Path:
+    """`small` with one request: a config TLC and the Python model exhaust in seconds."""
+    text = (Path(models.__file__).resolve().parents[1] / "configs" / "small.toml").read_text()
+    p = tmp_path / "small1.toml"
+    p.write_text(text.replace("max_requests = 3", "max_requests = 1"))
+    return p
+
+
+@pytest.mark.tlc
+def test_check_and_conform_take_a_toml_config(tmp_path):
+    """A TOML config is checked through the model kvsm generates for it: TLC reaches the
+    states the Python model explores, and conform finds the two graphs equal."""
+    from kvsm.explore import explore
+    from kvsm.tla.conform import conform
+
+    toml = one_request_config(tmp_path)
+    res = CliRunner().invoke(app, ["check", "--config", str(toml), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    states = len(explore(load_config(str(toml)), check=False).states)
+    assert out["violation"] is None and out["distinct_states"] == states and out["node_ids"] == 3
+    c = conform(str(toml))
+    assert c.equal and c.tlc_states == c.model_states == states, c.to_json()
+
+
+@pytest.mark.tlc
+def test_simulation_checks_the_default_config_along_random_behaviours():
+    res = CliRunner().invoke(app, ["check", "--config", "default", "--simulate", "--depth", "15", "--traces", "2", "--seed", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["violation"] is None and out["behaviours"] == 2 and out["simulate"] == {"num": 2, "depth": 15, "seed": 3}
+    assert 2 <= out["states_generated"] <= 2 * 15 + 2 and out["states_per_second"] > 0
+
+
+@pytest.mark.tlc
+def test_a_violation_found_by_simulation_becomes_a_log_that_replays(tmp_path):
+    cfg = _model(
+        tmp_path,
+        "MC_simfalse",
+        "NothingCommitted == \\A n \\in DOMAIN nodes : nodes[n].host = NoObject",
+        "INIT Init\nNEXT Next\nINVARIANT NothingCommitted\n",
+    )
+    from kvsm.tla.check import check
+
+    res = check(str(cfg), log_path=tmp_path / "sim.jsonl", simulate={"num": 500, "depth": 40, "seed": 7})
+    assert not res.ok and res.tlc.violation.property == "NothingCommitted"
+    header, stream = read_log(res.log)
+    names = [t.name for _, _, t, _ in stream]
+    assert header.source == "tlc" and names[-1] == "Commit"
     assert replay(res.log).ok

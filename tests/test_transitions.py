@@ -227,7 +227,7 @@ def test_write_done_copies_only_the_ranks_own_pages():
 def test_a_commit_round_with_an_unfinished_rank_commits_nothing():
     s = serve(fresh(R=2), 0, [1])
     a = node_by_key(s, (1,))
-    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0))
+    s = run(s, T("Reserve", node=a, fits=True), T("WriteDone", rank=0))
     before = s.digest()
     s = commit_round(s)  # the MIN is 0: the collective returns and changes nothing
     assert s.digest() == before and a in s.pending
@@ -236,7 +236,7 @@ def test_a_commit_round_with_an_unfinished_rank_commits_nothing():
 def test_commit_calls_pair_up_and_block_replicated_steps():
     s = serve(fresh(R=2), 0, [1])
     a = node_by_key(s, (1,))
-    s = run(s, T("Reserve", node=a), T("CommitCall", rank=1))
+    s = run(s, T("Reserve", node=a, fits=True), T("CommitCall", rank=1))
     assert s.commit_round == (0, 1)
     rejects(s, T("CommitCall", rank=1), "already reached the commit call")
     # rank 1 waits in the collective: no replicated step until the round completes, and its
@@ -259,7 +259,7 @@ def test_reference_commit_call_returns_early_on_an_empty_ack_queue():
     the collective; a rank whose queue holds an ack enters it: the calls no longer pair."""
     s = serve(fresh(R=2, commit_call="reference"), 0, [1])
     a = node_by_key(s, (1,))
-    s = run(s, T("Reserve", node=a), T("WriteDone", rank=0), T("CommitCall", rank=0))
+    s = run(s, T("Reserve", node=a, fits=True), T("WriteDone", rank=0), T("CommitCall", rank=0))
     s = apply(s, T("CommitCall", rank=1))
     assert s.commit_round == (1, 2)
     assert violations(s) == ["12 Collectives: ranks [0] entered the commit collective and ranks [1] returned early from the same call"]
@@ -269,7 +269,7 @@ def test_reference_commit_call_returns_early_on_an_empty_ack_queue():
 def test_reference_commit_calls_that_all_return_early_issue_no_collective():
     s = serve(fresh(R=2, commit_call="reference"), 0, [1])
     a = node_by_key(s, (1,))
-    s = run(s, T("Reserve", node=a), T("CommitCall", rank=0))
+    s = run(s, T("Reserve", node=a, fits=True), T("CommitCall", rank=0))
     assert s.commit_round == (2, 0)
     s = run(s, T("CommitCall", rank=1))
     assert s.commit_round == (0, 0)
@@ -347,7 +347,7 @@ def _host_only(s, rid, key):
 
 def test_load_back_is_asynchronous_each_rank_copies_its_own_lane():
     s, nid = _host_only(fresh(R=2), 0, [1, 2, 3])
-    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 3, 4], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1))
     n = s.nodes[nid]
     expect = content.prefix_content((1, 2, 3))
     # issued: the pages are the node's and locked (the load's lock and the request's), empty
@@ -366,7 +366,7 @@ def test_load_back_is_asynchronous_each_rank_copies_its_own_lane():
 
 def test_an_aborted_request_leaves_its_load_back_locked_until_every_copy_lands():
     s, nid = _host_only(fresh(R=2), 0, [1, 2])
-    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1),
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 9], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1),
             T("LoadDone", rank=0), T("Abort", rid=1))
     assert s.nodes[nid].lock == 1 and all(k[2] != nid for k in s.dev_index)
     rejects(s, T("EvictDevice", node=nid), "no node can be evicted from L1")
@@ -382,7 +382,7 @@ def test_a_page_written_while_its_load_is_in_flight_breaks_content():
     from kvsm.tx import Tx
 
     s, nid = _host_only(fresh(R=1, L1=2), 0, [1, 2])
-    s = run(s, T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1), T("Abort", rid=1))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 2, 9], out_pages=0), T("Match", rid=1), T("LoadBack", rid=1), T("Abort", rid=1))
     tx = Tx(s)
     tx.fill_dev(s.nodes[nid].dev[0], 12345)
     bad = violations(tx.commit())

@@ -87,6 +87,16 @@ def test_validate_rejects_a_tampered_step_and_names_its_line(tmp_path):
     assert out["first_rejected"]["line"] == k + 1 and out["first_rejected"]["name"] == "Insert"
     assert out["matched"] == k - 1
     assert out["model_rejected"]["line"] == k + 1  # the model rejects it too
+    # the story of the steps before it, the rejected step and why, on stderr
+    story = res.stderr
+    assert f"step {k - 1}  {rows[k - 1]['name']}" in story and f"step {k}  Insert rid=7" in story
+    assert f"stopped at line {k + 1}: rejected: request 7 does not exist" in story
+    assert f"kvsm show {log} --all" in story
+
+
+def _story_steps(story: str) -> list[str]:
+    """The transition names of the steps a story tells (`step N  Name args`)."""
+    return [ln.split()[2] for ln in story.splitlines() if ln.startswith("step ") and ln.split()[1].isdigit()]
 
 
 @pytest.mark.tlc
@@ -95,9 +105,16 @@ def test_validate_reports_a_digest_the_model_does_not_reproduce(tmp_path):
     rows = _lines(log)
     rows[3]["digest"] = "0" * 32
     _write(log, rows)
-    res = validate(log)
-    assert not res.ok and res.first_rejected is None
-    assert res.digest_mismatch["line"] == 4
+    res = runner.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 1
+    assert f"{log}:4: digest {'0' * 32} is not the model's" in " ".join(res.stderr.split())
+    # the story goes up to the step whose digest differs, and says so
+    assert _story_steps(res.stderr) == [r["name"] for r in rows[1:4]]
+    assert f"stopped at line 4: digest mismatch: the log has {'0' * 32}" in res.stderr
+    assert f"kvsm show {log} --all" in res.stderr
+    out = validate(log)
+    assert not out.ok and out.first_rejected is None
+    assert out.digest_mismatch["line"] == 4
 
 
 @pytest.mark.tlc
@@ -198,10 +215,16 @@ def test_validate_names_the_step_whose_model_state_the_spec_does_not_reach(tmp_p
         Transition.make("WriteDone", rank=0),
         Transition.make("Rollback", node=1),
     ]
-    res = validate(_log_of(tmp_path / "hand.jsonl", steps))
-    assert not res.ok and res.model_rejected is None and res.digest_mismatch is None
-    assert res.first_rejected == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
-    assert res.matched == 5
+    log = _log_of(tmp_path / "hand.jsonl", steps)
+    res = runner.invoke(app, ["validate", str(log), "--json"])
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert not out["ok"] and out["model_rejected"] is None and out["digest_mismatch"] is None
+    assert out["first_rejected"] == {"line": 7, "step": 6, "transition": "Rollback(node=1)", "name": "Rollback"}
+    assert out["matched"] == 5
+    # the story ends with the step the spec rejects, told as the model took it
+    assert _story_steps(res.stderr) == [t.name for t in steps]
+    assert "state after step 6" in res.stderr and f"kvsm show {log} --all" in res.stderr
 
 
 @pytest.mark.tlc
@@ -244,3 +267,58 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
     assert set(before.nodes) - set(s.nodes) == {2, 3, 4}  # both leaves, then their parent
     res = validate(log)
     assert res.ok, res.to_json()
+
+
+# ---- long logs: segments checked apart -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_log(tmp_path_factory) -> Path:
+    """A long walk of tests/data/l3_busy.toml (three live requests, spills and reloads in
+    flight), cut into three segments below; its pools are small, so that TLC's work is
+    the segments' and not the spec's actions on large pools."""
+    log = tmp_path_factory.mktemp("long") / "busy-long.jsonl"
+    res = runner.invoke(app, ["walk", "--config", str(DATA / "l3_busy.toml"), "--steps", "900", "--seed", "5", "-o", str(log)])
+    assert res.exit_code == 0, res.output
+    return log
+
+
+@pytest.mark.tlc
+def test_validate_follows_a_long_log_in_segments_that_cover_it(long_log):
+    """A long log is cut into segments that TLC follows apart (two at once), each from
+    the model's state before its first step; together they take every step."""
+    res = validate(long_log, workers=2, segments=3)
+    assert res.ok and res.matched == res.steps == 900, res.to_json()
+    segs = res.to_json()["segments"]
+    assert [s["segment"] for s in segs] == [0, 1, 2]
+    assert segs[0]["first_step"] == 1 and sum(s["steps"] for s in segs) == 900
+    assert all(a["first_step"] + a["steps"] == b["first_step"] for a, b in zip(segs, segs[1:]))
+    assert all(s["cpu_seconds"] and s["cpu_seconds"] > 0 and s["peak_rss_mb"] for s in segs)
+
+
+@pytest.mark.tlc
+def test_a_wrong_step_deep_in_a_long_log_is_named_with_its_variable_and_segment(long_log, monkeypatch):
+    """A model Match that stamps one tick too many, at one step in the last third of a
+    long log: TLC names that step, its segment, and `clock` as the variable whose value
+    after it is not the model's; every earlier step (in the earlier segments too) was
+    taken."""
+    log = long_log
+    names = [r.get("name") for r in _lines(log)[1:]]
+    k = next(i + 1 for i, n in enumerate(names) if i >= 700 and n == "Match")  # 1-based step
+    nth = names[:k].count("Match")
+    right = REGISTRY["Match"]
+    calls = []
+
+    def match(s, t):
+        out = right.apply(s, t)
+        calls.append(t)
+        return replace(out, clock=out.clock + 1) if len(calls) == nth else out
+
+    monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
+    res = validate(log, workers=2, segments=3)
+    assert not res.ok and res.model_rejected is None
+    assert res.first_rejected == {"line": k + 1, "step": k, "transition": str(Transition.make("Match", **_lines(log)[k]["args"])), "name": "Match"}
+    assert res.matched == k - 1
+    assert res.rejection["variables"] == ["clock"] and res.rejection["segment"] == 2
+    last = res.segments[2]
+    assert last.first_step <= k < last.first_step + last.steps

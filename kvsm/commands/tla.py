@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, bug_or_exit, console, emit_json, err, fail, warn_old_log
 
-MODEL_HELP = "model: ci, deep, l3, or a path to a TLC .cfg (its module is the .tla beside it)"
+MODEL_HELP = (
+    "model: ci, deep, l3, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
+    "(a TOML path or a built-in config name such as small or default) whose TLC model is generated"
+)
 
 
 def _fail(msg: str, code: int = EXIT_INPUT) -> typer.Exit:
@@ -25,18 +29,38 @@ def _tlc_failed(e: Exception) -> typer.Exit:
     return _fail(str(e), EXIT_ENVIRONMENT if isinstance(e, TLCUnavailable) else EXIT_INPUT)
 
 
+def _tell_story(path: str | Path, until: Optional[int] = None) -> None:
+    """On stderr (stdout stays the command's result, pure JSON with --json): the story of
+    the log's last steps up to `until` (default: its first violation, else its end) and
+    how to open the whole of it with `kvsm show`."""
+    from ..render.story import tail_story
+    from .show import emit_err
+
+    try:
+        story = tail_story(path, until=until)
+    except Exception as e:  # noqa: BLE001 - the story is an aid; the failure itself was reported
+        err.print(f"(no story of {escape(str(path))}: {escape(f'{type(e).__name__}: {e}')})", highlight=False, soft_wrap=True)
+        return
+    emit_err(story)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def check(
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
         log: Optional[Path] = typer.Option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
+        simulate: bool = typer.Option(False, "--simulate", help="TLC's random simulation instead of an exhaustive check (for configs too large to exhaust)"),
+        depth: int = typer.Option(100, "--depth", min=1, help="with --simulate: states per behaviour at most"),
+        traces: int = typer.Option(100, "--traces", min=1, help="with --simulate: behaviours to generate"),
+        seed: int = typer.Option(0, "--seed", help="with --simulate: TLC's random seed"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),
     ) -> None:
-        """Model-check the spec with TLC: its invariants and the liveness property (with
-        --bug, of the spec with that defect). A violation's trace becomes a kvsm log that
-        `kvsm replay --check` replays (with the same --bug)."""
+        """Model-check the spec with TLC: its invariants and the liveness properties, or
+        with --simulate its invariants along random behaviours (with --bug, of the spec
+        with that defect). A violation's trace becomes a kvsm log that `kvsm replay
+        --check` replays (with the same --bug)."""
         from ..log import OutputError, check_output_file
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
@@ -47,8 +71,9 @@ def register(app: typer.Typer) -> None:
                 check_output_file(log)
         except OutputError as e:
             raise _fail(f"--log: {e}") from None
+        sim = {"num": traces, "depth": depth, "seed": seed} if simulate else None
         try:
-            res = do_check(config, workers=workers, log_path=log, bug=bug)
+            res = do_check(config, workers=workers, log_path=log, simulate=sim, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
         out = res.to_json()
@@ -56,11 +81,19 @@ def register(app: typer.Typer) -> None:
             emit_json(out)
         else:
             t = res.tlc
-            rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
-            console.print(
-                f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
-                f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
-            )
+            if sim is not None:
+                done = f"{out['behaviours']} behaviours" if out["behaviours"] else "stopped at a violation"
+                console.print(
+                    f"{config}: simulation, seed {seed}, depth {depth}: {done}, {t.states_generated} states, "
+                    f"{t.seconds:.1f}s ({out['states_per_second'] or 0:,.1f} states/s"
+                    + (f", {out['behaviours_per_second']:,.2f} behaviours/s)" if out["behaviours_per_second"] else ")")
+                )
+            else:
+                rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
+                console.print(
+                    f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
+                    f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
+                )
             v = out["violation"]
             if v is None:
                 console.print("[green]no violation[/green]")
@@ -71,6 +104,8 @@ def register(app: typer.Typer) -> None:
                     err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check{again} {v['log']})")
                 else:
                     err.print(f"the trace could not become a log: {v.get('log_error')}")
+        if out["violation"] is not None and out["violation"]["log"]:
+            _tell_story(out["violation"]["log"])
         raise typer.Exit(0 if res.ok else EXIT_FAILED)
 
     @app.command()
@@ -113,12 +148,14 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
         log: Path = typer.Argument(..., help="transition log (JSONL)"),
-        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
+        segments: Optional[int] = typer.Option(None, "--segments", min=1, help="stretches of the log checked apart (default: one per worker for a long log)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),
     ) -> None:
-        """Decide with TLC whether a log is a behaviour of the spec (with --bug, of the
-        spec with that defect; the correct spec by default, whatever defect the log was
+        """Decide with TLC whether a log is a behaviour of the spec: every step, from the
+        model's state before it, to the model's state after it (with --bug, of the spec
+        with that defect; the correct spec by default, whatever defect the log was
         written with)."""
         from ..log import LogError
         from ..tla.errors import TLCError, TLCUnavailable
@@ -127,7 +164,7 @@ def register(app: typer.Typer) -> None:
         bug_or_exit(bug)
         warn_old_log(log)
         try:
-            res = do_validate(log, workers=workers, bug=bug)
+            res = do_validate(log, workers=workers, segments=segments, bug=bug)
         except LogError as e:
             raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
         except (TLCError, TLCUnavailable) as e:
@@ -137,7 +174,11 @@ def register(app: typer.Typer) -> None:
         else:
             if res.first_rejected:
                 r = res.first_rejected
+                why = res.rejection or {}
                 err.print(f"[red]{log}:{r['line']}: step {r['step']} {r['transition']} is not allowed by the spec[/red] (after {res.matched} matched steps)")
+                if why:
+                    names = ", ".join(why["variables"])
+                    err.print(f"{why['reason']}" + (f": {names}" if names else "") + f" (segment {why['segment']})")
             if res.model_rejected:
                 r = res.model_rejected
                 err.print(f"{log}:{r['line']}: the Python model rejects {r['transition']}: {r['reason']}")
@@ -147,5 +188,12 @@ def register(app: typer.Typer) -> None:
                 r = res.digest_mismatch
                 err.print(f"[red]{log}:{r['line']}: digest {r['log']} is not the model's {r['model']}[/red] after {r['transition']}")
             if res.ok:
-                console.print(f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] ({res.tlc.seconds:.1f}s)")
+                console.print(
+                    f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
+                    f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
+                )
+        if not res.ok:
+            # up to the first step the spec rejects; else the log up to where the model
+            # stops replaying it (its rejection or its digest mismatch, which the story names)
+            _tell_story(log, res.first_rejected["step"] if res.first_rejected else res.steps)
         raise typer.Exit(0 if res.ok else EXIT_FAILED)

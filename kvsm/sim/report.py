@@ -218,7 +218,10 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
     ]),
     ("Backups", [
         ("reserved", "backups_reserved"), ("committed", "backups_committed"), ("rolled back", "backups_rolled_back"),
-        ("write-back waits", "write_back_waits"),
+        ("write-back waits", "write_back_waits"), ("reserves that did not fit (evictions kept)", "reserves_failed"),
+        ("prepared (write-through, before the forward pass)", "backups_prepared"),
+        ("prepares that did not fit", "prepares_failed"), ("prepared and attached at insert", "prepared_attached"),
+        ("prepared and rolled back", "prepared_rolled_back"),
     ]),
     ("L3", [
         ("spills submitted", "spills_submitted"), ("spills durable", "spills_durable"), ("spills failed", "spills_failed"),

@@ -1,28 +1,48 @@
 """`kvsm check`: TLC checks a model of the spec (its invariants and the liveness
-property), and a violation's trace becomes a kvsm log.
+properties), exhaustively or along random behaviours, and a violation's trace becomes
+a kvsm log.
 
-TLC prints each state of a counterexample and the name of the action that reached
-it, not the action's arguments. The log needs both, so each step is matched against
-the Python model: among the model's enabled transitions of that name, the one whose
-successor maps onto the state TLC printed (`kvsm.tla.specmap`). The log's digests are the
-model's, so `kvsm replay --check` replays it; for an invariant of the model (1-7, 10)
-it stops at the same violation.
+The model is a shipped one (`ci`, `deep`, `l3`), a `.cfg` beside its module, or one
+generated from a kvsm config (a TOML path or a built-in config name,
+`kvsm.tla.runner.load_model`). A generated model bounds the node ids `Next`
+quantifies over; when a state exceeds the bound (`MC_NodeIdsCovered`), the check is
+run again with twice the bound, so the bound never cuts the state space short.
+
+`--simulate` runs TLC's random simulation instead (`-simulate num=N -depth D -seed S`):
+N behaviours of at most D states from the initial state, each step drawn at random
+among the enabled ones, every invariant checked in every state. It is for configs too
+large to exhaust (the default config's four ranks and real page counts). A config
+whose arrivals never end (`max_requests = 0`) is bound to D arrivals, which no
+behaviour of D states exceeds, and node ids to two per step (an Insert that splits
+creates two nodes, no step more).
+
+TLC prints each state of a counterexample and the name of its action, not the action's
+arguments. The log needs both, so each step is matched against the Python model:
+among the model's enabled transitions of that name, the one whose successor maps onto
+the state TLC printed (`kvsm.tla.specmap`). The log's digests are the model's, so
+`kvsm replay --check` replays it; for an invariant of the model (1-7, 10) it stops at
+the same violation.
+
+With an injected defect (`bug`), the spec's `Bug` constant is bound to it and the log is
+made by the Python model with the same defect (its header names it).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import Config
 from ..log import Header, LogWriter, OutputError
 from ..state import initial_state
 from ..transitions import successors
-from .errors import TLCError
-from .models import ModelConfig, config_of_model, read_cfg, with_bug
-from .runner import TLCResult, Violation, model_paths, run_tlc
+from .models import ModelConfig
+from .runner import TLCResult, Violation, load_model, run_tlc
 from .specmap import canon_model, canon_spec
+
+NODE_IDS_INVARIANT = "MC_NodeIdsCovered"
 
 
 class TraceError(RuntimeError):
@@ -35,6 +55,8 @@ class CheckResult:
     tlc: TLCResult
     log: Path | None
     log_error: str | None = None  # why the trace could not become a log
+    simulate: dict[str, int] | None = None  # num, depth, seed of a simulation
+    node_ids: int | None = None  # a generated model's bound on node ids
     bug: str = "none"  # the injected defect the spec and the model were checked with
 
     @property
@@ -43,12 +65,16 @@ class CheckResult:
 
     def to_json(self) -> dict[str, Any]:
         v = self.tlc.violation
-        return {
+        t = self.tlc
+        out: dict[str, Any] = {
+            "model": self.model,
             "bug": self.bug,
-            "distinct_states": self.tlc.distinct_states,
-            "states_generated": self.tlc.states_generated,
-            "depth": self.tlc.depth,
-            "seconds": round(self.tlc.seconds, 2),
+            "distinct_states": t.distinct_states,
+            "states_generated": t.states_generated,
+            "depth": t.depth,
+            "seconds": round(t.seconds, 2),
+            "cpu_seconds": round(t.cpu_seconds, 2) if t.cpu_seconds is not None else None,
+            "peak_rss_mb": round(t.peak_rss / 2**20) if t.peak_rss is not None else None,
             "violation": None
             if v is None
             else {
@@ -59,6 +85,14 @@ class CheckResult:
                 **({"log_error": self.log_error} if self.log_error else {}),
             },
         }
+        if self.node_ids is not None:
+            out["node_ids"] = self.node_ids
+        if self.simulate is not None:
+            out["simulate"] = dict(self.simulate)
+            out["behaviours"] = t.traces
+            out["states_per_second"] = round((t.states_generated or 0) / t.seconds, 1) if t.seconds else None
+            out["behaviours_per_second"] = round((t.traces or 0) / t.seconds, 2) if t.seconds and t.traces else None
+        return out
 
 
 def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> Path:
@@ -90,33 +124,52 @@ def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> P
     return path
 
 
-def check(model: str, workers: int = 1, log_path: Path | None = None, bug: str | None = None) -> CheckResult:
-    """Run TLC on a model (`ci`, `deep` or a .cfg path) with the invariants and
-    properties its cfg names, with the spec's `Bug` constant bound to `bug` when one is
-    named; on a violation, write its trace as a log to `log_path` (default
-    `out/tlc-<model>[-<bug>]-<property>.jsonl`), made by the Python model with the same
-    defect (its header names it)."""
-    module, cfg_path = model_paths(model)
-    cfg = config_of_model(module, cfg_path)
-    mc: Path | ModelConfig = cfg_path
-    if bug is not None and bug != cfg.bug:
-        cfg = config_with_bug(cfg, bug, str(cfg_path))
-        mc = with_bug(read_cfg(cfg_path), bug)
-    res = run_tlc(module, mc, workers=workers)
+def _without_properties(mc: ModelConfig) -> ModelConfig:
+    sections = {k: list(v) for k, v in mc.sections.items() if k != "PROPERTIES"}
+    return ModelConfig(constants=dict(mc.constants), sections=sections)
+
+
+def check(
+    model: str,
+    workers: int = 1,
+    log_path: Path | None = None,
+    simulate: dict[str, int] | None = None,
+    timeout: float | None = None,
+    bug: str | None = None,
+) -> CheckResult:
+    """Run TLC on a model (see `kvsm.tla.runner.load_model`) with the invariants and
+    properties it checks, or with `simulate` = {num, depth, seed} TLC's random
+    simulation with its invariants; on a violation, write its trace as a log to
+    `log_path` (default `out/tlc-<model>-<property>.jsonl`). Past `timeout` seconds
+    TLC is stopped (`kvsm.tla.runner.TLCTimeout`, with its last progress). With `bug`,
+    the spec and the model both carry that injected defect (the log's name says it)."""
+    if simulate is None:
+        m = load_model(model, bug=bug)
+    else:
+        depth = simulate["depth"]
+        m = load_model(model, properties=False, node_ids=2 * depth + 1, depth=depth, bug=bug)
+        if not m.generated:  # a shipped model's bounds hold; only its liveness properties go
+            m.cfg = _without_properties(m.model_config())
+            if m.config.max_requests == 0:
+                m.cfg.constants["MaxRequests"] = ("=", str(depth))
+    while True:
+        res = run_tlc(m.module, m.cfg, workers=workers, extra_modules=m.extra_modules, simulate=simulate, timeout=timeout)
+        v = res.violation
+        if m.generated and simulate is None and v is not None and v.kind == "invariant" and v.property == NODE_IDS_INVARIANT:
+            m = load_model(model, node_ids=2 * (m.node_ids or 1), bug=bug)
+            continue
+        break
+    out = CheckResult(model, res, None, simulate=simulate, node_ids=m.node_ids, bug=m.config.bug)
     if res.violation is None:
-        return CheckResult(model, res, None, bug=cfg.bug)
+        return out
     name = "".join(ch if ch.isalnum() else "-" for ch in res.violation.property)
-    tag = "" if cfg.bug == "none" else f"-{cfg.bug}"
-    log = log_path or Path("out") / f"tlc-{cfg_path.stem}{tag}-{name}.jsonl"
+    stem = Path(m.label).stem if m.generated else (m.cfg.stem if isinstance(m.cfg, Path) else m.module.stem)
+    tag = "" if m.config.bug == "none" else f"-{m.config.bug}"
+    log = log_path or Path("out") / f"tlc-{re.sub(r'[^A-Za-z0-9_.-]', '-', stem)}{tag}-{name}.jsonl"
     try:
-        trace_to_log(res.violation, cfg, log, model)
+        trace_to_log(res.violation, m.config, log, model)
     except (TraceError, OutputError) as e:  # the violation is still reported, without its log
-        return CheckResult(model, res, None, str(e), bug=cfg.bug)
-    return CheckResult(model, res, log, bug=cfg.bug)
-
-
-def config_with_bug(cfg: Config, bug: str, where: str) -> Config:
-    try:
-        return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"{where} with bug {bug}")
-    except ConfigError as e:
-        raise TLCError(str(e)) from None
+        out.log_error = str(e)
+        return out
+    out.log = log
+    return out

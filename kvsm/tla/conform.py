@@ -12,6 +12,7 @@ something the other's does not. The examples show the earliest divergences first
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections import Counter, deque
@@ -19,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import Config
 from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, config_of_model, read_cfg, with_bug
-from .validate import SPEC_PARAMS
-from .runner import model_paths, run_tlc
+from .models import ModelConfig, module_definitions, read_cfg, with_bug
+from .runner import load_model, run_tlc
+from .trace import SPEC_PARAMS
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
 
@@ -53,15 +54,16 @@ class StateGraph:
     seconds: float = 0.0
 
 
-def graph_config(cfg_path: Path, bug: str | None = None) -> ModelConfig:
+def graph_config(cfg: Path | ModelConfig, where: str = "", bug: str | None = None) -> ModelConfig:
     """The model's constants with INIT Init and NEXT Next and nothing to check: the
     complete graph is wanted, and state constraints would cut it short. With an
     injected defect `bug`, `Bug` is bound to it and the next-state relation is the
     cut one of `cut_module`."""
-    mc = read_cfg(cfg_path)
+    mc = read_cfg(cfg) if isinstance(cfg, Path) else cfg
+    where = where or str(cfg)
     for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
         if mc.names(kw):
-            raise TLCError(f"{cfg_path}: has {kw}; conform compares complete state graphs, which {kw} would change")
+            raise TLCError(f"{where}: has {kw}; conform compares complete state graphs, which {kw} would change")
     out = ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
     if bug is not None:
         out = with_bug(out, bug)
@@ -102,22 +104,30 @@ def cut_module(stem: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, workers: int = 1) -> StateGraph:
-    """TLC's graph of a model, with the injected defect `config.bug` (cut where it
-    breaks the model, see `graph_config`)."""
+def tlc_graph(
+    module: Path,
+    cfg: Path | ModelConfig,
+    config: Config,
+    intern: Interner,
+    workers: int = 1,
+    extra_modules: dict[str, str] | None = None,
+) -> StateGraph:
     t0 = time.perf_counter()
+    name = cfg.name if isinstance(cfg, Path) else module.stem
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
         dot = Path(tmp) / "graph.dot"
         bug = None if config.bug == "none" else config.bug
-        gc = graph_config(cfg_path, bug)
+        gc = graph_config(cfg, name, bug)
         if bug is None:
-            res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False)
+            res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra_modules)
         else:
+            # the model's module under the cut module: the cut module extends it
+            base = (extra_modules or {}).get(module.stem)
             cut = f"{module.stem}_cut"
-            extra = {cut: cut_module(module.stem), module.stem: module.read_text()}
+            extra = {**(extra_modules or {}), cut: cut_module(module.stem), module.stem: base if base is not None else module.read_text()}
             res = run_tlc(Path(f"{cut}.tla"), gc, workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra)
         if res.violation is not None:
-            raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {cfg_path.name}")
+            raise TLCError(f"TLC reported {res.violation.property} while dumping the graph of {name}")
         by_fp: dict[str, int] = {}
         raw_edges: list[tuple[str, str, str]] = []
         parts_cache: dict[tuple[str, str], Any] = {}
@@ -139,7 +149,7 @@ def tlc_graph(module: Path, cfg_path: Path, config: Config, intern: Interner, wo
             if initial is None:
                 initial = sid  # TLC writes the initial state first
     if initial is None:
-        raise TLCError(f"TLC's graph of {cfg_path.name} has no state")
+        raise TLCError(f"TLC's graph of {name} has no state")
     g = StateGraph(initial)
     g.states = set(by_fp.values())
     for src, dst, label in raw_edges:
@@ -263,24 +273,46 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
     )
 
 
+def _check_node_ids(module: Path, top: int) -> None:
+    """A shipped model bounds the node ids its actions quantify over (`MC_NodeIds ==
+    1 .. k`, which its own check verifies with `MC_NodeIdsCovered`); conform runs TLC
+    with nothing to check, so a bound the model outgrows would only show as edges
+    that TLC lacks. Say so plainly instead."""
+    text = module_definitions(module).get("MC_NodeIds")
+    if text is None:
+        return
+    m = re.fullmatch(r"(\d+)\s*\.\.\s*(\d+)", text.strip())
+    if m is None:
+        return
+    if top > int(m.group(2)):
+        raise TLCError(
+            f"{module}: MC_NodeIds is {text.strip()}, but the Python model of this config creates node id {top}; "
+            f"raise the bound to 1 .. {top} (TLC would not quantify over the larger ids)"
+        )
+
+
 def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None, bug: str | None = None) -> ConformResult:
-    """Compare TLC's graph of a model (`ci` or a .cfg path) with the Python model's,
-    both with the injected defect `bug` when one is named (each graph then cut where
-    the defect breaks the model). `tlc` reuses a TLC graph already read (with its
-    interner), e.g. across tests."""
-    module, cfg_path = model_paths(model_name)
-    config = config_of_model(module, cfg_path)
-    if bug is not None and bug != config.bug:
-        try:
-            config = Config.from_json({**config.to_json(), "bug": bug}, where=f"{cfg_path} with bug {bug}")
-        except ConfigError as e:
-            raise TLCError(str(e)) from None
-    if tlc is None:
-        intern = Interner()
-        tg = tlc_graph(module, cfg_path, config, intern, workers)
-    else:
+    """Compare TLC's graph of a model (`ci`, a .cfg path, or a kvsm config: a TOML path
+    or a built-in config name, for which the TLC model is generated) with the Python
+    model's. `tlc` reuses a TLC graph already read (with its interner), e.g. across
+    tests. A generated model's bound on node ids is the largest id the Python model's
+    exploration creates (a spec that creates more shows as states only TLC has). With
+    `bug`, both sides carry that injected defect, each graph cut where the defect breaks
+    the model."""
+    m = load_model(model_name, properties=False, bug=bug)
+    config = m.config
+    if tlc is not None:
         tg, intern = tlc
-    mg = model_graph(config, intern)
+        mg = model_graph(config, intern)
+    else:
+        intern = Interner()
+        mg = model_graph(config, intern)
+        top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
+        if m.generated:
+            m = load_model(model_name, properties=False, node_ids=max(1, top), bug=bug)
+        else:
+            _check_node_ids(m.module, top)
+        tg = tlc_graph(m.module, m.cfg, config, intern, workers, m.extra_modules)
     names = ContentNames(p.pages for p in config.prompts)
     t0 = time.perf_counter()
     res = compare(tg, mg, intern, names)

@@ -15,14 +15,17 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..config import Config, ConfigError, load_config
 from .errors import TLCError, TLCUnavailable
-from .models import ModelConfig
+from .models import (GENERATED_MODULE, ModelConfig, config_of_model, config_with_bug, generated_model, read_cfg,
+                     refuse_unmodelled, with_bug)
 from .values import parse_state, parse_value
 
 SPEC_MODULE = "KVCache"
@@ -103,7 +106,98 @@ def model_paths(name_or_path: str) -> tuple[Path, Path]:
     return module, cfg
 
 
+@dataclass
+class Model:
+    """A model TLC can check: a shipped one (`ci`, ...), a `.cfg` beside its module, or
+    one generated from a kvsm config (a TOML path or a built-in config name)."""
+
+    label: str  # what the user named
+    config: Config  # its constants as a kvsm config
+    module: Path  # the module TLC runs (for a generated model, the name of a generated one)
+    cfg: Path | ModelConfig
+    extra_modules: dict[str, str]  # generated modules, name -> text
+    generated: bool = False
+    node_ids: int | None = None  # a generated model's bound on node ids
+
+    def model_config(self) -> ModelConfig:
+        return self.cfg if isinstance(self.cfg, ModelConfig) else read_cfg(self.cfg)
+
+
+def reference_checks() -> tuple[list[str], list[str]]:
+    """The invariants and properties the `ci` model checks (spec/MC_ci.cfg), which a
+    generated model checks too."""
+    module, cfg = model_paths("ci")
+    mc = read_cfg(cfg)
+    return mc.names("INVARIANTS"), mc.names("PROPERTIES")
+
+
+def is_config(name_or_path: str) -> bool:
+    """A kvsm config (a TOML path or a built-in config name) rather than a TLC model (a
+    shipped model's name or a .cfg path); `l3` is both, and names the shipped model."""
+    return name_or_path not in NAMED_MODELS and not name_or_path.endswith(".cfg")
+
+
+def load_model(name_or_path: str, *, properties: bool = True, node_ids: int | None = None,
+               depth: int | None = None, bug: str | None = None) -> Model:
+    """The model `name_or_path` names (see `Model`). A generated model checks the `ci`
+    model's invariants (and, with `properties`, its liveness properties) and bounds
+    the node ids by `node_ids` (default: three per request of the config). `depth`
+    bounds the behaviours (a simulation's): a config whose requests never stop
+    arriving is then bound to `depth` arrivals, which no such behaviour exceeds. `bug`
+    binds an injected defect (the spec's `Bug` constant and the config's field alike)."""
+    if not is_config(name_or_path):
+        module, cfg = model_paths(name_or_path)
+        config = config_of_model(module, cfg)
+        refuse_unmodelled(config, f"model '{name_or_path}'")
+        if bug is not None and bug != config.bug:
+            config = config_with_bug(config, bug, str(cfg))
+            return Model(name_or_path, config, module, with_bug(read_cfg(cfg), bug), {})
+        return Model(name_or_path, config, module, cfg, {})
+    try:
+        config = load_config(name_or_path)
+    except ConfigError as e:
+        raise TLCError(str(e)) from None
+    if bug is not None and bug != config.bug:
+        config = config_with_bug(config, bug, name_or_path)
+    refuse_unmodelled(config, f"config '{name_or_path}'")
+    max_requests = depth if config.max_requests == 0 and depth is not None else None
+    if config.max_requests == 0 and max_requests is None:
+        raise TLCError(
+            f"config '{name_or_path}': max_requests = 0 (requests arrive without end), so the state space is "
+            "infinite and TLC cannot exhaust it; give the config a max_requests, or explore it at random with "
+            "`kvsm check --simulate`"
+        )
+    invs, props = reference_checks()
+    bound = node_ids or max(1, 3 * (max_requests or config.max_requests))
+    text, mc = generated_model(config, bound, invs, props if properties else [], max_requests)
+    return Model(name_or_path, config, Path(f"{GENERATED_MODULE}.tla"), mc, {GENERATED_MODULE: text}, True, bound)
+
+
 # ---- running TLC ------------------------------------------------------------------------------
+
+
+class TLCTimeout(TLCError):
+    """TLC ran past its time limit; what it printed so far (its progress lines) and the
+    process's CPU seconds and peak resident set come with it."""
+
+    def __init__(self, message: str, output: str, usage: tuple[float, int] | None) -> None:
+        super().__init__(message)
+        self.output = output
+        self.usage = usage
+
+    def progress(self) -> dict[str, int] | None:
+        """The last progress TLC reported: depth, states generated, distinct, queued."""
+        found = _PROGRESS.findall(self.output)
+        if not found:
+            return None
+        d, g, s, q = (int(x.replace(",", "")) for x in found[-1])
+        return {"depth": d, "states_generated": g, "distinct_states": s, "left_on_queue": q}
+
+
+_PROGRESS = re.compile(
+    r"^Progress\((\d+)\) at [^:]+:\d+:\d+: ([\d,]+) states generated.*?, ([\d,]+) distinct states found.*?, ([\d,]+) states left on queue",
+    re.M,
+)
 
 
 @dataclass
@@ -132,6 +226,9 @@ class TLCResult:
     violation: Violation | None
     output: str
     tlc_seconds: int | None = None  # TLC's own "Finished in ..." (whole seconds)
+    cpu_seconds: float | None = None  # user + system time of the Java process (all its threads)
+    peak_rss: int | None = None  # the Java process's peak resident set, bytes
+    traces: int | None = None  # simulation: behaviours generated
 
     @property
     def ok(self) -> bool:
@@ -139,6 +236,9 @@ class TLCResult:
 
 
 _GENERATED = re.compile(r"^(\d+) states generated, (\d+) distinct states found, (\d+) states left on queue\.", re.M)
+# a simulation's count of states: "Progress: N states checked." at its end (and "The
+# number of states generated: N" after a violation)
+_SIM_STATES = re.compile(r"^(?:Progress: (\d+) states checked\.|The number of states generated: (\d+))", re.M)
 _DEPTH = re.compile(r"^The depth of the complete state graph search is (\d+)\.", re.M)
 _FINISHED = re.compile(r"^Finished in (?:(\d+)h ?)?(?:(\d+)min ?)?(\d+)s", re.M)
 _STATE_HEAD = re.compile(r"^(\d+): ?<(.*)>\s*$|^State (\d+): ?<(.*)>\s*$")
@@ -181,7 +281,9 @@ def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceSte
             body.append(lines[i])
             i += 1
         text = "\n".join(body)
-        state = {"view": parse_value(text)} if view else parse_state(text)
+        # through a VIEW TLC prints the view's value, except in some traces (a
+        # deadlock's) where it prints the variables the view reads
+        state = {"view": parse_value(text)} if view and not text.lstrip().startswith("/\\") else parse_state(text)
         steps.append(TraceStep(_action_name(label), state, text))
     return steps, loop_to, stutters
 
@@ -231,13 +333,16 @@ def run_tlc(
     timeout: float | None = None,
     keep_output: bool = True,
     view: bool = False,
+    simulate: dict[str, int] | None = None,
+    jvm: Sequence[str] = ("-XX:+UseParallelGC",),
 ) -> TLCResult:
     """Run TLC on `module` with the model config `cfg` (a path, or a ModelConfig to
     write), in a fresh temporary directory that holds copies of the spec's modules,
     `module`, and any `extra_modules` (name -> text). `deadlock=False` passes
     `-deadlock` (do not report states without successors); `dump_dot` asks for the
     complete state graph with action labels; `view` prints traces through the
-    cfg's VIEW."""
+    cfg's VIEW; `simulate` (num, depth, seed) runs TLC's random simulation instead
+    of an exhaustive check. `jvm` are the JVM's options (its garbage collector)."""
     java, jar = find_java(), find_jar()
     sdir = spec_dir()
     t0 = time.perf_counter()
@@ -253,7 +358,7 @@ def run_tlc(
         cfg_path.write_text(cfg.text() if isinstance(cfg, ModelConfig) else Path(cfg).read_text())
         cmd = [
             java,
-            "-XX:+UseParallelGC",
+            *jvm,
             "-Xss64m",
             # TLC extracts its standard modules into java.io.tmpdir and parses them there:
             # a shared /tmp lets concurrent runs delete each other's copies mid-parse
@@ -275,27 +380,68 @@ def run_tlc(
             cmd.append("-view")
         if dump_dot is not None:
             cmd += ["-dump", "dot,actionlabels", str(Path(dump_dot).resolve())]
+        if simulate is not None:
+            cmd += ["-simulate", f"num={simulate['num']}", "-depth", str(simulate["depth"]), "-seed", str(simulate["seed"])]
         cmd.append(module.name)
-        try:
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise TLCError(f"TLC on {module.name} ran past its {timeout}s limit") from None
-        out = proc.stdout + proc.stderr
+        returncode, out, usage = _run(cmd, work, timeout)
+        if returncode is None:
+            raise TLCTimeout(f"TLC on {module.name} ran past its {timeout}s limit", out, usage)
     seconds = time.perf_counter() - t0
     violation, fatal = parse_output(out, view)
-    if violation is None and (fatal is not None or "Model checking completed" not in out):
+    # a simulation ends without "Model checking completed", with its count of states
+    completed = "Model checking completed" in out or (simulate is not None and _SIM_STATES.search(out) is not None)
+    if violation is None and (fatal is not None or not completed):
         tail = "\n".join(out.strip().splitlines()[-25:])
-        raise TLCError(f"TLC could not check {module.name} (exit {proc.returncode}): {fatal or 'no result'}\n{tail}")
+        raise TLCError(f"TLC could not check {module.name} (exit {returncode}): {fatal or 'no result'}\n{tail}")
     gen = _GENERATED.findall(out)
     dep = _DEPTH.findall(out)
     fin = _FINISHED.findall(out)
+    sim = _SIM_STATES.findall(out)
     return TLCResult(
-        states_generated=int(gen[-1][0]) if gen else None,
+        states_generated=int(gen[-1][0]) if gen else (int(sim[-1][0] or sim[-1][1]) if sim else None),
         distinct_states=int(gen[-1][1]) if gen else None,
         depth=int(dep[-1]) if dep else None,
         seconds=seconds,
-        exit_code=proc.returncode,
+        exit_code=returncode,
         violation=violation,
         output=out if keep_output else "",
         tlc_seconds=(int(fin[-1][0] or 0) * 3600 + int(fin[-1][1] or 0) * 60 + int(fin[-1][2])) if fin else None,
+        cpu_seconds=usage[0] if usage else None,
+        peak_rss=usage[1] if usage else None,
+        # TLC does not say how many behaviours a simulation went through before a violation
+        traces=simulate["num"] if simulate is not None and violation is None else None,
     )
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, str, tuple[float, int] | None]:
+    """Run TLC with its output in a file; the exit code (None past `timeout`), the
+    output, and the process's CPU seconds and peak resident set in bytes, read from
+    the kernel's accounting of that one child (wait4), so that concurrent runs (the
+    segments of `kvsm validate`) are measured apart."""
+    out_path = cwd / "tlc.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, expire) if timeout else None
+        if timer is not None:
+            timer.start()
+        try:
+            if hasattr(os, "wait4"):
+                _, status, ru = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                usage: tuple[float, int] | None = (ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024)  # Linux: KiB
+            else:  # pragma: no cover - no per-child accounting
+                proc.wait()
+                usage = None
+        finally:
+            if timer is not None:
+                timer.cancel()
+    text = out_path.read_text(errors="replace")
+    if expired.is_set():
+        return None, text, usage
+    return proc.returncode, text, usage

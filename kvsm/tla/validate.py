@@ -1,41 +1,75 @@
 """`kvsm validate`: TLC decides whether a log is a behaviour of the spec.
 
-The Python model replays the log and computes every state; kvsm writes them, mapped
-onto the spec's variables (`kvsm.tla.specmap`), into a generated TLA+ module `KVTrace`
-together with the log's transitions, a cursor, and a next-state relation that takes
-the transition the log names at the cursor (the spec's own action, with the log's
-arguments) and requires the variables to equal the log's next state. TLC runs it
-with deadlock checking on: a log the spec accepts ends in a stuttering state and TLC
-finishes (exit 0); at the first step the spec does not allow, no successor exists and
-TLC reports a deadlock after the matched prefix, whose length names the step.
+The Python model replays the log and computes every state. The log is cut into
+segments (one when it is short); each becomes a trace module (`kvsm.tla.trace`) that
+starts from the model's state before the segment's first step, mapped onto the spec's
+variables, and gives each step with what the model's step changed. TLC follows each
+segment in a process of its own, up to `workers` at once: it takes the spec's action
+the step names, with the log's arguments, and compares every variable with the
+model's next state. Consecutive segments share one state (the last of one is the
+first of the next), so every step is checked from the model's state before it, and
+the segments together check the whole log. The first segment starts from the spec's
+`Init`, which must be the model's initial state.
 
-States are written as deltas: a map-valued variable that changes in a few entries is
-the previous value patched, so the module grows with what the log changes, not with
-the size of the state. The cursor is the VIEW, which keeps TLC's fingerprints and its
-printed traces small (one trace of the log is one state per cursor value).
-
-If the model itself rejects a step (its guard is false), the trace ends with that
-step, unconstrained: TLC then says whether the spec allows it.
+A step is rejected when the spec's action is not enabled in the model's state
+before it (TLC deadlocks there) or when the spec's state after it differs from the
+model's (the trace module's invariant `TraceOk` names the variables that differ).
+The first rejected step of the log is the first one of the earliest segment that has
+one. If the model itself rejects a step (its guard is false), the log's trace ends
+with that step, unconstrained: TLC then says whether the spec allows it.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
 from ..log import LogError, model_config, read_log
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
-from .models import ModelConfig, constant_bindings
+from .models import refuse_unmodelled
 from .runner import TLCResult, run_tlc, spec_dir
-from .specmap import SPEC_VARIABLES, ContentNames, spec_values
-from .values import Expr, Fcn, Record, to_tla
+from .specmap import MappingError
+from .trace import MODULE, SPEC_PARAMS, Encoder, Tokens, module_text, step_record, trace_config
 
-MODULE = "KVTrace"
-MAP_VARIABLES = {"nodes", "objects", "requests", "write_done", "dev_content", "host_content"}
+__all__ = ["SPEC_PARAMS", "ValidateResult", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
+
+# Below this many steps a segment is not worth its own TLC process: starting the JVM
+# and parsing the spec cost about as much as following this many default-config steps.
+MIN_SEGMENT_STEPS = 2000
+
+# What a step costs TLC, relative to the cheapest, to cut segments of equal cost: TLC
+# evaluates the spec's action on the default config's pools (measured on the bundled
+# trace on 4 ranks, spec/README.md): a load-back's owner-lane planner about 100 ms, a
+# Reserve's first fit 7 ms, an Insert's room and allocation 5 ms, any other step (with
+# its share of parsing and comparing) about 2 ms.
+STEP_WEIGHT = {"LoadBack": 47.0, "Reserve": 4.5, "Insert": 3.5}
+
+
+@dataclass
+class SegmentResult:
+    index: int
+    first_step: int  # 1-based number of its first step in the log
+    steps: int
+    tlc: TLCResult | None = None
+    rejected_step: int | None = None  # 1-based, in the log; 0 = the initial state
+    reason: str | None = None
+    variables: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.tlc
+        return {
+            "segment": self.index,
+            "first_step": self.first_step,
+            "steps": self.steps,
+            "seconds": round(t.seconds, 2) if t else None,
+            "cpu_seconds": round(t.cpu_seconds, 2) if t and t.cpu_seconds is not None else None,
+            "peak_rss_mb": round(t.peak_rss / 2**20) if t and t.peak_rss is not None else None,
+        }
 
 
 @dataclass
@@ -47,7 +81,15 @@ class ValidateResult:
     first_rejected: dict[str, Any] | None  # the first step the spec does not allow
     model_rejected: dict[str, Any] | None  # the first step the Python model does not allow
     digest_mismatch: dict[str, Any] | None  # the first line whose digest the model does not reproduce
-    tlc: TLCResult | None
+    tlc: TLCResult | None  # the TLC run of the segment that decided (the rejecting one, else the last)
+    rejection: dict[str, Any] | None = None  # why the first rejected step is: reason, variables, segment
+    segments: list[SegmentResult] = field(default_factory=list)
+    seconds: float = 0.0  # the whole validation, wall clock: replay, modules and TLC
+    model_seconds: float = 0.0  # replaying the log and writing the trace modules
+
+    @property
+    def transitions_per_second(self) -> float:
+        return self.steps / self.seconds if self.seconds else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,287 +98,154 @@ class ValidateResult:
             "steps": self.steps,
             "matched": self.matched,
             "first_rejected": self.first_rejected,
+            "rejection": self.rejection,
             "model_rejected": self.model_rejected,
             "digest_mismatch": self.digest_mismatch,
-            "distinct_states": self.tlc.distinct_states if self.tlc else None,
-            "seconds": round(self.tlc.seconds, 2) if self.tlc else None,
+            "distinct_states": sum(s.tlc.distinct_states or 0 for s in self.segments if s.tlc),
+            "seconds": round(self.seconds, 2),
+            "model_seconds": round(self.model_seconds, 2),
+            "transitions_per_second": round(self.transitions_per_second, 1),
+            "segments": [s.to_json() for s in self.segments],
         }
 
 
-def _step_record(t: Transition) -> Record:
-    rec = Record(name=t.name)
-    if t.rank is not None:
-        rec["rank"] = t.rank
-    for k, v in t.args:
-        rec[k] = tuple(v) if isinstance(v, (tuple, list)) else v
-    return rec
+def plan_segments(names: list[str], workers: int, segments: int | None = None) -> list[tuple[int, int]]:
+    """Half-open ranges of step indices (0-based), consecutive and of about equal cost
+    (STEP_WEIGHT of the steps' transitions): `segments` of them, or one per worker for
+    a log long enough that each has at least MIN_SEGMENT_STEPS."""
+    steps = len(names)
+    if segments is None:
+        segments = max(1, min(workers, steps // MIN_SEGMENT_STEPS))
+    segments = max(1, min(segments, steps)) if steps else 1
+    total = sum(STEP_WEIGHT.get(n, 1.0) for n in names)
+    bounds, acc, k = [0], 0.0, 1
+    for i, n in enumerate(names):
+        acc += STEP_WEIGHT.get(n, 1.0)
+        if k < segments and acc >= total * k / segments and i + 1 < steps:
+            bounds.append(i + 1)
+            k += 1
+    while len(bounds) < segments:  # fewer cuts than asked (tiny logs): split the longest
+        i = max(range(len(bounds)), key=lambda i: (bounds[i + 1] if i + 1 < len(bounds) else steps) - bounds[i])
+        end = bounds[i + 1] if i + 1 < len(bounds) else steps
+        bounds.insert(i + 1, (bounds[i] + end) // 2)
+    bounds.append(steps)
+    return [(bounds[i], bounds[i + 1]) for i in range(segments)]
 
 
-# Each transition's parameters in the order of the spec's operator: log argument
-# names, and "rank" for the rank of a per-rank transition.
-SPEC_PARAMS: dict[str, tuple[str, ...]] = {
-    "Arrive": ("rid", "tokens", "out_pages"),
-    "Match": ("rid",),
-    "Insert": ("rid",),
-    "Finish": ("rid",),
-    "Abort": ("rid",),
-    "Split": ("node", "at"),
-    "Reserve": ("node", "fits"),
-    "Prepare": ("rid", "fits"),
-    "WriteDone": ("rank",),
-    "CommitCall": ("rank",),
-    "Commit": (),
-    "Rollback": ("node",),
-    "EvictDevice": ("node",),
-    "EvictHost": ("node",),
-    "LoadBack": ("rid",),
-    "LoadDone": ("rank",),
-    "SpillSubmit": (),
-    "SpillGathered": ("rank",),
-    "SpillDone": ("rank", "ok"),
-    "SpillAck": (),
-    "ReloadMark": ("rid",),
-    "ReloadReserve": ("rid",),
-    "ReloadDone": ("rank", "ok"),
-    "ReloadAdmit": (),
-    "ReloadExpire": (),
-    "DiskFail": ("rank",),
-    "DiskRecover": ("rank",),
-}
-
-
-def _take_case() -> str:
-    """`Take(s)`: the spec's action named by step `s`, with the step's arguments."""
-    arms = []
-    for name in SPEC_PARAMS:
-        args = SPEC_PARAMS[name]
-        call = name if not args else f"{name}({', '.join('s.' + a for a in args)})"
-        arms.append(f's.name = "{name}" -> {call}')
-    return "Take(s) ==\n    CASE " + "\n      [] ".join(arms)
-
-
-class _Prefixes:
-    """Page content, request tokens and node keys, which are all prefixes or slices of
-    the token sequences of the log's arrivals, written as `SubSeq(Tok[j], a, b)`, so
-    that the module grows linearly with the log rather than with its prefixes."""
-
-    def __init__(self) -> None:
-        self.tokens: list[tuple[int, ...]] = []
-        self.at: dict[tuple[int, ...], tuple[int, int]] = {}  # prefix -> (j, k)
-
-    def add(self, tokens: tuple[int, ...]) -> None:
-        if any(tokens[:k] not in self.at for k in range(1, len(tokens) + 1)):
-            self.tokens.append(tokens)
-            j = len(self.tokens)
-            for k in range(1, len(tokens) + 1):
-                self.at.setdefault(tokens[:k], (j, k))
-
-    def last(self, prefix: tuple[int, ...], n: int) -> Any:
-        """The last `n` symbols of `prefix`."""
-        if n == 0 or prefix not in self.at:
-            return prefix[len(prefix) - n :]
-        j, k = self.at[prefix]
-        return Expr(f"SubSeq(Tok[{j}], {k - n + 1}, {k})")
-
-    def content(self, f: dict) -> Fcn:
-        return Fcn({p: self.last(pre, len(pre)) for p, pre in f.items()})
-
-    def requests(self, f: dict) -> Fcn:
-        return Fcn({rid: Record(r, tokens=self.last(r["tokens"], len(r["tokens"]))) for rid, r in f.items()})
-
-    def nodes(self, f: dict) -> Fcn:
-        pre: dict[int, tuple[int, ...]] = {}
-
-        def prefix(n: int) -> tuple[int, ...]:
-            if n not in pre:
-                r = f[n]
-                pre[n] = (prefix(r["parent"]) if r["parent"] in f else ()) + tuple(r["key"])
-            return pre[n]
-
-        return Fcn({n: Record(r, key=self.last(prefix(n), len(r["key"]))) for n, r in f.items()})
-
-
-def _wrap(text: str, width: int = 160) -> str:
-    """Break a long line of TLA+ after commas: TLC's parser slows down with the length
-    of a line (a value written on one 100k-character line parses five times slower).
-    Generated values hold no string with a comma in it."""
-    if len(text) <= width:
-        return text
-    parts = text.split(", ")
-    lines, cur = [], parts[0]
-    for part in parts[1:]:
-        if len(cur) >= width:
-            lines.append(cur + ",")
-            cur = "    " + part
+def _outcome(seg: SegmentResult, res: TLCResult, from_init: bool) -> None:
+    """Where TLC stopped in a segment, from the cursor and `bad` it printed (its
+    traces are printed through the VIEW `<<cursor, bad>>`)."""
+    seg.tlc = res
+    v = res.violation
+    if v is None:
+        return
+    if not v.trace:
+        raise RuntimeError(f"TLC reported {v.property} without a trace while validating segment {seg.index}")
+    last = v.trace[-1].state
+    cursor, bad = last["view"] if "view" in last else (last["cursor"], last["bad"])
+    if v.kind == "deadlock":
+        seg.rejected_step = seg.first_step + cursor - 1
+        seg.reason = "the spec does not take this step from the model's state before it"
+    elif v.kind == "invariant" and v.property == "TraceOk":
+        seg.variables = sorted(bad)
+        if len(v.trace) == 1:
+            seg.rejected_step = 0 if from_init else seg.first_step
+            seg.reason = "the model's initial state is not the spec's Init" if from_init else "the segment's first state is wrong"
         else:
-            cur += ", " + part
-    lines.append(cur)
-    return "\n".join(lines)
+            seg.rejected_step = seg.first_step + cursor - 2
+            seg.reason = "the spec's state after this step differs from the model's"
+    else:
+        raise RuntimeError(f"TLC reported {v.property} while validating segment {seg.index}; the trace module is wrong")
 
 
-def _compact(value: Any) -> str:
-    """A function on 0..n-1 that maps most points to one value, as that constant
-    function patched (the initial content of every page is the empty prefix)."""
-    if isinstance(value, Fcn) and len(value) > 8 and set(value) == set(range(len(value))):
-        counts: dict[Any, int] = {}
-        for v in value.values():
-            counts[v] = counts.get(v, 0) + 1
-        common, n = max(counts.items(), key=lambda kv: kv[1])
-        if n > len(value) // 2:
-            rest = Fcn({x: v for x, v in value.items() if v != common})
-            return f"Patch([x \\in 0..{len(value) - 1} |-> {to_tla(common)}], {{}}, {to_tla(rest)})"
-    return to_tla(value)
-
-
-class _Emitter:
-    """Per-variable definitions, one per change, patched from the previous one when
-    the change is small."""
-
-    def __init__(self) -> None:
-        self.defs: list[str] = []
-        self.last: dict[str, tuple[str, Any]] = {}  # variable -> (definition name, value)
-
-    def ref(self, var: str, value: Any, k: int) -> str:
-        prev = self.last.get(var)
-        if prev is not None and prev[1] == value:
-            return prev[0]
-        name = f"{var}_{k}"
-        text = _compact(value)
-        if prev is not None and var in MAP_VARIABLES and isinstance(value, dict) and isinstance(prev[1], dict):
-            old = prev[1]
-            gone = frozenset(x for x in old if x not in value)
-            upd = Fcn({x: v for x, v in value.items() if x not in old or old[x] != v})
-            if len(gone) + len(upd) < len(value) // 2:
-                text = f"Patch({prev[0]}, {to_tla(gone)}, {to_tla(upd)})"
-        elif prev is not None and isinstance(value, frozenset) and isinstance(prev[1], frozenset):
-            gone, new = prev[1] - value, value - prev[1]
-            if len(gone) + len(new) < len(value) // 2:
-                text = f"(({prev[0]} \\ {to_tla(gone)}) \\cup {to_tla(new)})"
-        self.defs.append(_wrap(f"{name} == {text}"))
-        self.last[var] = (name, value)
-        return name
-
-
-def trace_module(steps: list[Transition], states: list[dict[str, Any]], cfg: Config) -> str:
-    em = _Emitter()
-    prefixes = _Prefixes()
-    for t in steps:
-        if t.name == "Arrive":
-            prefixes.add(tuple(t.arg("tokens")))
-    rows = []
-    for k, values in enumerate(states):
-        fields = []
-        for var in SPEC_VARIABLES:
-            v = values[var]
-            if var in ("dev_content", "host_content"):
-                v = prefixes.content(v)
-            elif var == "requests":
-                v = prefixes.requests(v)
-            elif var == "nodes":
-                v = prefixes.nodes(v)
-            fields.append(f"{var} |-> {em.ref(var, v, k) if isinstance(v, (dict, frozenset, tuple)) else to_tla(v)}")
-        rows.append(_wrap("[" + ", ".join(fields) + "]"))
-    is_now = "\n".join(f"    /\\ {v} = States[k].{v}" for v in SPEC_VARIABLES)
-    is_next = "\n".join(f"    /\\ {v}' = States[k].{v}" for v in SPEC_VARIABLES)
-    return f"""---- MODULE {MODULE} ----
-\\* Generated by `kvsm validate`: a log as a behaviour to check against KVCache.
-EXTENDS KVCache
-VARIABLE cursor
-
-\\* The token sequences of the log's arrivals; page content is written as their prefixes.
-Tok == {_wrap(to_tla(tuple(prefixes.tokens)))}
-
-Patch(f, gone, upd) == [x \\in (DOMAIN f \\ gone) \\cup DOMAIN upd |-> IF x \\in DOMAIN upd THEN upd[x] ELSE f[x]]
-
-\\* The log's transitions; step k leads from States[k] to States[k + 1].
-Steps == <<{_wrap(", ".join(to_tla(_step_record(t)) for t in steps))}>>
-
-{chr(10).join(em.defs)}
-
-States == <<{(","+chr(10)+"    ").join(rows)}>>
-
-Is(k) ==
-{is_now}
-
-IsNext(k) ==
-{is_next}
-
-{_take_case()}
-
-TraceInit == Init /\\ Is(1) /\\ cursor = 1
-
-\\* Take the step at the cursor; where the model computed the state after it, the
-\\* spec must reach that state. After the last step, stutter.
-TraceNext ==
-    \\/ /\\ cursor <= Len(Steps)
-       /\\ Take(Steps[cursor])
-       /\\ IF cursor + 1 <= Len(States) THEN IsNext(cursor + 1) ELSE TRUE
-       /\\ cursor' = cursor + 1
-    \\/ /\\ cursor = Len(Steps) + 1
-       /\\ UNCHANGED <<vars, cursor>>
-
-TraceView == cursor
-====
-"""
-
-
-def trace_config(cfg: Config) -> ModelConfig:
-    # Prompts only shape Next's arrivals; the log's Arrive steps carry their own tokens.
-    consts = {k: ("=", v) for k, v in constant_bindings(cfg).items() if k != "Prompts"}
-    consts["Prompts"] = ("=", "{}")
-    return ModelConfig(constants=consts, sections={"INIT": ["TraceInit"], "NEXT": ["TraceNext"], "VIEW": ["TraceView"]})
-
-
-def validate(path: str | Path, workers: int = 1, bug: str | None = None) -> ValidateResult:
-    """Decide with TLC whether the log at `path` is a behaviour of the spec, with the
-    injected defect `bug` (the correct spec by default, whatever defect the log was
-    written with). The Python model replays the log as it was written (with the
-    defect its header names) to compute its states; the spec decides. A log that
-    cannot be read (malformed line, unknown transition) raises `LogError`."""
+def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None) -> ValidateResult:
+    """Decide with TLC whether the log at `path` is a behaviour of the spec, in up to
+    `workers` TLC processes at once (default: one per CPU) over `segments` stretches
+    of the log (default: see `plan_segments`). A log that cannot be read (malformed
+    line, unknown transition) raises `LogError`; a config the spec does not model
+    raises `TLCError`. The spec has the injected defect `bug` (the correct spec by
+    default, whatever defect the log was written with); the Python model replays the
+    log as it was written (with the defect its header names) to compute its states."""
+    t0 = time.perf_counter()
     p = str(path)
+    workers = max(1, workers or os.cpu_count() or 1)
     header, stream = read_log(p)
     cfg = header.config
-    spec_cfg = model_config(header, bug, p)
+    refuse_unmodelled(cfg, f"{p}: the log's config")
     state = initial_state(cfg)
     if state.digest() != header.initial_digest:
         raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state", malformed=False)
-    names = ContentNames()
-    steps: list[Transition] = []
-    lines: list[int] = []
-    states = [spec_values(state, names)]
-    model_rejected = digest_mismatch = None
-    for lineno, _, t, digest in stream:
-        if t.name == "Arrive":
-            names.add(tuple(t.arg("tokens")))
-        steps.append(t)
-        lines.append(lineno)
-        try:
-            state = apply(state, t)
-        except Rejected as e:
-            model_rejected = {"line": lineno, "transition": str(t), "reason": str(e)}
-            break
-        if digest_mismatch is None and state.digest() != digest:
-            digest_mismatch = {"line": lineno, "transition": str(t), "log": digest, "model": state.digest()}
-        states.append(spec_values(state, names))
+    items = list(stream)
     spec_dir()  # fail early, with the reason, when the spec cannot be found
-    text = trace_module(steps, states, cfg)
-    t0 = time.perf_counter()
-    res = run_tlc(Path(f"{MODULE}.tla"), trace_config(spec_cfg), workers=workers, deadlock=True, extra_modules={MODULE: text}, view=True)
-    res.seconds = time.perf_counter() - t0
-    v = res.violation
-    first_rejected = None
-    if v is not None and v.kind == "deadlock":
-        matched = (res.depth or 1) - 1
-        if v.trace:  # printed through the VIEW: the cursor
-            matched = v.trace[-1].state["view"] - 1
-        t = steps[matched]
-        first_rejected = {"line": lines[matched], "step": matched + 1, "transition": str(t), "name": t.name}
-    elif v is not None:
-        raise RuntimeError(f"TLC reported {v.property} while validating {p}; the trace module is wrong")
-    elif not res.distinct_states:
-        first_rejected = {"line": 1, "step": 0, "transition": "Init", "name": "Init"}
-        matched = 0
+    tok = Tokens()
+    for _, _, t, _ in items:
+        if t.name == "Arrive":
+            tok.add(tuple(t.arg("tokens")))
+    enc = Encoder(cfg, tok)
+    model_rejected = digest_mismatch = None
+    lines: list[int] = []
+    steps: list[Transition] = []
+    segs: list[SegmentResult] = []
+    pending: list[tuple[SegmentResult, Future]] = []
+    model_seconds = 0.0
+    tcfg = trace_config(model_config(header, bug, p))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for index, (a, b) in enumerate(plan_segments([t.name for _, _, t, _ in items], workers, segments)):
+            m0 = time.perf_counter()
+            tok.used = set()
+            seg = SegmentResult(index, a + 1, 0)
+            try:
+                init = enc.whole(state)
+            except MappingError as e:
+                raise LogError(p, items[a][0] - 1 if a else 1, f"the model's state has no counterpart in the spec: {e}") from None
+            rows: list[str] = []
+            for lineno, _, t, digest in items[a:b]:
+                steps.append(t)
+                lines.append(lineno)
+                try:
+                    nxt = apply(state, t)
+                except Rejected as e:
+                    model_rejected = {"line": lineno, "transition": str(t), "reason": str(e)}
+                    rows.append(step_record(t, tok, None))
+                    break
+                if digest_mismatch is None and nxt.digest() != digest:
+                    digest_mismatch = {"line": lineno, "transition": str(t), "log": digest, "model": nxt.digest()}
+                try:
+                    rows.append(step_record(t, tok, enc.delta(state, nxt)))
+                except MappingError as e:
+                    raise LogError(p, lineno, f"the model's state after {t} has no counterpart in the spec: {e}") from None
+                state = nxt
+            seg.steps = len(rows)
+            text = module_text(init, rows, tok, from_init=(a == 0))
+            model_seconds += time.perf_counter() - m0
+            # the serial collector: a segment's heap is its Steps constant and one state,
+            # and parallel collectors would multiply the memory of parallel segments
+            fut = pool.submit(
+                run_tlc, Path(f"{MODULE}.tla"), tcfg, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
+                jvm=("-XX:+UseSerialGC",),
+            )
+            segs.append(seg)
+            pending.append((seg, fut))
+            if model_rejected is not None:
+                break
+        for seg, fut in pending:
+            _outcome(seg, fut.result(), from_init=(seg.index == 0))
+    rejecting = next((s for s in segs if s.rejected_step is not None), None)
+    first_rejected = rejection = None
+    if rejecting is not None:
+        k = rejecting.rejected_step
+        if k == 0:
+            first_rejected = {"line": 1, "step": 0, "transition": "Init", "name": "Init"}
+        else:
+            t = steps[k - 1]
+            first_rejected = {"line": lines[k - 1], "step": k, "transition": str(t), "name": t.name}
+        rejection = {"reason": rejecting.reason, "variables": rejecting.variables, "segment": rejecting.index}
+        matched = max(0, k - 1)
     else:
         matched = len(steps)
     ok = first_rejected is None and model_rejected is None and digest_mismatch is None
-    return ValidateResult(p, len(steps), matched, ok, first_rejected, model_rejected, digest_mismatch, res)
+    decided = rejecting or (segs[-1] if segs else None)
+    return ValidateResult(
+        p, len(steps), matched, ok, first_rejected, model_rejected, digest_mismatch,
+        decided.tlc if decided else None, rejection, segs, time.perf_counter() - t0, model_seconds,
+    )
