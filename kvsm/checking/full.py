@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain, compress, cycle, repeat
-from operator import attrgetter, itemgetter, methodcaller, mul
+from operator import attrgetter, itemgetter, methodcaller, mul, ne
 from typing import Any
 
 from .. import content
@@ -97,32 +97,103 @@ class _Memo(dict):
         return v
 
 
+class _Mirror:
+    """A dict copy of the last map seen, brought up to date from each new map by reading
+    it whole (its keys and values, compared with the copy's: nothing is taken on trust
+    from how the map was made) and returning what differs, so that a sum over the map
+    costs the comparison and the work for the entries that changed."""
+
+    __slots__ = ("d", "src")
+
+    def __init__(self) -> None:
+        self.d: dict | None = None
+        self.src: Any = None
+
+    def update(self, m: Any) -> tuple[list, list] | None:
+        """The entries of `m` that differ from the copy's, `[(key, old or None, new)]`, and
+        those gone, `[(key, old)]`; None when the copy was made afresh."""
+        if m is self.src:
+            return [], []
+        keys, vals = list(m.keys()), list(m.values())  # (they iterate in one order)
+        d = self.d
+        self.src = m
+        if d is None:
+            self.d = dict(zip(keys, vals))
+            return None
+        olds = list(map(d.get, keys))
+        changed = []
+        for i in compress(range(len(keys)), map(ne, vals, olds)):
+            k, v = keys[i], vals[i]
+            changed.append((k, olds[i], v))
+            d[k] = v
+        removed = []
+        if len(d) != len(keys):
+            for k in d.keys() - set(keys):
+                removed.append((k, d.pop(k)))
+        return changed, removed
+
+
 def _content_sum(name: str) -> Any:
-    """The sum of a content component: each page's `(content + 1) * weight(page)`, that
-    is the sum of content times weight plus the sum of the weights."""
+    """The sum of a content component: each page's `(content + 1) * weight(page)`."""
     weights = _Memo(lambda k: page_weight(name, k))
+    mirror = _Mirror()
+    total = [0]
 
     def f(m: Any) -> int:
-        ws = list(map(weights.__getitem__, m.keys()))
-        return sum(map(mul, ws, m.values())) + sum(ws)
+        diff = mirror.update(m)
+        if diff is None:
+            d = mirror.d
+            ws = list(map(weights.__getitem__, d.keys()))
+            total[0] = sum(map(mul, ws, d.values())) + sum(ws)
+        else:
+            t = total[0]
+            for k, old, new in diff[0]:
+                t += (new + 1 - (0 if old is None else old + 1)) * weights[k]
+            for k, old in diff[1]:
+                t -= (old + 1) * weights[k]
+            total[0] = t
+        return total[0]
 
     return f
 
 
-def _item_sum(name: str) -> Any:
-    """The sum of a map component whose keys and values are plain numbers and tuples of
-    them (the disks' entries): each entry's hash remembered by the entry itself."""
-    memo = _Memo(lambda kv: value_hash(name, kv[0], kv[1]))
+class _Disks:
+    """The disks' facts, kept with a mirror of the l3 map: the digest sum of its entries,
+    entries per rank, and how many entries hold content other than their hash names."""
 
-    def f(m: Any) -> int:
-        if len(memo) > 4 * len(m) + 1024:
-            memo.clear()
-        return sum(map(memo.__getitem__, m.items()))
+    __slots__ = ("mirror", "total", "per_rank", "wrong")
 
-    return f
+    def __init__(self) -> None:
+        self.mirror = _Mirror()
+        self.total = 0
+        self.per_rank: Counter = Counter()
+        self.wrong = 0
+
+    def update(self, m: Any) -> "_Disks":
+        diff = self.mirror.update(m)
+        if diff is None:
+            d = self.mirror.d
+            self.total = sum(value_hash("l3", k, v) for k, v in d.items())
+            self.per_rank = Counter(map(_FIRST, d.keys()))
+            self.wrong = sum(1 for k, v in d.items() if k[1] != v)
+            return self
+        per_rank = self.per_rank
+        for k, old, new in diff[0]:
+            if old is None:
+                per_rank[k[0]] += 1
+            else:
+                self.total -= value_hash("l3", k, old)
+                self.wrong -= k[1] != old
+            self.total += value_hash("l3", k, new)
+            self.wrong += k[1] != new
+        for k, old in diff[1]:
+            per_rank[k[0]] -= 1
+            self.total -= value_hash("l3", k, old)
+            self.wrong -= k[1] != old
+        return self
 
 
-_ITEM_COMPONENTS = frozenset({"l3"})
+_DISKS = _Disks()
 
 
 _SUMMERS: dict[str, Any] = {}
@@ -143,9 +214,8 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
         if name in MAP_COMPONENTS:
             f = _SUMMERS.get(name)
             if f is None:
-                f = _SUMMERS[name] = (_content_sum(name) if name in CONTENT_COMPONENTS
-                                      else _item_sum(name) if name in _ITEM_COMPONENTS else _map_sum(name))
-            total = _by_id("sum:" + name, getattr(s, name), f)
+                f = _SUMMERS[name] = _content_sum(name) if name in CONTENT_COMPONENTS else _map_sum(name)
+            total = _DISKS.update(s.l3).total if name == "l3" else _by_id("sum:" + name, getattr(s, name), f)
         elif name == "dev_free":
             total = 0
             for k, lane in enumerate(s.dev_free):
@@ -165,12 +235,11 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _l3_facts(m: Any) -> tuple[bool, Counter, set]:
+def _l3_facts(m: Any) -> tuple[bool, Counter, dict]:
     """Whether every disk entry holds the content its hash names, entries per rank, and
-    the entries' keys as a set (faster to probe than the map)."""
-    keys = list(m.keys())
-    ok = list(map(_SECOND, keys)) == list(m.values())  # (keys and values iterate in one order)
-    return ok, Counter(map(_FIRST, keys)), set(keys)
+    the entries as a dict (faster to probe than the map)."""
+    disks = _DISKS.update(m)
+    return disks.wrong == 0, disks.per_rank, disks.mirror.d
 
 
 def _copying(s: ClusterState) -> frozenset[int]:
@@ -227,6 +296,8 @@ _GET_BACKUP = itemgetter(_BACKUP)
 _GET_NID = itemgetter(12)
 _LOCK, _ONDEV, _PIN, _TOUCHED, _CHILDREN = (attrgetter(f) for f in ("lock", "ondev", "pin", "touched", "children"))
 _VALUES = methodcaller("values")
+# the disks last checked against and the durable nodes' keys found on them
+_DURABLE: list = [None, [], set()]
 
 
 def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any) -> tuple | None:
@@ -267,7 +338,7 @@ def holds(s: ClusterState) -> bool:
         return False
     objects, pending, requests = s.objects, s.pending, s.requests
     dc, hc, l3 = s.dev_content, s.host_content, s.l3
-    l3_ok, per_rank, l3_keys = _by_id("l3", l3, _l3_facts)
+    l3_ok, per_rank, l3_keys = _l3_facts(l3)
     if _NODES_CFG[0] is not cfg or len(_NODES) > 2 * len(nodes) + 1024:
         _NODES.clear()
         _NODES_CFG[0] = cfg
@@ -333,8 +404,16 @@ def holds(s: ClusterState) -> bool:
                 return False
     if list(map(hc.get, chain.from_iterable(map(_GET_HOST, facts)))) != list(chain.from_iterable(map(_GET_HOST_EXP, facts))):
         return False
-    if not l3_keys.issuperset(chain.from_iterable(map(_GET_DURABLE, facts))):
+    durable = list(filter(None, map(_GET_DURABLE, facts)))
+    if _DURABLE[0] is l3:  # the same disks: only the durable nodes' keys not checked on them yet
+        held = _DURABLE[2]
+        todo = [d for d in durable if id(d) not in held]
+    else:
+        todo = durable
+    if not all(map(l3_keys.__contains__, chain.from_iterable(todo))):
         return False
+    # (the list keeps the tuples alive, so their ids name them)
+    _DURABLE[:] = [l3, durable, set(map(id, durable))]
 
     # 3 Locks
     holders: Counter[int] = Counter()
