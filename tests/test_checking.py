@@ -82,7 +82,8 @@ def test_the_per_transition_checks_find_nothing_along_correct_runs(logs):
 
 def test_the_fast_from_scratch_check_agrees_with_the_reference_on_correct_and_corrupted_states(logs):
     rng = random.Random(7)
-    corrupt = [_bump_lock, _wrong_dev_content, _leak_device_page, _wrong_ondev, _longer_object, _wrong_sums, _wrong_disk_entry]
+    corrupt = [_bump_lock, _wrong_dev_content, _leak_device_page, _wrong_ondev, _longer_object, _wrong_sums, _wrong_disk_entry,
+               _wrong_host_content, _wrong_child_entry, _wrong_pin, _late_stamp, _wrong_hashes, _cycle]
     checked = 0
     for p in logs:
         for k, (_, _, _, s) in enumerate(_states(p)):
@@ -141,6 +142,55 @@ def _wrong_sums(s):
     if s.sums is None:
         return None
     return replace(s, sums=(s.sums[0] + 1,) + s.sums[1:])
+
+
+def _wrong_host_content(s):
+    nid, n = _some_node(s, lambda n: n.host is not None)
+    if n is None or n.host not in s.objects or not s.objects[n.host].length:
+        return None
+    return replace(s, host_content=s.host_content.set(s.objects[n.host].base, 12345))
+
+
+def _wrong_child_entry(s):
+    """A child entry that names another node (which then is its parent's child twice)."""
+    nid, n = _some_node(s, lambda n: len(n.children) > 0)
+    if n is None:
+        return None
+    other, _ = _some_node(s, lambda m: m.id != nid and m.id not in n.children.values())
+    if other is None:
+        return None
+    sym = next(iter(n.children.keys()))
+    return replace(s, nodes=s.nodes.set(nid, n.with_(children=n.children.set(sym, other))))
+
+
+def _wrong_pin(s):
+    nid, n = _some_node(s)
+    return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(pin=n.pin + 1)))
+
+
+def _late_stamp(s):
+    nid, n = _some_node(s)
+    return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(touched=s.clock + 1)))
+
+
+def _wrong_hashes(s):
+    nid, n = _some_node(s)
+    return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(hashes=n.hashes[:-1] + (n.hashes[-1] ^ 1,))))
+
+
+def _cycle(s):
+    """A node and its child made each other's parent (each its parent's child under its first
+    page, so only the walk to the root finds it)."""
+    nid, n = _some_node(s, lambda n: len(n.children) > 0)
+    if n is None:
+        return None
+    cid = next(iter(n.children.values()))
+    c = s.nodes[cid]
+    p = s.nodes[n.parent]
+    nodes = s.nodes.set(n.parent, p.with_(children=p.children.delete(n.key[0])))
+    nodes = nodes.set(nid, n.with_(parent=cid, children=n.children.delete(c.key[0])))
+    nodes = nodes.set(cid, c.with_(children=c.children.set(n.key[0], nid)))
+    return replace(s, nodes=nodes)
 
 
 def _wrong_disk_entry(s):

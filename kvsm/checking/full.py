@@ -6,8 +6,8 @@ to name what fails."""
 from __future__ import annotations
 
 from collections import Counter
-from itertools import cycle
-from operator import itemgetter
+from itertools import chain, compress, cycle, repeat
+from operator import attrgetter, itemgetter, methodcaller, mul, ne
 from typing import Any
 
 from .. import content
@@ -82,21 +82,118 @@ def _map_sum(name: str) -> Any:
     return f
 
 
+class _Memo(dict):
+    """A pure function's values by argument, computed when first asked for (so that a
+    sum over a map's entries runs as one `sum(map(...))`)."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, f: Any) -> None:
+        super().__init__()
+        self.f = f
+
+    def __missing__(self, k: Any) -> Any:
+        v = self[k] = self.f(k)
+        return v
+
+
+class _Mirror:
+    """A dict copy of the last map seen, brought up to date from each new map by reading
+    it whole (its keys and values, compared with the copy's: nothing is taken on trust
+    from how the map was made) and returning what differs, so that a sum over the map
+    costs the comparison and the work for the entries that changed."""
+
+    __slots__ = ("d", "src")
+
+    def __init__(self) -> None:
+        self.d: dict | None = None
+        self.src: Any = None
+
+    def update(self, m: Any) -> tuple[list, list] | None:
+        """The entries of `m` that differ from the copy's, `[(key, old or None, new)]`, and
+        those gone, `[(key, old)]`; None when the copy was made afresh."""
+        if m is self.src:
+            return [], []
+        keys, vals = list(m.keys()), list(m.values())  # (they iterate in one order)
+        d = self.d
+        self.src = m
+        if d is None:
+            self.d = dict(zip(keys, vals))
+            return None
+        olds = list(map(d.get, keys))
+        changed = []
+        for i in compress(range(len(keys)), map(ne, vals, olds)):
+            k, v = keys[i], vals[i]
+            changed.append((k, olds[i], v))
+            d[k] = v
+        removed = []
+        if len(d) != len(keys):
+            for k in d.keys() - set(keys):
+                removed.append((k, d.pop(k)))
+        return changed, removed
+
+
 def _content_sum(name: str) -> Any:
     """The sum of a content component: each page's `(content + 1) * weight(page)`."""
-    weights: dict[int, int] = {}
+    weights = _Memo(lambda k: page_weight(name, k))
+    mirror = _Mirror()
+    total = [0]
 
     def f(m: Any) -> int:
-        total = 0
-        get = weights.get
-        for k, v in m.items():
-            w = get(k)
-            if w is None:
-                w = weights[k] = page_weight(name, k)
-            total += (v + 1) * w
-        return total
+        diff = mirror.update(m)
+        if diff is None:
+            d = mirror.d
+            ws = list(map(weights.__getitem__, d.keys()))
+            total[0] = sum(map(mul, ws, d.values())) + sum(ws)
+        else:
+            t = total[0]
+            for k, old, new in diff[0]:
+                t += (new + 1 - (0 if old is None else old + 1)) * weights[k]
+            for k, old in diff[1]:
+                t -= (old + 1) * weights[k]
+            total[0] = t
+        return total[0]
 
     return f
+
+
+class _Disks:
+    """The disks' facts, kept with a mirror of the l3 map: the digest sum of its entries,
+    entries per rank, and how many entries hold content other than their hash names."""
+
+    __slots__ = ("mirror", "total", "per_rank", "wrong")
+
+    def __init__(self) -> None:
+        self.mirror = _Mirror()
+        self.total = 0
+        self.per_rank: Counter = Counter()
+        self.wrong = 0
+
+    def update(self, m: Any) -> "_Disks":
+        diff = self.mirror.update(m)
+        if diff is None:
+            d = self.mirror.d
+            self.total = sum(value_hash("l3", k, v) for k, v in d.items())
+            self.per_rank = Counter(map(_FIRST, d.keys()))
+            self.wrong = sum(1 for k, v in d.items() if k[1] != v)
+            return self
+        per_rank = self.per_rank
+        for k, old, new in diff[0]:
+            if old is None:
+                per_rank[k[0]] += 1
+            else:
+                self.total -= value_hash("l3", k, old)
+                self.wrong -= k[1] != old
+            self.total += value_hash("l3", k, new)
+            self.wrong += k[1] != new
+        for k, old in diff[1]:
+            per_rank[k[0]] -= 1
+            self.total -= value_hash("l3", k, old)
+            self.wrong -= k[1] != old
+        return self
+
+
+_DISKS = _Disks()
 
 
 _SUMMERS: dict[str, Any] = {}
@@ -106,6 +203,7 @@ def _free_sum(chunk: tuple[int, ...]) -> int:
     return sum(map(free_page_hash, chunk))
 
 _FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 
 
 def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
@@ -117,7 +215,7 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
             f = _SUMMERS.get(name)
             if f is None:
                 f = _SUMMERS[name] = _content_sum(name) if name in CONTENT_COMPONENTS else _map_sum(name)
-            total = _by_id("sum:" + name, getattr(s, name), f)
+            total = _DISKS.update(s.l3).total if name == "l3" else _by_id("sum:" + name, getattr(s, name), f)
         elif name == "dev_free":
             total = 0
             for k, lane in enumerate(s.dev_free):
@@ -137,12 +235,11 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _l3_facts(m: Any) -> tuple[bool, Counter, set]:
+def _l3_facts(m: Any) -> tuple[bool, Counter, dict]:
     """Whether every disk entry holds the content its hash names, entries per rank, and
-    the entries' keys as a set (faster to probe than the map)."""
-    ok = all(k[1] == c for k, c in m.items())
-    keys = set(m.keys())
-    return ok, Counter(map(_FIRST, keys)), keys
+    the entries as a dict (faster to probe than the map)."""
+    disks = _DISKS.update(m)
+    return disks.wrong == 0, disks.per_rank, disks.mirror.d
 
 
 def _copying(s: ClusterState) -> frozenset[int]:
@@ -185,6 +282,52 @@ def _loads_hold(s: ClusterState) -> bool:
     return True
 
 
+# Per node, the checks that read only the node, its parent's last page identity, its
+# object and whether it has a pending backup, remembered by node id for the values they
+# were computed from (a node that did not change since the previous check costs a lookup),
+# with what the rest of the check reads of it: the pages it holds and what they must hold,
+# the disk entries it needs, its victim keys.
+_NODES: dict[int, tuple] = {}
+_NODES_CFG: list = [None]
+_DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY, _BACKUP = range(4, 12)
+_GET_DEV, _GET_DEV_EXP, _GET_HOST, _GET_HOST_EXP, _GET_DURABLE, _GET_DKEY, _GET_HKEY = (
+    itemgetter(i) for i in (_DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY))
+_GET_BACKUP = itemgetter(_BACKUP)
+_GET_NID = itemgetter(12)
+_LOCK, _ONDEV, _PIN, _TOUCHED, _CHILDREN = (attrgetter(f) for f in ("lock", "ondev", "pin", "touched", "children"))
+_VALUES = methodcaller("values")
+# the disks last checked against and the durable nodes' keys found on them
+_DURABLE: list = [None, [], set()]
+
+
+def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any) -> tuple | None:
+    """The node's own checks (None when one fails) and what the rest reads of it."""
+    key, dev, hashes = n.key, n.dev, n.hashes
+    if nid != n.id or not key:
+        return None
+    if hashes != _chain(prev, key):
+        return None
+    if dev:
+        if len(dev) != len(key):
+            return None
+    elif obj is None or not obj.committed:
+        return None  # neither on L1 nor backed (or backed by an uncommitted object)
+    if n.lock and not dev:
+        return None
+    host: tuple = ()
+    host_exp: tuple = ()
+    if obj is not None:
+        if obj.owner != nid or not (len(key) == obj.length == len(hashes)):
+            return None
+        k = min(obj.length, len(hashes))
+        L2 = cfg.L2
+        host = tuple(p for region in range(len(cfg.payloads)) for p in range(region * L2 + obj.base, region * L2 + obj.base + k))
+        host_exp = hashes[:k] * len(cfg.payloads)
+    durable = tuple(zip(cycle(range(cfg.R)), hashes)) if n.durable else ()
+    return (n, prev, obj, pend, dev, hashes[: len(dev)], host, host_exp, durable,
+            dev_victim_key(n, pend, cfg), host_victim_key(n, cfg), backup_candidate(n, pend, cfg), nid)
+
+
 def holds(s: ClusterState) -> bool:
     """Whether invariants 1-10, 12 and 13 all hold in `s`: exactly `violations(s) == []`."""
     cfg = s.config
@@ -195,95 +338,85 @@ def holds(s: ClusterState) -> bool:
         return False
     objects, pending, requests = s.objects, s.pending, s.requests
     dc, hc, l3 = s.dev_content, s.host_content, s.l3
-    regions = len(cfg.payloads)
-    l3_ok, per_rank, l3_keys = _by_id("l3", l3, _l3_facts)
+    l3_ok, per_rank, l3_keys = _l3_facts(l3)
     bare = contract(cfg)
     if s.diverged is not None:  # 13 Agreement
         return False
+    if _NODES_CFG[0] is not cfg or len(_NODES) > 2 * len(nodes) + 1024:
+        _NODES.clear()
+        _NODES_CFG[0] = cfg
+    memo = _NODES
 
-    # 1 Tree: ids, keys, parent links both ways; every node reaches the root (the depth
-    # of each node is found once, memoised; a cycle never reaches it)
-    state_of: dict[int, int] = {ROOT_ID: 1}  # 1 reaches the root, 0 on the current walk
-    expect_last: dict[int, int] = {ROOT_ID: content.ROOT}
+    # 1 Tree, 2 Residency, 6/9 node and object, 7 Content, 8 Durable, per node: each node is
+    # its parent's child under its first page and its hashes chain from its parent's last
+    # (so, once every node reaches the root, every node's hashes are its prefix's)
+    facts = []
+    on_dev_parents = []
+    get = memo.get
+    ROOT = content.ROOT
     for nid, n in nodes.items():
-        if nid != n.id:
-            return False
-        for sym, cid in n.children.items():
-            c = nodes.get(cid)
-            if c is None or c.parent != nid or not c.key or c.key[0] != sym:
-                return False
         if nid == ROOT_ID:
-            continue
-        if not n.key:
-            return False
-        p = nodes.get(n.parent)
-        if p is None or p.children.get(n.key[0]) != nid:
-            return False
-        if nid not in state_of:
-            walk = []
-            cur = nid
-            while cur not in state_of:
-                state_of[cur] = 0
-                walk.append(cur)
-                if not nodes[cur].key:
-                    return False
-                cur = nodes[cur].parent
-                if cur not in nodes:
-                    return False
-            if state_of[cur] == 0:
-                return False  # a cycle
-            for w in reversed(walk):
-                state_of[w] = 1
-                expect_last[w] = _chain(expect_last[nodes[w].parent], nodes[w].key)[-1]
-
-    # 2 Residency, 7 Content, 8 Durable, 9 node-object lengths, 10 ondev, stamps, ids
-    clock = s.clock
-    copying = _copying(s) if s.loads else frozenset()
-    max_id = -1
-    used: list[int] = []
-    for nid, n in nodes.items():
-        if nid > max_id:
-            max_id = nid
-        if n.touched > clock:
-            return False
-        ondev = 0
-        for c in n.children.values():
-            if nodes[c].dev:
-                ondev += 1
-        if n.ondev != ondev:
-            return False
-        if nid == ROOT_ID:
-            continue
-        dev = n.dev
-        if dev:
-            if len(dev) != len(n.key):
+            if n.id != nid:
                 return False
-            if n.parent != ROOT_ID and not nodes[n.parent].dev:
-                return False
-            used.extend(dev)
-        elif n.host is None:
+            continue
+        parent = n.parent
+        p = nodes.get(parent)
+        key = n.key
+        if p is None or not key or p.children.get(key[0]) != nid:
             return False
+        prev = ROOT if parent == ROOT_ID else p.last_content
         obj = objects.get(n.host) if n.host is not None else None
-        if not dev and (obj is None or not obj.committed):
-            return False
-        expect = _chain(expect_last[n.parent], n.key)
-        if n.hashes != expect:
-            return False
-        if dev and tuple(map(dc.get, dev)) != expect[: len(dev)]:
-            if not copying or any(dc.get(p) != (None if p in copying else expect[i]) for i, p in enumerate(dev)):
+        pend = nid in pending
+        e = get(nid)
+        if e is None or e[0] is not n or e[1] != prev or e[2] is not obj or e[3] is not pend:
+            e = _node_facts(nid, n, prev, obj, pend, cfg)
+            if e is None:
                 return False
-        if obj is not None:
-            if obj.owner != nid or not (n.pages == obj.length == len(n.hashes)):
+            memo[nid] = e
+        if n.dev:
+            if parent != ROOT_ID and not p.dev:
                 return False
-            k = min(obj.length, len(expect))
-            for region in range(regions):
-                lo = region * L2 + obj.base
-                if tuple(map(hc.get, range(lo, lo + k))) != expect[:k]:
-                    return False
-        if n.durable and not l3_keys.issuperset(zip(cycle(range(R)), n.hashes)):
-            return False
-    if nodes and max_id >= s.next_id:
+            on_dev_parents.append(parent)
+        facts.append(e)
+    # every child entry is some node's (as many entries as non-root nodes, each node in its
+    # own), so the nodes reached from the root through them are those that reach the root
+    vals = nodes.values()
+    if sum(map(len, map(_CHILDREN, vals))) != len(nodes) - 1:
         return False
+    reached = 1
+    level = [root]
+    while level:
+        ids = list(chain.from_iterable(map(_VALUES, map(_CHILDREN, level))))
+        reached += len(ids)
+        level = list(map(nodes.__getitem__, ids))
+    if reached != len(nodes):
+        return False
+    if max(map(_TOUCHED, vals)) > s.clock or max(nodes.keys()) >= s.next_id:
+        return False
+    keys = nodes.keys()
+    ondev = Counter(on_dev_parents)
+    if list(map(_ONDEV, vals)) != list(map(ondev.get, keys, repeat(0))):
+        return False
+    used = list(chain.from_iterable(map(_GET_DEV, facts)))
+    if list(map(dc.get, used)) != list(chain.from_iterable(map(_GET_DEV_EXP, facts))):
+        copying = _copying(s) if s.loads else frozenset()
+        if not copying:
+            return False
+        for p, want in zip(used, chain.from_iterable(map(_GET_DEV_EXP, facts))):
+            if dc.get(p) != (None if p in copying else want):
+                return False
+    if list(map(hc.get, chain.from_iterable(map(_GET_HOST, facts)))) != list(chain.from_iterable(map(_GET_HOST_EXP, facts))):
+        return False
+    durable = list(filter(None, map(_GET_DURABLE, facts)))
+    if _DURABLE[0] is l3:  # the same disks: only the durable nodes' keys not checked on them yet
+        held = _DURABLE[2]
+        todo = [d for d in durable if id(d) not in held]
+    else:
+        todo = durable
+    if not all(map(l3_keys.__contains__, chain.from_iterable(todo))):
+        return False
+    # (the list keeps the tuples alive, so their ids name them)
+    _DURABLE[:] = [l3, durable, set(map(id, durable))]
 
     # 3 Locks
     holders: Counter[int] = Counter()
@@ -315,11 +448,8 @@ def holds(s: ClusterState) -> bool:
         while cur != ROOT_ID:
             holders[cur] += 1
             cur = nodes[cur].parent
-    for nid, n in nodes.items():
-        if n.lock != holders.get(nid, 0):
-            return False
-        if n.lock and nid != ROOT_ID and not n.dev:
-            return False
+    if list(map(_LOCK, vals)) != list(map(holders.get, keys, repeat(0))):
+        return False  # (a lock off L1 is a node's own check)
 
     # 4 Pending
     writes = s.writes
@@ -415,20 +545,19 @@ def holds(s: ClusterState) -> bool:
         return False
 
     # 10 Counts: derived indexes, digest sums, pins, per-rank progress, disk counts
-    dev_keys = sorted(k for k in (dev_victim_key(n, nid in pending, cfg) for nid, n in nodes.items()) if k)
+    # (the root is never a victim nor a backup candidate: its facts are not in the list)
+    dev_keys = sorted(filter(None, map(_GET_DKEY, facts)))
     if len(s.dev_index) != len(dev_keys) or list(s.dev_index) != dev_keys:
         return False
-    host_keys = sorted(k for k in (host_victim_key(n, cfg) for n in nodes.values()) if k)
+    host_keys = sorted(filter(None, map(_GET_HKEY, facts)))
     if len(s.host_index) != len(host_keys) or list(s.host_index) != host_keys:
         return False
-    backups = sorted(nid for nid, n in nodes.items() if backup_candidate(n, nid in pending, cfg))
+    backups = sorted(compress(map(_GET_NID, facts), map(_GET_BACKUP, facts)))
     if len(s.backup_index) != len(backups) or list(s.backup_index) != backups:
         return False
     pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
-    for nid in set(pins) | {nid for nid, n in nodes.items() if n.pin}:
-        n = nodes.get(nid)
-        if n is not None and n.pin != pins.get(nid, 0):
-            return False
+    if list(map(_PIN, vals)) != list(map(pins.get, keys, repeat(0))):
+        return False
     for r in range(R):
         if not len(s.spill_done[r]) <= s.spill_gathered[r] <= len(s.spills):
             return False
