@@ -47,6 +47,17 @@ CATALOGUE: dict[str, Defect] = {
     d.name: d
     for d in (
         Defect(
+            "skip_collective", "ci", "12 Collectives",
+            {"tiers": "l1,l2"}, None,
+            why_no_gpu=(
+                "the backend replays the log's calls as steps of the model: every rank takes "
+                "the skipping rank's early return from the log alike (the same state on every "
+                "rank), and its only collective is the agreement at Commit, which a round with "
+                "a skipped call never reaches; nothing hangs or pairs wrongly, and no byte "
+                "moves wrong (nothing is committed)"
+            ),
+        ),
+        Defect(
             "local_host_alloc", "ci", "13 Agreement",
             {"tiers": "l1,l2"}, "ranks",
         ),

@@ -634,14 +634,16 @@ CommitFirst(m, done) ==
 \* Rank r reaches the commit collective's call (the reference's writing_check MIN
 \* all-reduce) while a backup is in flight. It enters, or under "reference", when
 \* its own ack queue is empty (a rank's final ack of a backup enters its queue with
-\* its copy: write_done[r] = 0), returns early. When every rank has returned early
-\* there was no collective and the round is over.
+\* its copy: write_done[r] = 0), returns early. Under skip_collective a rank with
+\* nothing finished (write_done[r] = 0) skips the MIN under "fixed" too. When every
+\* rank has returned early there was no collective and the round is over.
 CommitCall(r) ==
     /\ CommitEntry # "atomic"
     /\ r \in Ranks
     /\ commit_round[r] = 0
     /\ writes # <<>>
-    /\ LET c1 == [commit_round EXCEPT ![r] = IF CommitEntry = "fixed" \/ write_done[r] > 0 THEN 1 ELSE 2]
+    /\ LET c1 == [commit_round EXCEPT ![r] =
+                     IF (CommitEntry = "fixed" /\ Bug # "skip_collective") \/ write_done[r] > 0 THEN 1 ELSE 2]
        IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
     /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
                    writes, requests, write_done, dev_content, host_content, spill_queue, l3vars,

@@ -215,8 +215,8 @@ class Simulation:
 
     def _commit_calls(self) -> bool:
         """Every rank reaches the commit collective's call; returns whether they entered it.
-        Under `commit_call = reference` a rank whose own ack queue is empty returns early
-        instead: when every rank does, there is no collective; when another rank entered,
+        Under `commit_call = reference` (or the defect `skip_collective`) a rank whose own
+        ack queue is empty returns early instead: when every rank does, there is no collective; when another rank entered,
         the calls no longer pair up and the run stops (invariant 12)."""
         c = self.cluster
         for r in range(self.cfg.R):
@@ -224,10 +224,11 @@ class Simulation:
         rounds = c.state.commit_round
         if any(rounds) and not all(x == 1 for x in rounds):
             early = [r for r, x in enumerate(rounds) if x == 2]
+            cause = "bug = skip_collective" if self.cfg.bug == "skip_collective" else "commit_call = reference"
             raise SimDivergence(
                 f"ranks {early} returned early from the commit collective that ranks "
                 f"{[r for r, x in enumerate(rounds) if x == 1]} entered (tick {c.tick}): the collective calls no "
-                "longer pair up (invariant 12 Collectives; commit_call = reference)",
+                f"longer pair up (invariant 12 Collectives; {cause})",
                 {"sync_point": c.sync_points, "tick": c.tick, "transition": c.transitions, "rank": early[0]},
             )
         c.learn_calls()

@@ -11,7 +11,8 @@ every rank finished (possibly none); those backups become visible (committed obj
 rank; while a round is open no replicated step is taken (a rank in the collective
 waits there). Under `commit_call = "reference"` a rank whose own ack queue is empty
 returns early instead of entering (`ROUND_SKIPPED`): if another rank entered, the
-calls no longer pair up (invariant 12). Under `commit_call = "atomic"` the collective is
+calls no longer pair up (invariant 12); the injected defect `skip_collective` does the
+same under `fixed`. Under `commit_call = "atomic"` the collective is
 the one step `Commit` (every rank's call and the MIN at once, when the MIN is not 0): the
 same replicated behaviour, without the states in which some ranks have called and others
 not. `Rollback` abandons a pending backup, wherever
@@ -80,6 +81,10 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected("no backup is in flight: every rank returns before the commit collective")
     tx = Tx(s)
     enters = s.config.commit_call == "fixed" or not ack_queue_empty(s, r)
+    if s.config.bug == "skip_collective" and s.write_done[r] == 0:
+        # a rank with nothing finished skips the MIN: it returns early while the others
+        # enter, so the ranks' collective calls no longer pair up
+        enters = False
     tx.commit_round[r] = ROUND_IN if enters else ROUND_SKIPPED
     if all(c == ROUND_SKIPPED for c in tx.commit_round):
         # every rank returned early: no collective was issued, the round is over
