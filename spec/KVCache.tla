@@ -1323,7 +1323,7 @@ Agreement == diverged = <<>>
 \* TypeOK is the spec's own), in an order that keeps each one's operators defined
 \* (Tree first); `kvsm conform --bug` takes no step out of a state where it is false.
 Healthy == Tree /\ Residency /\ Locks /\ Pending /\ DevicePages /\ HostPages
-           /\ Content /\ Durable /\ Reload /\ Counts /\ Agreement
+           /\ Content /\ Durable /\ Reload /\ Counts /\ Collectives /\ Agreement
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)

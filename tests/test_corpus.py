@@ -202,11 +202,11 @@ def test_a_step_the_model_refuses_or_a_violation_fails_the_case(tmp_path):
 
 def test_a_case_naming_a_bug_the_model_does_not_implement_is_reported_not_crashed_on(tmp_path):
     text = _case("Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nshow\n",
-                 "case dbl\nshows a skipped collective\nconfig small\nbug skip_collective\nviolation 12 Collectives: x\n")
+                 "case dbl\nshows a page freed under a load-back\nconfig small\nbug load_uaf\nviolation 5 DevicePages: x\n")
     p = _write(tmp_path, "dbl", text)
     fails, outputs = verify_case(read_case(str(p)))
     assert [(f.line, f.why) for f in fails] == [
-        (4, "bug skip_collective cannot be run: config with bug skip_collective: injected defect 'skip_collective' is not implemented by this model yet"),
+        (4, "bug load_uaf cannot be run: config with bug load_uaf: injected defect 'load_uaf' is not implemented by this model yet"),
     ]
     assert outputs is None  # the outputs belong to the run with the bug: nothing to rewrite
 

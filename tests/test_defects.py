@@ -87,6 +87,7 @@ def test_a_rank_decides_from_its_own_view_only_under_a_rank_view_defect():
 # ---- TLC --------------------------------------------------------------------------------------------
 
 TLC_PROPERTY = {
+    "skip_collective": "Collectives",
     "local_host_alloc": "Agreement",
     "double_free": "HostPages",
     "evict_pending": "Pending",
