@@ -7,9 +7,9 @@
    page is marked and reloaded, so every L3 action happens: spills (one with a
    failed write on a rank while its disk fails), claims lowered below the
    candidate's pages, reloads admitted, reloads aborted at admit (a failed read,
-   every waiter expired), and expiries. A reload whose anchor changed and one
-   after a split that moved the pages' owners need a third request; they are
-   checked on logs by `kvsm validate` instead (docs/tla.md, "The models"). *)
+   every waiter expired), and expiries; and, since a match stops one page short
+   of its prompt and splits there, a reload whose anchor changed and one after a
+   split that moved the pages' owners (docs/tla.md, "The models"). *)
 EXTENDS KVCache
 
 MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],
