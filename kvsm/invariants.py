@@ -361,20 +361,28 @@ def violations(s: ClusterState) -> list[str]:
     # Call k of the commit collective on every rank is one collective: within a round, no
     # rank returns early from a call another rank entered (that rank would wait in the MIN
     # for a call that never comes, or pair it with another collective).
-    rounds = s.commit_round
-    if any(c not in (ROUND_IDLE, ROUND_IN, ROUND_SKIPPED) for c in rounds):
-        bad(12, f"commit round {list(rounds)} holds an unknown position")
-    entered = [r for r, c in enumerate(rounds) if c == ROUND_IN]
-    skipped = [r for r, c in enumerate(rounds) if c == ROUND_SKIPPED]
-    if entered and skipped:
-        bad(12, f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
-    if any(rounds) and not s.writes:
-        bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
+    for why in collectives_violations(s.commit_round, s.writes):
+        bad(12, why)
 
     # 13. Agreement ----------------------------------------------------------------------------------------------
     disagreement = agreement_violation(s)
     if disagreement:
         bad(13, disagreement)
+    return out
+
+
+def collectives_violations(rounds: tuple[int, ...], writes: tuple[int, ...]) -> list[str]:
+    """Invariant 12 of a commit round (`commit_round`) with the backups in flight
+    (`writes`): what is wrong, in words."""
+    out = []
+    if any(c not in (ROUND_IDLE, ROUND_IN, ROUND_SKIPPED) for c in rounds):
+        out.append(f"commit round {list(rounds)} holds an unknown position")
+    entered = [r for r, c in enumerate(rounds) if c == ROUND_IN]
+    skipped = [r for r, c in enumerate(rounds) if c == ROUND_SKIPPED]
+    if entered and skipped:
+        out.append(f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
+    if any(rounds) and not writes:
+        out.append(f"a commit round is open {list(rounds)} with no backup in flight")
     return out
 
 

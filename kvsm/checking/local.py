@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from .. import effects as fx
-from ..invariants import NAMES, agreement_violation, contract, prepared_ids, prepared_violations
+from ..invariants import NAMES, agreement_violation, collectives_violations, contract, prepared_ids, prepared_violations
 from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
 from .full import _chain
 
@@ -573,14 +573,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
     # ---- 12 Collectives ------------------------------------------------------------------------
     rounds = A.commit_round
     if rounds is not B.commit_round or A.writes is not B.writes:
-        if any(c not in (0, 1, 2) for c in rounds):
-            bad(12, f"commit round {list(rounds)} holds an unknown position")
-        entered = [r for r, c in enumerate(rounds) if c == 1]
-        skipped = [r for r, c in enumerate(rounds) if c == 2]
-        if entered and skipped:
-            bad(12, f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
-        if any(rounds) and not A.writes:
-            bad(12, f"a commit round is open {list(rounds)} with no backup in flight")
+        for why in collectives_violations(rounds, A.writes):
+            bad(12, why)
 
     # ---- 13 Agreement ------------------------------------------------------------------------
     disagreement = agreement_violation(A)
