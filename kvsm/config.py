@@ -133,6 +133,13 @@ class Config:
     def from_json(cls, data: dict[str, Any], where: str = "config") -> "Config":
         return _build(dict(data), where)
 
+    def with_bug(self, bug: str, where: str = "config") -> "Config":
+        """This config with the injected defect `bug`, checked as a config's field is (an
+        unknown or unimplemented name is a ConfigError naming `where`)."""
+        if bug == self.bug:
+            return self
+        return _build({**self.to_json(), "bug": bug}, where)
+
 
 # Bounds on every number a config holds (kvsm/bounds.py), checked wherever a config is
 # read (a TOML file, a log's header, `kvsm sim`'s overrides).

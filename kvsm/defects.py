@@ -121,7 +121,7 @@ def conform_model(d: Defect) -> str:
 
 
 def config_with(cfg: Config, bug: str) -> Config:
-    return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"config '{cfg.name}' with bug {bug}")
+    return cfg.with_bug(bug, f"config '{cfg.name}' with bug {bug}")
 
 
 def _loads_wrong_bytes(s: ClusterState) -> bool:

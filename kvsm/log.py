@@ -445,7 +445,7 @@ def model_config(header: Header, bug: str | None, where: str) -> Config:
     if header.config.bug == want:
         return header.config
     try:
-        return Config.from_json({**header.config.to_json(), "bug": want}, where=where)
+        return header.config.with_bug(want, where)
     except ConfigError as e:
         raise LogError(where, 0, str(e)) from None
 

@@ -99,7 +99,7 @@ def make_space(
     for c in configs:
         try:
             cfg = load_config(c)
-            type(cfg).from_json({**cfg.to_json(), "bug": bug}, where=f"config '{c}' with --bug {bug}")
+            cfg.with_bug(bug, f"config '{c}' with --bug {bug}")
         except ConfigError as e:
             raise SpaceError(str(e)) from None
         ok = []

@@ -96,9 +96,7 @@ def bug_option() -> Any:
 def with_bug(cfg: Config, bug: str | None) -> Config:
     """`cfg` with the injected defect `bug` (None: as it is); an unknown or unimplemented
     name is a ConfigError."""
-    if bug is None or bug == cfg.bug:
-        return cfg
-    return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"--bug {bug}")
+    return cfg if bug is None else cfg.with_bug(bug, f"--bug {bug}")
 
 
 def bug_or_exit(bug: str | None) -> str | None:

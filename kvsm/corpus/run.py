@@ -57,7 +57,7 @@ class Played:
 def config_with_bug(cfg: Config, bug: str) -> Config:
     """The case's config with the injected defect `bug` (refused while the model does not
     implement it: ConfigError)."""
-    return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"config with bug {bug}")
+    return cfg.with_bug(bug, f"config with bug {bug}")
 
 
 def play(case: Case, cfg: Config) -> Played:

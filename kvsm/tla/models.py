@@ -158,7 +158,7 @@ def refuse_unmodelled(cfg: Config, where: str) -> None:
 def config_with_bug(cfg: Config, bug: str, where: str) -> Config:
     """`cfg` with the injected defect `bug` (refused by name if it is none of the model's)."""
     try:
-        return Config.from_json({**cfg.to_json(), "bug": bug}, where=f"{where} with bug {bug}")
+        return cfg.with_bug(bug, f"{where} with bug {bug}")
     except ConfigError as e:
         raise TLCError(str(e)) from None
 
