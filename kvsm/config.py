@@ -64,7 +64,7 @@ BUGS = (
 # where another rank decides otherwise (`ClusterState.diverged`, invariant 13).
 RANK_VIEW_BUGS = frozenset({"local_host_alloc", "wallclock_tiebreak", "l3_no_min"})
 # Defects whose deviation the model has (the others need transitions it does not have yet).
-IMPLEMENTED_BUGS = frozenset(BUGS) - {"load_uaf"}
+IMPLEMENTED_BUGS = frozenset(BUGS)
 
 
 class ConfigError(ValueError):

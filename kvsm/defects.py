@@ -66,6 +66,10 @@ CATALOGUE: dict[str, Defect] = {
             {"tiers": "l1,l2", "faults": "stall:0.05"}, "bytes",
         ),
         Defect(
+            "load_uaf", f"{SPEC}/MC_loads.cfg", "3 Locks",
+            {"tiers": "l1,l2"}, "bytes",
+        ),
+        Defect(
             "evict_pending", "ci", "4 Pending",
             {"tiers": "l1,l2", "faults": "stall:0.05", "l1_pages": 64}, None,
             why_no_gpu=(

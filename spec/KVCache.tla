@@ -758,9 +758,15 @@ LoadDone(r) ==
            mine == {k \in 1 .. Len(op.pages) : Lane(op.pages[k][1]) = r}
            done == [load_done EXCEPT ![r] = @ + 1]
            pop == \A q \in Ranks : done[q] > 0
+           \* no rank has done this load before r
+           first == \A q \in Ranks : load_done[q] <= load_done[r]
        IN /\ dev_content' = [p \in {op.pages[k][1] : k \in mine} |->
                                host_content[op.pages[CHOOSE k \in mine : op.pages[k][1] = p][2]]] @@ dev_content
-          /\ nodes' = IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
+          \* the defect load_uaf releases the load's lock at the first rank's copy, not
+          \* the last: its nodes can be evicted, their pages reused, while copies still land
+          /\ nodes' = IF Bug = "load_uaf"
+                       THEN IF first THEN LockPath(nodes, op.node, -1) ELSE nodes
+                       ELSE IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
           /\ loads' = IF pop THEN Tail(loads) ELSE loads
           /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
     /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending,

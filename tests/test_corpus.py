@@ -200,7 +200,11 @@ def test_a_step_the_model_refuses_or_a_violation_fails_the_case(tmp_path):
     }
 
 
-def test_a_case_naming_a_bug_the_model_does_not_implement_is_reported_not_crashed_on(tmp_path):
+def test_a_case_naming_a_bug_the_model_does_not_implement_is_reported_not_crashed_on(tmp_path, monkeypatch):
+    import kvsm.config
+
+    # every defect is implemented now: take one away to stand for a model that lacks it
+    monkeypatch.setattr(kvsm.config, "IMPLEMENTED_BUGS", kvsm.config.IMPLEMENTED_BUGS - {"load_uaf"})
     text = _case("Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nshow\n",
                  "case dbl\nshows a page freed under a load-back\nconfig small\nbug load_uaf\nviolation 5 DevicePages: x\n")
     p = _write(tmp_path, "dbl", text)

@@ -140,14 +140,30 @@ def load_done(s: ClusterState, t: Transition) -> ClusterState:
     R = tx.cfg.R
     op = s.loads[done]
     # what each page's node claims it holds: the loaded nodes lie on the path above the
-    # load's deepest node (a split while the load is in flight keeps them there)
-    claims = {p: n.hashes[i] for n in map(s.nodes.__getitem__, s.path_to_root(op.node)) for i, p in enumerate(n.dev)}
+    # load's deepest node (a split while the load is in flight keeps them there). Under
+    # load_uaf a loaded node can be evicted mid-load and its page freed or reused: the
+    # claim is then the page's present holder's, or (nobody holds it) the host page's KV.
+    if op.node in s.nodes:
+        claims = {p: n.hashes[i] for n in map(s.nodes.__getitem__, s.path_to_root(op.node)) for i, p in enumerate(n.dev)}
+    else:
+        claims = {}
     for page, host_page in op.pages:
         if lane_of(page, R) == r:
-            tx.load_dev(page, host_page, claims[page])
+            claim = claims.get(page)
+            if claim is None:
+                claim = next((n.hashes[i] for n in s.nodes.values() for i, p in enumerate(n.dev) if p == page),
+                             s.host_content.get(host_page))
+            tx.load_dev(page, host_page, claim)
+    first = all(d <= done for d in s.load_done)
+    if s.config.bug == "load_uaf" and first:
+        # the defect: the load's lock goes with the first rank's copy, not the last, so
+        # the loaded nodes can be evicted and their pages reused while another rank's
+        # copy still lands in them
+        tx.lock_path(op.node, -1)
     tx.load_done[r] += 1
     while tx.loads and min(tx.load_done) > 0:
-        tx.lock_path(tx.loads[0].node, -1)
+        if s.config.bug != "load_uaf":
+            tx.lock_path(tx.loads[0].node, -1)
         tx.loads = tx.loads[1:]
         tx.load_done = [d - 1 for d in tx.load_done]
     return tx.commit()
