@@ -306,7 +306,16 @@ def _lru_config(tmp_path: Path) -> Path:
     return p
 
 
-def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path):
+def _unbind_eviction(monkeypatch):
+    """The field table as it was before the spec had VictimOrder: `eviction` not in the
+    spec, hard-coded "slru" (every field is a constant today, so the refusal that guards
+    an unmodelled field is exercised on this one)."""
+    monkeypatch.setattr(models, "CONSTANT_FIELDS", tuple(b for b in models.CONSTANT_FIELDS if b[0] != "eviction"))
+    monkeypatch.setattr(models, "NOT_IN_SPEC", {"eviction": "slru"})
+
+
+def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path, monkeypatch):
+    _unbind_eviction(monkeypatch)
     toml = _lru_config(tmp_path)
     cli = CliRunner()
     for cmd in (["check", "--config", str(toml)], ["conform", "--config", str(toml)]):
@@ -320,14 +329,35 @@ def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path):
 
 
 def test_binding_a_new_spec_constant_is_one_line_of_the_field_table(monkeypatch):
-    """Once the spec has a constant for a field, one line of CONSTANT_FIELDS binds it:
-    the field is no longer refused and the constant is written for TLC."""
+    """One line of CONSTANT_FIELDS binds a field to its spec constant: with the line the
+    field is not refused and the constant is written for TLC; without it, refused."""
     cfg = Config(eviction="lru")
-    with pytest.raises(TLCError, match="eviction"):
-        models.refuse_unmodelled(cfg, "here")
-    monkeypatch.setattr(models, "CONSTANT_FIELDS", models.CONSTANT_FIELDS + (("eviction", "VictimOrder"),))
     models.refuse_unmodelled(cfg, "here")
     assert models.constant_bindings(cfg)["VictimOrder"] == '"lru"'
+    assert models.constant_bindings(Config())["VictimOrder"] == '"slru"'
+    _unbind_eviction(monkeypatch)
+    with pytest.raises(TLCError, match="eviction"):
+        models.refuse_unmodelled(cfg, "here")
+
+
+@pytest.mark.tlc
+def test_conform_finds_the_lru_victim_order_equal_and_validate_accepts_an_lru_log(tmp_path):
+    """`eviction = "lru"` is the spec's VictimOrder = "lru": on `small` with lru (a model
+    where the order changes the state graph) TLC's graph and the Python model's are equal,
+    and an lru walk's log validates."""
+    from kvsm.explore import explore
+    from kvsm.tla.conform import conform
+
+    toml = _lru_config(tmp_path)
+    lru_states = len(explore(load_config(str(toml)), check=False).states)
+    assert lru_states != len(explore(load_config("small"), check=False).states)
+    c = conform(str(toml))
+    assert c.equal and c.tlc_states == c.model_states == lru_states, c.to_json()
+    cli = CliRunner()
+    log = tmp_path / "lru.jsonl"
+    assert cli.invoke(app, ["walk", "--config", str(toml), "--steps", "30", "-o", str(log)]).exit_code == 0
+    res = cli.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 0, res.output
 
 
 def test_a_kvsm_config_names_a_generated_model_and_a_cfg_or_shipped_name_does_not():
