@@ -340,22 +340,41 @@ def test_binding_a_new_spec_constant_is_one_line_of_the_field_table(monkeypatch)
         models.refuse_unmodelled(cfg, "here")
 
 
+# One rank, three device pages: page 1 served twice (hits = 2), then page 2, then a
+# two-page prompt that must evict one of them: SLRU keeps 1, LRU keeps 2
+# (tests/test_sim_eviction_knob.py), so the victim order changes the state graph.
+KNOB_TOML = """R = 1
+P = 1
+L1 = 3
+L2 = 1
+max_requests = 4
+max_live = 1
+prompts = [
+  { pages = [1] },
+  { pages = [2] },
+  { pages = [3, 4] },
+]
+"""
+
+
 @pytest.mark.tlc
 def test_conform_finds_the_lru_victim_order_equal_and_validate_accepts_an_lru_log(tmp_path):
-    """`eviction = "lru"` is the spec's VictimOrder = "lru": on `small` with lru (a model
-    where the order changes the state graph) TLC's graph and the Python model's are equal,
-    and an lru walk's log validates."""
+    """`eviction = "lru"` is the spec's VictimOrder = "lru": on a model where the order
+    changes the state graph (lru and slru explore different graphs), TLC's graph and the
+    Python model's are equal under lru, and an lru walk's log validates."""
     from kvsm.explore import explore
     from kvsm.tla.conform import conform
 
-    toml = _lru_config(tmp_path)
-    lru_states = len(explore(load_config(str(toml)), check=False).states)
-    assert lru_states != len(explore(load_config("small"), check=False).states)
-    c = conform(str(toml))
-    assert c.equal and c.tlc_states == c.model_states == lru_states, c.to_json()
+    lru, slru = tmp_path / "knob_lru.toml", tmp_path / "knob_slru.toml"
+    lru.write_text('eviction = "lru"\n' + KNOB_TOML)
+    slru.write_text('eviction = "slru"\n' + KNOB_TOML)
+    g = explore(load_config(str(lru)), check=False)
+    assert len(g.states) != len(explore(load_config(str(slru)), check=False).states)
+    c = conform(str(lru))
+    assert c.equal and c.tlc_states == c.model_states == len(g.states), c.to_json()
     cli = CliRunner()
     log = tmp_path / "lru.jsonl"
-    assert cli.invoke(app, ["walk", "--config", str(toml), "--steps", "30", "-o", str(log)]).exit_code == 0
+    assert cli.invoke(app, ["walk", "--config", str(_lru_config(tmp_path)), "--steps", "30", "-o", str(log)]).exit_code == 0
     res = cli.invoke(app, ["validate", str(log)])
     assert res.exit_code == 0, res.output
 
