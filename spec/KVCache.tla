@@ -67,6 +67,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
+       /\ VictimOrder \in {"slru", "lru"}
        /\ PreparedBackups \in BOOLEAN
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
@@ -520,7 +521,7 @@ IsBackupCandidate(n) ==
 
 \* The state after rank v makes room for a backup of `len` pages (HostRoom, in its
 \* victim order, for the run it looks for).
-ReserveRoom(s, len, v) == HostRoom(s, RoomNeed(len, v), VictimOrderAs(s.nodes, HostVictims(s), v)).s
+ReserveRoom(s, len, v) == HostRoom(s, RoomNeed(len, v), VictimsInOrderAs(s.nodes, HostVictims(s), v)).s
 
 \* A free run of `len` host pages, once host victims are released (HostRoom): the
 \* shortcut HostRoomFits, unless rank v looks for another run than the object's.
@@ -566,7 +567,7 @@ PrepareLen(s, rid) ==
 Prepared(s, rid, fits) ==
     LET len == PrepareLen(s, rid)
         u == s.next_id
-        s1 == [HostRoom(s, len, VictimOrder(s.nodes, HostVictims(s))).s EXCEPT !.next_id = u + 1]
+        s1 == [HostRoom(s, len, VictimsInOrder(s.nodes, HostVictims(s))).s EXCEPT !.next_id = u + 1]
         base == FirstFit(s1.l2_free, len)
     IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
        ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
@@ -937,7 +938,7 @@ ReloadReserved(s, rid, v) ==
         c == Claimable(s, cand.hashes, v)
         key == cand.hashes[c]
         same == {j \in DOMAIN s.reloads : s.reloads[j].key = key}
-        room == HostRoom(s0, RoomNeed(c, v), VictimOrderAs(s.nodes, HostVictims(s), v))
+        room == HostRoom(s0, RoomNeed(c, v), VictimsInOrderAs(s.nodes, HostVictims(s), v))
         base == FirstFit(room.s.l2_free, c)
     IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
        THEN s0

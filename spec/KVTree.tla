@@ -24,6 +24,7 @@ CONSTANTS
     SpillQueueCap,  \* committed objects queued for a spill at most
     UnbackedEvict,  \* "reference": an unbacked leaf with L2-only children is a device victim (orphans them)
     DurableSplit,   \* "reference": a split's lower part keeps durable whatever the offset
+    VictimOrder,    \* "slru": nodes hit twice or more are evicted last; "lru": by last access only
     Bug             \* an injected defect (docs/defects.md), or "none"
 
 Root == 0
@@ -197,9 +198,12 @@ KeyPath(s, tokens) ==
         covered |-> IF split THEN w.covered + w.cut[2] ELSE w.covered]
 
 -----------------------------------------------------------------------------
-(* Victims, identical on every rank: ascending (hits >= 2, touched, id). *)
+(* Victims, identical on every rank: ascending (hits >= 2, touched, id) under
+   VictimOrder = "slru", (0, touched, id) under "lru" (the hit count unused). *)
 
-VictimKey(ns, n) == <<Bit(ns[n].hits >= 2), ns[n].touched, n>>
+Protected(ns, n) == Bit(VictimOrder = "slru" /\ ns[n].hits >= 2)
+
+VictimKey(ns, n) == <<Protected(ns, n), ns[n].touched, n>>
 
 (* The order rank v decides by. Under wallclock_tiebreak a rank stamps an access
    with its own wall clock, which ticks once every two logical accesses at a phase
@@ -208,7 +212,7 @@ VictimKey(ns, n) == <<Bit(ns[n].hits >= 2), ns[n].touched, n>>
    between them they are ordered by time. *)
 VictimKeyAs(ns, n, v) ==
     IF Bug = "wallclock_tiebreak" /\ v # NoView
-    THEN <<Bit(ns[n].hits >= 2), (ns[n].touched + v) \div 2, n>>
+    THEN <<Protected(ns, n), (ns[n].touched + v) \div 2, n>>
     ELSE VictimKey(ns, n)
 
 FirstVictimAs(ns, S, v) ==
@@ -216,12 +220,12 @@ FirstVictimAs(ns, S, v) ==
 
 FirstVictim(ns, S) == FirstVictimAs(ns, S, NoView)
 
-RECURSIVE VictimOrderAs(_, _, _)
-VictimOrderAs(ns, S, v) ==
+RECURSIVE VictimsInOrderAs(_, _, _)
+VictimsInOrderAs(ns, S, v) ==
     IF S = {} THEN <<>>
-    ELSE LET f == FirstVictimAs(ns, S, v) IN <<f>> \o VictimOrderAs(ns, S \ {f}, v)
+    ELSE LET f == FirstVictimAs(ns, S, v) IN <<f>> \o VictimsInOrderAs(ns, S \ {f}, v)
 
-VictimOrder(ns, S) == VictimOrderAs(ns, S, NoView)
+VictimsInOrder(ns, S) == VictimsInOrderAs(ns, S, NoView)
 
 (* Whether something holds node n on L1: a lock (its requests, its pending
    backup) or its backup in flight. Under evict_pending the victim test does not

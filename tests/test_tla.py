@@ -306,7 +306,16 @@ def _lru_config(tmp_path: Path) -> Path:
     return p
 
 
-def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path):
+def _unbind_eviction(monkeypatch):
+    """The field table as it was before the spec had VictimOrder: `eviction` not in the
+    spec, hard-coded "slru" (every field is a constant today, so the refusal that guards
+    an unmodelled field is exercised on this one)."""
+    monkeypatch.setattr(models, "CONSTANT_FIELDS", tuple(b for b in models.CONSTANT_FIELDS if b[0] != "eviction"))
+    monkeypatch.setattr(models, "NOT_IN_SPEC", {"eviction": "slru"})
+
+
+def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path, monkeypatch):
+    _unbind_eviction(monkeypatch)
     toml = _lru_config(tmp_path)
     cli = CliRunner()
     for cmd in (["check", "--config", str(toml)], ["conform", "--config", str(toml)]):
@@ -320,14 +329,54 @@ def test_a_field_the_spec_does_not_model_is_refused_naming_the_field(tmp_path):
 
 
 def test_binding_a_new_spec_constant_is_one_line_of_the_field_table(monkeypatch):
-    """Once the spec has a constant for a field, one line of CONSTANT_FIELDS binds it:
-    the field is no longer refused and the constant is written for TLC."""
+    """One line of CONSTANT_FIELDS binds a field to its spec constant: with the line the
+    field is not refused and the constant is written for TLC; without it, refused."""
     cfg = Config(eviction="lru")
-    with pytest.raises(TLCError, match="eviction"):
-        models.refuse_unmodelled(cfg, "here")
-    monkeypatch.setattr(models, "CONSTANT_FIELDS", models.CONSTANT_FIELDS + (("eviction", "VictimOrder"),))
     models.refuse_unmodelled(cfg, "here")
     assert models.constant_bindings(cfg)["VictimOrder"] == '"lru"'
+    assert models.constant_bindings(Config())["VictimOrder"] == '"slru"'
+    _unbind_eviction(monkeypatch)
+    with pytest.raises(TLCError, match="eviction"):
+        models.refuse_unmodelled(cfg, "here")
+
+
+# One rank, three device pages: page 1 served twice (hits = 2), then page 2, then a
+# two-page prompt that must evict one of them: SLRU keeps 1, LRU keeps 2
+# (tests/test_sim_eviction_knob.py), so the victim order changes the state graph.
+KNOB_TOML = """R = 1
+P = 1
+L1 = 3
+L2 = 1
+max_requests = 4
+max_live = 1
+prompts = [
+  { pages = [1] },
+  { pages = [2] },
+  { pages = [3, 4] },
+]
+"""
+
+
+@pytest.mark.tlc
+def test_conform_finds_the_lru_victim_order_equal_and_validate_accepts_an_lru_log(tmp_path):
+    """`eviction = "lru"` is the spec's VictimOrder = "lru": on a model where the order
+    changes the state graph (lru and slru explore different graphs), TLC's graph and the
+    Python model's are equal under lru, and an lru walk's log validates."""
+    from kvsm.explore import explore
+    from kvsm.tla.conform import conform
+
+    lru, slru = tmp_path / "knob_lru.toml", tmp_path / "knob_slru.toml"
+    lru.write_text('eviction = "lru"\n' + KNOB_TOML)
+    slru.write_text('eviction = "slru"\n' + KNOB_TOML)
+    g = explore(load_config(str(lru)), check=False)
+    assert len(g.states) != len(explore(load_config(str(slru)), check=False).states)
+    c = conform(str(lru))
+    assert c.equal and c.tlc_states == c.model_states == len(g.states), c.to_json()
+    cli = CliRunner()
+    log = tmp_path / "lru.jsonl"
+    assert cli.invoke(app, ["walk", "--config", str(_lru_config(tmp_path)), "--steps", "30", "-o", str(log)]).exit_code == 0
+    res = cli.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 0, res.output
 
 
 def test_a_kvsm_config_names_a_generated_model_and_a_cfg_or_shipped_name_does_not():

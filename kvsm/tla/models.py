@@ -98,9 +98,8 @@ def module_definitions(module: Path) -> dict[str, str]:
 # CONSTANT_FIELDS; a field the spec does not model yet is in NOT_IN_SPEC with the one
 # value the spec hard-codes, and a config with another value is refused by `kvsm
 # check`, `conform` and `validate` (`refuse_unmodelled`). When the spec gains the
-# constant, one line in CONSTANT_FIELDS binds it, e.g. `("eviction", "VictimOrder"),`
-# once KVCache.tla has `CONSTANT VictimOrder` (a field bound there is no longer
-# refused; its NOT_IN_SPEC line can then go).
+# constant, one line in CONSTANT_FIELDS binds it (as `("eviction", "VictimOrder")`
+# does) and its NOT_IN_SPEC line goes.
 
 # kvsm Config field <- spec constant (the value as kvsm.tla.values.to_tla writes it)
 CONSTANT_FIELDS = (
@@ -122,14 +121,13 @@ CONSTANT_FIELDS = (
     ("commit_call", "CommitEntry"),
     ("unbacked_evict", "UnbackedEvict"),
     ("durable_split", "DurableSplit"),
+    ("eviction", "VictimOrder"),
     ("prepared_backups", "PreparedBackups"),
     ("bug", "Bug"),
 )
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
-NOT_IN_SPEC: dict[str, Any] = {
-    "eviction": "slru",  # VictimKey is (hits >= 2, touched, id); "lru" drops the hit count
-}
+NOT_IN_SPEC: dict[str, Any] = {}
 
 # Config fields that are no constant because they change nothing the spec decides
 NOT_BEHAVIOUR = {
