@@ -39,6 +39,7 @@ class Defect:
     why_no_gpu: str = ""  # when gpu is None: why the backend cannot see it
     sim_seed: int = 0  # the first seed of 0..199 whose run catches it (benchmarks/defects.py)
     sim_detector: str = "invariant"  # what catches it there: invariant, divergence or stuck
+    conform_on: str = ""  # the model `kvsm conform --bug` compares it on, when not its own (or MC_defects for ci's)
 
 
 SPEC = "spec"
@@ -67,7 +68,7 @@ CATALOGUE: dict[str, Defect] = {
         ),
         Defect(
             "load_uaf", f"{SPEC}/MC_loads.cfg", "3 Locks",
-            {"tiers": "l1,l2"}, "bytes",
+            {"tiers": "l1,l2"}, "bytes", conform_on=f"{SPEC}/MC_load_uaf.cfg",
         ),
         Defect(
             "evict_pending", "ci", "4 Pending",
@@ -116,12 +117,14 @@ CATALOGUE: dict[str, Defect] = {
 # workload (a run stops at its first catch).
 SIM_REQUESTS = 300
 # The model `kvsm conform --bug` compares each defect on: ci's defects on ci with two
-# requests (the same counterexamples, an eighth of the graph), the others on their own.
+# requests (the same counterexamples, an eighth of the graph), load_uaf on loads with two
+# requests (spec/MC_load_uaf: the same counterexample, a twentieth of the graph), the
+# others on their own.
 CONFORM_DEFECTS_MODEL = f"{SPEC}/MC_defects.cfg"
 
 
 def conform_model(d: Defect) -> str:
-    return CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model
+    return d.conform_on or (CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model)
 
 
 def config_with(cfg: Config, bug: str) -> Config:
