@@ -27,7 +27,7 @@
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
-(* The constants. Seven of them are declared in KVTree, because its operators
+(* The constants. Nine of them are declared in KVTree, because its operators
    depend on them (a module cannot refer to what the module extending it
    declares); a model binds them like the others:
      R              ranks (context-parallel size)
@@ -40,7 +40,10 @@ EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
      UnbackedEvict  "reference": an unbacked leaf with L2-only children is a device
                     victim (evicting it orphans them)
      DurableSplit   "reference": a split's lower part, and the node a spill's ack
-                    marks, keep or get durable whatever the split offset *)
+                    marks, keep or get durable whatever the split offset
+   and the victim order and the injected defect:
+     VictimOrder    "slru" (nodes hit twice or more are evicted last) or "lru"
+     Bug            an injected defect (docs/defects.md), or "none" *)
 CONSTANTS
     P,                  \* tokens per page
     L1,                 \* device pages per rank lane
@@ -57,7 +60,6 @@ CONSTANTS
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
     PreparedBackups     \* TRUE: write-through backups are prepared before the forward pass (Prepare)
-    \* (and, declared in KVTree: Bug, an injected defect (docs/defects.md), or "none")
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
