@@ -184,6 +184,17 @@ def test_check_passes_on_ci_with_the_state_count_of_the_python_model():
     assert out["states_generated"] >= out["distinct_states"] and out["seconds"] > 0
 
 
+@pytest.mark.tlc
+def test_the_ci_constants_keep_their_liveness_with_two_requests():
+    """ci checks safety only; its constants' liveness is checked on MC_defects (ci with
+    two requests), which must hold every invariant and both liveness properties."""
+    from kvsm.tla.check import check
+
+    res = check(str(runner.spec_dir() / "MC_defects.cfg"))
+    assert res.ok and res.tlc.violation is None, res.to_json()
+    assert models.read_cfg(runner.spec_dir() / "MC_defects.cfg").names("PROPERTIES") == list(runner.LIVENESS)
+
+
 def _model(tmp_path: Path, name: str, extra_defs: str, sections: str, constants: str = SMALL_CONSTANTS) -> Path:
     (tmp_path / f"{name}.tla").write_text(
         f"---- MODULE {name} ----\nEXTENDS KVCache\n{SMALL_PROMPTS}\nMC_NodeIds == 1 .. 5\n{extra_defs}\n====\n"
@@ -388,9 +399,18 @@ def test_a_kvsm_config_names_a_generated_model_and_a_cfg_or_shipped_name_does_no
     assert "EXTENDS KVCache" in text and "MC_NodeIds == 1 .. 9" in text
     mc = m.model_config()
     assert mc.constants["Prompts"] == ("<-", "MC_Prompts") and mc.constants["NodeIds"] == ("<-", "MC_NodeIds")
-    # the ci model's checks
+    # the ci model's invariants and the spec's liveness properties (ci itself checks safety only)
     ci = models.read_cfg(runner.model_paths("ci")[1])
-    assert mc.names("INVARIANTS") == ci.names("INVARIANTS") and mc.names("PROPERTIES") == ci.names("PROPERTIES")
+    assert mc.names("INVARIANTS") == ci.names("INVARIANTS") and mc.names("PROPERTIES") == list(runner.LIVENESS)
+    assert not ci.names("PROPERTIES")
+
+
+def test_every_shipped_model_that_checks_liveness_checks_all_of_it():
+    """A model leaves liveness out (ci, the findings, l3deep) or checks every property, so
+    that LIVENESS, which generated models check, is what the shipped models mean by it."""
+    for cfg in sorted(runner.spec_dir().glob("MC_*.cfg")):
+        props = models.read_cfg(cfg).names("PROPERTIES")
+        assert props in ([], list(runner.LIVENESS)), (cfg.name, props)
 
 
 def test_a_config_whose_requests_never_stop_is_not_exhausted():
