@@ -133,41 +133,94 @@ class _Mirror:
         return changed, removed
 
 
-def _content_sum(name: str) -> Any:
-    """The sum of a content component: each page's `(content + 1) * weight(page)`."""
-    weights = _Memo(lambda k: page_weight(name, k))
-    mirror = _Mirror()
-    total = [0]
+class _Pages:
+    """A content map's facts, kept with a mirror of it: the digest sum of its entries
+    (each page's `(content + 1) * weight(page)`), and which nodes' pages were found to
+    hold what they must (`verified`: node id -> the node's facts they were checked
+    for), with the node each such page was checked for (`owner`). Every page whose
+    entry the mirror sees change, appear or go un-verifies its owner, and so does a page
+    checked for another node, so a node stays verified exactly while its facts are the
+    same object and none of its pages changed: checking it again would find the same."""
 
-    def f(m: Any) -> int:
-        diff = mirror.update(m)
+    __slots__ = ("name", "weights", "mirror", "total", "verified", "owner")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.weights = _Memo(lambda k: page_weight(name, k))
+        self.mirror = _Mirror()
+        self.total = 0
+        self.verified: dict[int, tuple] = {}
+        self.owner: dict[int, int] = {}
+
+    def update(self, m: Any) -> dict:
+        """Brings the mirror up to `m` (read whole) and returns it as a dict."""
+        diff = self.mirror.update(m)
+        weights = self.weights
         if diff is None:
-            d = mirror.d
+            d = self.mirror.d
             ws = list(map(weights.__getitem__, d.keys()))
-            total[0] = sum(map(mul, ws, d.values())) + sum(ws)
-        else:
-            t = total[0]
-            for k, old, new in diff[0]:
+            self.total = sum(map(mul, ws, d.values())) + sum(ws)
+            self.verified.clear()
+            self.owner.clear()
+            return d
+        changed, removed = diff
+        if changed or removed:
+            t = self.total
+            owner, verified = self.owner, self.verified
+            for k, old, new in changed:
                 t += (new + 1 - (0 if old is None else old + 1)) * weights[k]
-            for k, old in diff[1]:
+                q = owner.pop(k, None)
+                if q is not None:
+                    verified.pop(q, None)
+            for k, old in removed:
                 t -= (old + 1) * weights[k]
-            total[0] = t
-        return total[0]
+                q = owner.pop(k, None)
+                if q is not None:
+                    verified.pop(q, None)
+            self.total = t
+        return self.mirror.d
 
-    return f
+    def holds(self, m: Any, facts: list, pages_at: int, want_at: int) -> bool:
+        """Whether every node's pages in `m` hold what its facts say (`facts[i][pages_at]`,
+        `facts[i][want_at]`): checked for the nodes not verified, remembered for those
+        found to hold."""
+        d = self.update(m)
+        verified, owner = self.verified, self.owner
+        if len(verified) > 2 * len(facts) + 1024:  # (nodes gone since: forget them)
+            verified.clear()
+            owner.clear()
+        get = verified.get
+        for e in facts:
+            nid = e[_NID]
+            if get(nid) is e:
+                continue
+            pages = e[pages_at]
+            if tuple(map(d.get, pages)) != e[want_at]:
+                return False
+            for p in pages:
+                q = owner.get(p)
+                if q != nid:
+                    if q is not None:
+                        verified.pop(q, None)
+                    owner[p] = nid
+            verified[nid] = e
+        return True
 
 
 class _Disks:
     """The disks' facts, kept with a mirror of the l3 map: the digest sum of its entries,
-    entries per rank, and how many entries hold content other than their hash names."""
+    entries per rank, how many entries hold content other than their hash names, and
+    `epoch`, which changes whenever an entry goes from the mirror (or it is made
+    afresh): a key found on the disks stays there while the epoch is the same."""
 
-    __slots__ = ("mirror", "total", "per_rank", "wrong")
+    __slots__ = ("mirror", "total", "per_rank", "wrong", "epoch")
 
     def __init__(self) -> None:
         self.mirror = _Mirror()
         self.total = 0
         self.per_rank: Counter = Counter()
         self.wrong = 0
+        self.epoch = 0
 
     def update(self, m: Any) -> "_Disks":
         diff = self.mirror.update(m)
@@ -176,6 +229,7 @@ class _Disks:
             self.total = sum(value_hash("l3", k, v) for k, v in d.items())
             self.per_rank = Counter(map(_FIRST, d.keys()))
             self.wrong = sum(1 for k, v in d.items() if k[1] != v)
+            self.epoch += 1
             return self
         per_rank = self.per_rank
         for k, old, new in diff[0]:
@@ -186,6 +240,8 @@ class _Disks:
                 self.wrong -= k[1] != old
             self.total += value_hash("l3", k, new)
             self.wrong += k[1] != new
+        if diff[1]:
+            self.epoch += 1
         for k, old in diff[1]:
             per_rank[k[0]] -= 1
             self.total -= value_hash("l3", k, old)
@@ -194,6 +250,9 @@ class _Disks:
 
 
 _DISKS = _Disks()
+_DEV_PAGES = _Pages("dev_content")
+_HOST_PAGES = _Pages("host_content")
+_PAGES = {"dev_content": _DEV_PAGES, "host_content": _HOST_PAGES}
 
 
 _SUMMERS: dict[str, Any] = {}
@@ -212,10 +271,17 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
     out = []
     for name in COMPONENTS:
         if name in MAP_COMPONENTS:
-            f = _SUMMERS.get(name)
-            if f is None:
-                f = _SUMMERS[name] = _content_sum(name) if name in CONTENT_COMPONENTS else _map_sum(name)
-            total = _DISKS.update(s.l3).total if name == "l3" else _by_id("sum:" + name, getattr(s, name), f)
+            if name == "l3":
+                total = _DISKS.update(s.l3).total
+            elif name in CONTENT_COMPONENTS:
+                pages = _PAGES[name]
+                pages.update(getattr(s, name))
+                total = pages.total
+            else:
+                f = _SUMMERS.get(name)
+                if f is None:
+                    f = _SUMMERS[name] = _map_sum(name)
+                total = _by_id("sum:" + name, getattr(s, name), f)
         elif name == "dev_free":
             total = 0
             for k, lane in enumerate(s.dev_free):
@@ -293,10 +359,11 @@ _DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY, _BACKUP = range(4, 12)
 _GET_DEV, _GET_DEV_EXP, _GET_HOST, _GET_HOST_EXP, _GET_DURABLE, _GET_DKEY, _GET_HKEY = (
     itemgetter(i) for i in (_DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY))
 _GET_BACKUP = itemgetter(_BACKUP)
-_GET_NID = itemgetter(12)
+_NID = 12
+_GET_NID = itemgetter(_NID)
 _LOCK, _ONDEV, _PIN, _TOUCHED, _CHILDREN = (attrgetter(f) for f in ("lock", "ondev", "pin", "touched", "children"))
 _VALUES = methodcaller("values")
-# the disks last checked against and the durable nodes' keys found on them
+# the disks' epoch last checked at and the durable nodes' keys found on them
 _DURABLE: list = [None, [], set()]
 
 
@@ -398,17 +465,20 @@ def holds(s: ClusterState) -> bool:
     if list(map(_ONDEV, vals)) != list(map(ondev.get, keys, repeat(0))):
         return False
     used = list(chain.from_iterable(map(_GET_DEV, facts)))
-    if list(map(dc.get, used)) != list(chain.from_iterable(map(_GET_DEV_EXP, facts))):
-        copying = _copying(s) if s.loads else frozenset()
-        if not copying:
+    copying = _copying(s) if s.loads else None
+    if not copying:
+        if not _DEV_PAGES.holds(dc, facts, _DEV, _DEV_EXP):
             return False
+    else:  # a page a load-back still copies into holds nothing yet: checked whole
+        d = _DEV_PAGES.update(dc)
         for p, want in zip(used, chain.from_iterable(map(_GET_DEV_EXP, facts))):
-            if dc.get(p) != (None if p in copying else want):
+            if d.get(p) != (None if p in copying else want):
                 return False
-    if list(map(hc.get, chain.from_iterable(map(_GET_HOST, facts)))) != list(chain.from_iterable(map(_GET_HOST_EXP, facts))):
+    if not _HOST_PAGES.holds(hc, facts, _HOST, _HOST_EXP):
         return False
     durable = list(filter(None, map(_GET_DURABLE, facts)))
-    if _DURABLE[0] is l3:  # the same disks: only the durable nodes' keys not checked on them yet
+    disks = _DISKS
+    if _DURABLE[0] == disks.epoch:  # no disk entry went since: only the durable nodes' keys not checked yet
         held = _DURABLE[2]
         todo = [d for d in durable if id(d) not in held]
     else:
@@ -416,7 +486,7 @@ def holds(s: ClusterState) -> bool:
     if not all(map(l3_keys.__contains__, chain.from_iterable(todo))):
         return False
     # (the list keeps the tuples alive, so their ids name them)
-    _DURABLE[:] = [l3, durable, set(map(id, durable))]
+    _DURABLE[:] = [disks.epoch, durable, set(map(id, durable))]
 
     # 3 Locks
     holders: Counter[int] = Counter()
