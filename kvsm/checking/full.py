@@ -6,7 +6,7 @@ to name what fails."""
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain, compress, cycle, repeat
+from itertools import chain, compress, count, cycle, repeat
 from operator import attrgetter, itemgetter, methodcaller, mul, ne
 from typing import Any
 
@@ -97,17 +97,32 @@ class _Memo(dict):
         return v
 
 
+_NONE = object()
+
+
 class _Mirror:
     """A dict copy of the last map seen, brought up to date from each new map by reading
     it whole (its keys and values, compared with the copy's: nothing is taken on trust
     from how the map was made) and returning what differs, so that a sum over the map
-    costs the comparison and the work for the entries that changed."""
+    costs the comparison and the work for the entries that changed.
 
-    __slots__ = ("d", "src")
+    The comparison walks the new map's entries beside the last map's, in iteration
+    order: a map iterates its keys in an order fixed by their hashes, so two versions
+    mostly differ by entries put in or taken out between runs of equal entries, which
+    are skipped a block at a time (at the speed of comparing lists). Where they differ,
+    a key the copy lacks is new, and otherwise the last map's key there is gone; when
+    that guess is wrong (keys whose hashes collide keep no fixed order) the key is put
+    back when the walk reaches it, so the copy ends equal to the map whatever the order."""
+
+    __slots__ = ("d", "src", "keys", "vals")
+
+    BLOCK = 32
 
     def __init__(self) -> None:
         self.d: dict | None = None
         self.src: Any = None
+        self.keys: list = []
+        self.vals: list = []
 
     def update(self, m: Any) -> tuple[list, list] | None:
         """The entries of `m` that differ from the copy's, `[(key, old or None, new)]`, and
@@ -115,22 +130,81 @@ class _Mirror:
         if m is self.src:
             return [], []
         keys, vals = list(m.keys()), list(m.values())  # (they iterate in one order)
-        d = self.d
-        self.src = m
+        d, ok, ov = self.d, self.keys, self.vals
+        self.src, self.keys, self.vals = m, keys, vals
         if d is None:
             self.d = dict(zip(keys, vals))
             return None
-        olds = list(map(d.get, keys))
-        changed = []
-        for i in compress(range(len(keys)), map(ne, vals, olds)):
-            k, v = keys[i], vals[i]
-            changed.append((k, olds[i], v))
+        changed: list = []
+        if keys == ok:  # the same keys: only values to compare
+            if vals != ov:
+                for i in compress(range(len(keys)), map(ne, vals, ov)):
+                    k, v = keys[i], vals[i]
+                    changed.append((k, ov[i], v))
+                    d[k] = v
+            return changed, []
+        B = self.BLOCK
+        n, on = len(keys), len(ok)
+        gone: dict = {}  # keys taken out of the copy, with their values
+        i = j = 0
+        steps = 16 + n // 32  # keys the walk takes one by one before it looks every key up
+        while j < n and i < on:
+            kb, ob = keys[j : j + B], ok[i : i + B]
+            # the keys before the first that differs are the same: compare their values
+            t = len(kb) if kb == ob else next(compress(count(), map(ne, kb, ob)), min(len(kb), len(ob)))
+            if t:
+                vb, ovb = vals[j : j + t], ov[i : i + t]
+                if vb != ovb:
+                    for x in compress(range(t), map(ne, vb, ovb)):
+                        k, v = kb[x], vb[x]
+                        changed.append((k, ovb[x], v))
+                        d[k] = v
+                i += t
+                j += t
+                if t == len(kb) or j >= n or i >= on:
+                    continue
+            steps -= 1
+            if steps < 0:
+                return self._lookup(keys, vals, changed, gone)
+            k, o = keys[j], ok[i]  # (k != o)
+            if k not in d:  # a new key (or one taken out above, put back)
+                v = vals[j]
+                old = gone.pop(k, _NONE)
+                if old is _NONE or old != v:
+                    changed.append((k, None if old is _NONE else old, v))
+                d[k] = v
+                j += 1
+            else:  # the last map's key here is gone (or comes later: then put back there)
+                gone[o] = d.pop(o)
+                i += 1
+        for o in ok[i:]:  # (none of them is in the new map)
+            gone[o] = d.pop(o)
+        for k, v in zip(keys[j:], vals[j:]):  # (none of them is in the copy)
+            old = gone.pop(k, _NONE)
+            if old is _NONE or old != v:
+                changed.append((k, None if old is _NONE else old, v))
             d[k] = v
-        removed = []
+        return changed, list(gone.items())
+
+    def _lookup(self, keys: list, vals: list, changed: list, gone: dict) -> tuple[list, list]:
+        """The rest of `update` when the maps differ in many places: each key of the new
+        map looked up in the copy (brought part of the way by the walk: `changed` and
+        `gone` say how)."""
+        d = self.d
+        olds = list(map(d.get, keys, repeat(_NONE)))
+        for x in compress(range(len(keys)), map(ne, vals, olds)):
+            k, v, old = keys[x], vals[x], olds[x]
+            if old is _NONE:
+                old = gone.pop(k, _NONE)
+                if old is not _NONE and old == v:
+                    d[k] = v
+                    continue
+            changed.append((k, None if old is _NONE else old, v))
+            d[k] = v
         if len(d) != len(keys):
             for k in d.keys() - set(keys):
-                removed.append((k, d.pop(k)))
-        return changed, removed
+                gone[k] = d.pop(k)
+        return changed, list(gone.items())
 
 
 class _Pages:
@@ -375,7 +449,7 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any) -> 
     if hashes != _chain(prev, key):
         return None
     if dev:
-        if len(dev) != len(key):
+        if len(dev) != len(key) or min(dev) < 0 or max(dev) >= cfg.device_pages:
             return None
     elif obj is None or not obj.committed:
         return None  # neither on L1 nor backed (or backed by an uncommitted object)
@@ -490,10 +564,12 @@ def holds(s: ClusterState) -> bool:
 
     # 3 Locks
     holders: Counter[int] = Counter()
+    req_pages: list[int] = []
     for req in requests.values():
         if req.phase not in ("queued", "matched", "decoding"):
             return False
         used.extend(req.pages)
+        req_pages.extend(req.pages)
         if req.phase == QUEUED:
             if req.node != ROOT_ID:
                 return False
@@ -543,7 +619,8 @@ def holds(s: ClusterState) -> bool:
     # pages are its own and in range; together they are every page
     pages = cfg.device_pages
     used_set = set(used)
-    if len(used_set) != len(used) or (used and (min(used) < 0 or max(used) >= pages)):
+    # (a node's pages are in range by its own check)
+    if len(used_set) != len(used) or (req_pages and (min(req_pages) < 0 or max(req_pages) >= pages)):
         return False
     free_count = 0
     free_set: set[int] = set()
@@ -555,7 +632,7 @@ def holds(s: ClusterState) -> bool:
         free_count += len(free)
     if len(free_set) != free_count or not used_set.isdisjoint(free_set) or len(used) + free_count != pages:
         return False
-    if not used_set.issuperset(dc.keys()):
+    if not used_set.issuperset(_DEV_PAGES.update(dc)):
         return False
 
     # 6 Host pages: per region, the objects and the free runs tile the pool, free runs
