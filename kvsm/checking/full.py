@@ -114,11 +114,10 @@ class _Mirror:
     that guess is wrong (keys whose hashes collide keep no fixed order) the key is put
     back when the walk reaches it, so the copy ends equal to the map whatever the order."""
 
-    __slots__ = ("d", "src", "keys", "vals")
+    __slots__ = ("d", "src", "keys", "vals", "block")
 
-    BLOCK = 32
-
-    def __init__(self) -> None:
+    def __init__(self, block: int = 32) -> None:
+        self.block = block  # entries compared at once while the maps agree
         self.d: dict | None = None
         self.src: Any = None
         self.keys: list = []
@@ -143,7 +142,7 @@ class _Mirror:
                     changed.append((k, ov[i], v))
                     d[k] = v
             return changed, []
-        B = self.BLOCK
+        B = self.block
         n, on = len(keys), len(ok)
         gone: dict = {}  # keys taken out of the copy, with their values
         i = j = 0
