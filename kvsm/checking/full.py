@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain, compress, count, cycle, repeat
-from operator import attrgetter, itemgetter, methodcaller, mul, ne
+from operator import attrgetter, is_not, itemgetter, methodcaller, mul, ne
 from typing import Any
 
 from .. import content
@@ -262,11 +262,9 @@ class _Pages:
         if len(verified) > 2 * len(facts) + 1024:  # (nodes gone since: forget them)
             verified.clear()
             owner.clear()
-        get = verified.get
-        for e in facts:
+        # (the facts not verified, found at C speed: most are)
+        for e in compress(facts, map(is_not, map(verified.get, map(_GET_NID, facts)), facts)):
             nid = e[_NID]
-            if get(nid) is e:
-                continue
             pages = e[pages_at]
             if tuple(map(d.get, pages)) != e[want_at]:
                 return False
