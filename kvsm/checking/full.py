@@ -1,7 +1,19 @@
-"""The from-scratch check of invariants 1-10 and 12, decided fast (`kvsm.checking`): `holds`
-recomputes every invariant from the state's values, remembering pure functions for the
-value they were last computed from; `full_violations` asks `kvsm.invariants.violations`
-to name what fails."""
+"""The from-scratch check of invariants 1-10, 12 and 13, decided fast (`kvsm.checking`):
+`holds` recomputes every invariant from the state's values, remembering pure functions
+for the value they were last computed from; `full_violations` asks
+`kvsm.invariants.violations` to name what fails.
+
+The maps too large to go through entry by entry at every check (the device and host
+pages' contents, the disks) are each compared whole with a dict copy of the last one
+seen (`_Mirror`: every key and value of the new map read and compared, runs of equal
+entries at the speed of comparing lists). What differs gives their digest sums and the
+disks' counts, and says which remembered findings no longer stand: a node's pages found
+holding its prefix's KV stay found while the node's facts are the same object and the
+copy has seen none of those pages change (`_Pages`); a durable node's keys found on the
+disks stay found while no disk entry has gone (`_Disks.epoch`). Nothing is taken from
+how the state was made (the transaction's record of what it wrote), so a value changed
+behind a transaction's back is found like any other, and `holds(s)` is exactly
+`violations(s) == []` whatever states it was asked about before."""
 
 from __future__ import annotations
 
