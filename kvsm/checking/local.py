@@ -339,10 +339,11 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             for k in changed:
                 if k != p % R and p in lanes[k]:
                     bad(5, f"free page {p} is listed in lane {k}")
-            names = [_holder(h) for h in holders] + (["the free list"] if free else [])
-            if len(names) > 1:
+            held = len(holders) + free
+            if held > 1:
+                names = [_holder(h) for h in holders] + (["the free list"] if free else [])
                 bad(5, f"device page {p} is held by {names[0]} and by {names[1]}")
-            elif not names:
+            elif not held:
                 bad(5, f"device pages {[p]} are neither used nor free (leak)")
         if changed or dev_pages:
             used = len(sh.dev)
