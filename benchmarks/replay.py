@@ -9,7 +9,7 @@ Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...],
 With --check, measures instead what checking every invariant costs (`kvsm replay
 --check`, `kvsm.checking`): a 4-rank L3 simulator log (the first --requests requests of
 the bundled trace, `kvsm sim --tiers l1,l2,l3 --ranks 4`) replayed plainly and with
---check, each the best CPU time of --repeat, and prints {"transitions",
+--check, each the best CPU time of --repeat (the kinds taken in turn), and prints {"transitions",
 "agreement_points", "plain_s", "check_s", "ratio", "check_every_512_s",
 "ratio_every_512", "full_checks", ...}; the last pair has the from-scratch check only
 every 512 transitions and at the end, not at the agreement points. Target: ratio <= 3.
@@ -111,18 +111,6 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     del res
     gc.collect()
 
-    def best(**kw) -> float:
-        times = []
-        for _ in range(repeat):
-            gc.collect()
-            t0 = time.process_time()
-            r = replay(log, **kw)
-            times.append(time.process_time() - t0)
-            assert r.ok, r.to_json()
-        return min(times)
-
-    plain = best()
-    checked = best(check=True)
     fulls = []
     real_checker = checking.Checker
 
@@ -131,15 +119,27 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
             super().__init__(state, **kw)
             fulls.append(self)
 
-    checking.Checker = Counting
-    try:
-        replay(log, check=True)
-        full_checks = fulls[-1].stats.full
-        checking.Checker = lambda state, **kw: Counting(state, at_agreement=False, **kw)
-        sparse = best(check=True)
-        sparse_full = fulls[-1].stats.full
-    finally:
-        checking.Checker = real_checker
+    def once(sparse: bool = False, **kw) -> tuple[float, int]:
+        """CPU time of one replay, and its from-scratch checks (with `sparse`: only every
+        512 transitions and at the end)."""
+        checking.Checker = (lambda state, **k: Counting(state, at_agreement=False, **k)) if sparse else Counting
+        try:
+            gc.collect()
+            t0 = time.process_time()
+            r = replay(log, **kw)
+            dt = time.process_time() - t0
+        finally:
+            checking.Checker = real_checker
+        assert r.ok, r.to_json()
+        return dt, (fulls[-1].stats.full if kw.get("check") else 0)
+
+    # the three interleaved, so that a change in the machine's load falls on each alike
+    runs = [(once(), once(check=True), once(sparse=True, check=True)) for _ in range(repeat)]
+    plain = min(r[0][0] for r in runs)
+    checked = min(r[1][0] for r in runs)
+    full_checks = runs[-1][1][1]
+    sparse = min(r[2][0] for r in runs)
+    sparse_full = runs[-1][2][1]
     return {
         "log": f"kvsm sim --workload synthetic --requests {requests} --ranks 4 --tiers l1,l2,l3",
         "transitions": sum(names.values()),

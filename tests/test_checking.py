@@ -14,11 +14,12 @@ import pytest
 from kvsm import checking
 from kvsm.checking import Checker, holds
 from kvsm.config import load_config
+from kvsm.digest_sums import recompute_sums
 from kvsm.invariants import violations
 from kvsm.log import Header, LogWriter, read_log, replay
 from kvsm.sim import SimOptions, simulate
 from kvsm.sim.scheduler import SimInvariantError
-from kvsm.state import ROOT_ID, Rejected, initial_state
+from kvsm.state import ROOT_ID, Rejected, initial_state, lane_of
 from kvsm.transitions import REGISTRY, apply
 from kvsm.tx import Tx, recent_writes
 from kvsm.walk import walk
@@ -96,6 +97,85 @@ def test_the_fast_from_scratch_check_agrees_with_the_reference_on_correct_and_co
                     assert not holds(bad) and violations(bad), (p, f.__name__)
                     checked += 1
     assert checked > 100
+
+
+def test_what_the_from_scratch_check_remembers_is_dropped_when_a_page_or_disk_entry_it_rests_on_changes(logs):
+    """`holds` remembers which nodes' pages it found holding their KV (and which durable
+    keys it found on the disks) until its mirrors see one of them change: a state that
+    differs from a clean one only in such a page or entry (every node the same object;
+    the digest sums made to agree, so that only the page or entry check can see it) is
+    still rejected, and the clean state accepted again after it."""
+    caught = {"device page": 0, "host page": 0, "disk entry": 0}
+    for p in logs:
+        for k, (_, _, _, s) in enumerate(_states(p)):
+            if k % 7:
+                continue
+            for what, bad in (("device page", _wrong_dev_content(s)), ("host page", _wrong_host_content(s)),
+                              ("disk entry", _missing_durable_entry(s))):
+                if bad is None:
+                    continue
+                if bad.sums is not None:
+                    bad = replace(bad, sums=recompute_sums(bad))
+                assert bad.nodes is s.nodes
+                assert holds(s), p
+                assert not holds(bad) and violations(bad), (p, what)
+                caught[what] += 1
+            assert holds(s), p
+    assert all(n > 10 for n in caught.values()), caught
+
+
+def test_the_mirror_of_a_map_follows_it_whatever_the_order_of_its_keys():
+    """`_Mirror.update` reports every entry of the new map that differs from the last, and
+    every one gone, and ends equal to the map: with keys whose hashes collide (a map keeps
+    no fixed order among them), many changes at once (it then looks every key up), and a
+    walk a key at a time."""
+    from immutables import Map
+
+    from kvsm.checking.full import _Mirror
+
+    class Key:
+        __slots__ = ("v",)
+
+        def __init__(self, v):
+            self.v = v
+
+        def __hash__(self):
+            return self.v % 3
+
+        def __eq__(self, other):
+            return isinstance(other, Key) and other.v == self.v
+
+    rng = random.Random(11)
+    makers = (Key, int, lambda x: (x % 4, x * 7919))
+    for trial in range(600):
+        make = makers[trial % 3]
+        mirror = _Mirror(block=rng.choice([1, 4, 32]))
+        m = Map()
+        copy = None
+        for _ in range(10):
+            if rng.random() < 0.1:
+                m = Map({make(rng.randrange(200)): 1 for _ in range(rng.randrange(50))})
+            else:
+                mm = m.mutate()
+                for _ in range(rng.randrange(40)):
+                    key = make(rng.randrange(200))
+                    if rng.random() < 0.5:
+                        mm[key] = rng.randrange(5)
+                    elif key in mm:
+                        del mm[key]
+                m = mm.finish()
+            diff = mirror.update(m)
+            if diff is None:
+                copy = dict(m.items())
+            else:
+                changed, gone = diff
+                assert len({k for k, _, _ in changed} | {k for k, _ in gone}) == len(changed) + len(gone)
+                for key, old, new in changed:
+                    assert copy.get(key) == old and old != new
+                    copy[key] = new
+                for key, old in gone:
+                    assert copy.pop(key) == old
+            assert mirror.d == copy == dict(m.items())
 
 
 # ---- corruptions of a state (None where the state has nothing to corrupt) ---------------------
@@ -191,6 +271,17 @@ def _cycle(s):
     nodes = nodes.set(nid, n.with_(parent=cid, children=n.children.delete(c.key[0])))
     nodes = nodes.set(cid, c.with_(children=c.children.set(n.key[0], nid)))
     return replace(s, nodes=nodes)
+
+
+def _missing_durable_entry(s):
+    """A disk entry that a durable node needs, gone (and its rank's count of entries with it)."""
+    nid, n = _some_node(s, lambda n: n.durable)
+    if n is None:
+        return None
+    r = lane_of(0, s.config.R)
+    used = list(s.l3_used)
+    used[r] -= 1
+    return replace(s, l3=s.l3.delete((r, n.hashes[0])), l3_used=tuple(used))
 
 
 def _wrong_disk_entry(s):

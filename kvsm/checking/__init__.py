@@ -22,7 +22,9 @@ The from-scratch check (`full_violations`, which decides what `violations` would
 still runs: after every transition that is an agreement point (`Spec.agreement`:
 Commit, SpillAck, ReloadAdmit), after every `every` transitions, after a transition
 whose writes are not known (a state not produced by this thread's transactions), and
-at the end. When it finds a violation that the
+at the end. It reads the whole state each time and takes nothing from the transactions;
+what it remembers between checks stands only while copies it compares with each new
+state whole say that what it rests on is unchanged (`full.py`). When it finds a violation that the
 per-transition checks did not, the checker checks the states since the last clean
 from-scratch check again, from scratch, and reports the first that fails, so a report
 always names the transition that broke the state. Invariant 11 (Ownership, over the

@@ -1,13 +1,25 @@
-"""The from-scratch check of invariants 1-10 and 12, decided fast (`kvsm.checking`): `holds`
-recomputes every invariant from the state's values, remembering pure functions for the
-value they were last computed from; `full_violations` asks `kvsm.invariants.violations`
-to name what fails."""
+"""The from-scratch check of invariants 1-10, 12 and 13, decided fast (`kvsm.checking`):
+`holds` recomputes every invariant from the state's values, remembering pure functions
+for the value they were last computed from; `full_violations` asks
+`kvsm.invariants.violations` to name what fails.
+
+The maps too large to go through entry by entry at every check (the device and host
+pages' contents, the disks) are each compared whole with a dict copy of the last one
+seen (`_Mirror`: every key and value of the new map read and compared, runs of equal
+entries at the speed of comparing lists). What differs gives their digest sums and the
+disks' counts, and says which remembered findings no longer stand: a node's pages found
+holding its prefix's KV stay found while the node's facts are the same object and the
+copy has seen none of those pages change (`_Pages`); a durable node's keys found on the
+disks stay found while no disk entry has gone (`_Disks.epoch`). Nothing is taken from
+how the state was made (the transaction's record of what it wrote), so a value changed
+behind a transaction's back is found like any other, and `holds(s)` is exactly
+`violations(s) == []` whatever states it was asked about before."""
 
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain, compress, cycle, repeat
-from operator import attrgetter, itemgetter, methodcaller, mul, ne
+from itertools import chain, compress, count, cycle, repeat
+from operator import attrgetter, is_not, itemgetter, methodcaller, mul, ne
 from typing import Any
 
 from .. import content
@@ -97,17 +109,31 @@ class _Memo(dict):
         return v
 
 
+_NONE = object()
+
+
 class _Mirror:
     """A dict copy of the last map seen, brought up to date from each new map by reading
     it whole (its keys and values, compared with the copy's: nothing is taken on trust
     from how the map was made) and returning what differs, so that a sum over the map
-    costs the comparison and the work for the entries that changed."""
+    costs the comparison and the work for the entries that changed.
 
-    __slots__ = ("d", "src")
+    The comparison walks the new map's entries beside the last map's, in iteration
+    order: a map iterates its keys in an order fixed by their hashes, so two versions
+    mostly differ by entries put in or taken out between runs of equal entries, which
+    are skipped a block at a time (at the speed of comparing lists). Where they differ,
+    a key the copy lacks is new, and otherwise the last map's key there is gone; when
+    that guess is wrong (keys whose hashes collide keep no fixed order) the key is put
+    back when the walk reaches it, so the copy ends equal to the map whatever the order."""
 
-    def __init__(self) -> None:
+    __slots__ = ("d", "src", "keys", "vals", "block")
+
+    def __init__(self, block: int = 32) -> None:
+        self.block = block  # entries compared at once while the maps agree
         self.d: dict | None = None
         self.src: Any = None
+        self.keys: list = []
+        self.vals: list = []
 
     def update(self, m: Any) -> tuple[list, list] | None:
         """The entries of `m` that differ from the copy's, `[(key, old or None, new)]`, and
@@ -115,59 +141,169 @@ class _Mirror:
         if m is self.src:
             return [], []
         keys, vals = list(m.keys()), list(m.values())  # (they iterate in one order)
-        d = self.d
-        self.src = m
+        d, ok, ov = self.d, self.keys, self.vals
+        self.src, self.keys, self.vals = m, keys, vals
         if d is None:
             self.d = dict(zip(keys, vals))
             return None
-        olds = list(map(d.get, keys))
-        changed = []
-        for i in compress(range(len(keys)), map(ne, vals, olds)):
-            k, v = keys[i], vals[i]
-            changed.append((k, olds[i], v))
+        changed: list = []
+        if keys == ok:  # the same keys: only values to compare
+            if vals != ov:
+                for i in compress(range(len(keys)), map(ne, vals, ov)):
+                    k, v = keys[i], vals[i]
+                    changed.append((k, ov[i], v))
+                    d[k] = v
+            return changed, []
+        B = self.block
+        n, on = len(keys), len(ok)
+        gone: dict = {}  # keys taken out of the copy, with their values
+        i = j = 0
+        steps = 16 + n // 32  # keys the walk takes one by one before it looks every key up
+        while j < n and i < on:
+            kb, ob = keys[j : j + B], ok[i : i + B]
+            # the keys before the first that differs are the same: compare their values
+            t = len(kb) if kb == ob else next(compress(count(), map(ne, kb, ob)), min(len(kb), len(ob)))
+            if t:
+                vb, ovb = vals[j : j + t], ov[i : i + t]
+                if vb != ovb:
+                    for x in compress(range(t), map(ne, vb, ovb)):
+                        k, v = kb[x], vb[x]
+                        changed.append((k, ovb[x], v))
+                        d[k] = v
+                i += t
+                j += t
+                if t == len(kb) or j >= n or i >= on:
+                    continue
+            steps -= 1
+            if steps < 0:
+                return self._lookup(keys, vals, changed, gone)
+            k, o = keys[j], ok[i]  # (k != o)
+            if k not in d:  # a new key (or one taken out above, put back)
+                v = vals[j]
+                old = gone.pop(k, _NONE)
+                if old is _NONE or old != v:
+                    changed.append((k, None if old is _NONE else old, v))
+                d[k] = v
+                j += 1
+            else:  # the last map's key here is gone (or comes later: then put back there)
+                gone[o] = d.pop(o)
+                i += 1
+        for o in ok[i:]:  # (none of them is in the new map)
+            gone[o] = d.pop(o)
+        for k, v in zip(keys[j:], vals[j:]):  # (none of them is in the copy)
+            old = gone.pop(k, _NONE)
+            if old is _NONE or old != v:
+                changed.append((k, None if old is _NONE else old, v))
             d[k] = v
-        removed = []
+        return changed, list(gone.items())
+
+    def _lookup(self, keys: list, vals: list, changed: list, gone: dict) -> tuple[list, list]:
+        """The rest of `update` when the maps differ in many places: each key of the new
+        map looked up in the copy (brought part of the way by the walk: `changed` and
+        `gone` say how)."""
+        d = self.d
+        olds = list(map(d.get, keys, repeat(_NONE)))
+        for x in compress(range(len(keys)), map(ne, vals, olds)):
+            k, v, old = keys[x], vals[x], olds[x]
+            if old is _NONE:
+                old = gone.pop(k, _NONE)
+                if old is not _NONE and old == v:
+                    d[k] = v
+                    continue
+            changed.append((k, None if old is _NONE else old, v))
+            d[k] = v
         if len(d) != len(keys):
             for k in d.keys() - set(keys):
-                removed.append((k, d.pop(k)))
-        return changed, removed
+                gone[k] = d.pop(k)
+        return changed, list(gone.items())
 
 
-def _content_sum(name: str) -> Any:
-    """The sum of a content component: each page's `(content + 1) * weight(page)`."""
-    weights = _Memo(lambda k: page_weight(name, k))
-    mirror = _Mirror()
-    total = [0]
+class _Pages:
+    """A content map's facts, kept with a mirror of it: the digest sum of its entries
+    (each page's `(content + 1) * weight(page)`), and which nodes' pages were found to
+    hold what they must (`verified`: node id -> the node's facts they were checked
+    for), with the node each such page was checked for (`owner`). Every page whose
+    entry the mirror sees change, appear or go un-verifies its owner, and so does a page
+    checked for another node, so a node stays verified exactly while its facts are the
+    same object and none of its pages changed: checking it again would find the same."""
 
-    def f(m: Any) -> int:
-        diff = mirror.update(m)
+    __slots__ = ("name", "weights", "mirror", "total", "verified", "owner")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.weights = _Memo(lambda k: page_weight(name, k))
+        self.mirror = _Mirror()
+        self.total = 0
+        self.verified: dict[int, tuple] = {}
+        self.owner: dict[int, int] = {}
+
+    def update(self, m: Any) -> dict:
+        """Brings the mirror up to `m` (read whole) and returns it as a dict."""
+        diff = self.mirror.update(m)
+        weights = self.weights
         if diff is None:
-            d = mirror.d
+            d = self.mirror.d
             ws = list(map(weights.__getitem__, d.keys()))
-            total[0] = sum(map(mul, ws, d.values())) + sum(ws)
-        else:
-            t = total[0]
-            for k, old, new in diff[0]:
+            self.total = sum(map(mul, ws, d.values())) + sum(ws)
+            self.verified.clear()
+            self.owner.clear()
+            return d
+        changed, removed = diff
+        if changed or removed:
+            t = self.total
+            owner, verified = self.owner, self.verified
+            for k, old, new in changed:
                 t += (new + 1 - (0 if old is None else old + 1)) * weights[k]
-            for k, old in diff[1]:
+                q = owner.pop(k, None)
+                if q is not None:
+                    verified.pop(q, None)
+            for k, old in removed:
                 t -= (old + 1) * weights[k]
-            total[0] = t
-        return total[0]
+                q = owner.pop(k, None)
+                if q is not None:
+                    verified.pop(q, None)
+            self.total = t
+        return self.mirror.d
 
-    return f
+    def holds(self, m: Any, facts: list, pages_at: int, want_at: int) -> bool:
+        """Whether every node's pages in `m` hold what its facts say (`facts[i][pages_at]`,
+        `facts[i][want_at]`): checked for the nodes not verified, remembered for those
+        found to hold."""
+        d = self.update(m)
+        verified, owner = self.verified, self.owner
+        if len(verified) > 2 * len(facts) + 1024:  # (nodes gone since: forget them)
+            verified.clear()
+            owner.clear()
+        # (the facts not verified, found at C speed: most are)
+        for e in compress(facts, map(is_not, map(verified.get, map(_GET_NID, facts)), facts)):
+            nid = e[_NID]
+            pages = e[pages_at]
+            if tuple(map(d.get, pages)) != e[want_at]:
+                return False
+            for p in pages:
+                q = owner.get(p)
+                if q != nid:
+                    if q is not None:
+                        verified.pop(q, None)
+                    owner[p] = nid
+            verified[nid] = e
+        return True
 
 
 class _Disks:
     """The disks' facts, kept with a mirror of the l3 map: the digest sum of its entries,
-    entries per rank, and how many entries hold content other than their hash names."""
+    entries per rank, how many entries hold content other than their hash names, and
+    `epoch`, which changes whenever an entry goes from the mirror (or it is made
+    afresh): a key found on the disks stays there while the epoch is the same."""
 
-    __slots__ = ("mirror", "total", "per_rank", "wrong")
+    __slots__ = ("mirror", "total", "per_rank", "wrong", "epoch")
 
     def __init__(self) -> None:
         self.mirror = _Mirror()
         self.total = 0
         self.per_rank: Counter = Counter()
         self.wrong = 0
+        self.epoch = 0
 
     def update(self, m: Any) -> "_Disks":
         diff = self.mirror.update(m)
@@ -176,6 +312,7 @@ class _Disks:
             self.total = sum(value_hash("l3", k, v) for k, v in d.items())
             self.per_rank = Counter(map(_FIRST, d.keys()))
             self.wrong = sum(1 for k, v in d.items() if k[1] != v)
+            self.epoch += 1
             return self
         per_rank = self.per_rank
         for k, old, new in diff[0]:
@@ -186,6 +323,8 @@ class _Disks:
                 self.wrong -= k[1] != old
             self.total += value_hash("l3", k, new)
             self.wrong += k[1] != new
+        if diff[1]:
+            self.epoch += 1
         for k, old in diff[1]:
             per_rank[k[0]] -= 1
             self.total -= value_hash("l3", k, old)
@@ -194,6 +333,9 @@ class _Disks:
 
 
 _DISKS = _Disks()
+_DEV_PAGES = _Pages("dev_content")
+_HOST_PAGES = _Pages("host_content")
+_PAGES = {"dev_content": _DEV_PAGES, "host_content": _HOST_PAGES}
 
 
 _SUMMERS: dict[str, Any] = {}
@@ -212,10 +354,17 @@ def recompute_sums_fast(s: ClusterState) -> tuple[int, ...]:
     out = []
     for name in COMPONENTS:
         if name in MAP_COMPONENTS:
-            f = _SUMMERS.get(name)
-            if f is None:
-                f = _SUMMERS[name] = _content_sum(name) if name in CONTENT_COMPONENTS else _map_sum(name)
-            total = _DISKS.update(s.l3).total if name == "l3" else _by_id("sum:" + name, getattr(s, name), f)
+            if name == "l3":
+                total = _DISKS.update(s.l3).total
+            elif name in CONTENT_COMPONENTS:
+                pages = _PAGES[name]
+                pages.update(getattr(s, name))
+                total = pages.total
+            else:
+                f = _SUMMERS.get(name)
+                if f is None:
+                    f = _SUMMERS[name] = _map_sum(name)
+                total = _by_id("sum:" + name, getattr(s, name), f)
         elif name == "dev_free":
             total = 0
             for k, lane in enumerate(s.dev_free):
@@ -240,6 +389,11 @@ def _l3_facts(m: Any) -> tuple[bool, Counter, dict]:
     the entries as a dict (faster to probe than the map)."""
     disks = _DISKS.update(m)
     return disks.wrong == 0, disks.per_rank, disks.mirror.d
+
+
+def _items(ss: Any) -> list:
+    """A sorted set's elements in its order (its chunks read at C speed)."""
+    return list(chain.from_iterable(ss._chunks))
 
 
 def _copying(s: ClusterState) -> frozenset[int]:
@@ -293,10 +447,11 @@ _DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY, _BACKUP = range(4, 12)
 _GET_DEV, _GET_DEV_EXP, _GET_HOST, _GET_HOST_EXP, _GET_DURABLE, _GET_DKEY, _GET_HKEY = (
     itemgetter(i) for i in (_DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY))
 _GET_BACKUP = itemgetter(_BACKUP)
-_GET_NID = itemgetter(12)
+_NID = 12
+_GET_NID = itemgetter(_NID)
 _LOCK, _ONDEV, _PIN, _TOUCHED, _CHILDREN = (attrgetter(f) for f in ("lock", "ondev", "pin", "touched", "children"))
 _VALUES = methodcaller("values")
-# the disks last checked against and the durable nodes' keys found on them
+# the disks' epoch last checked at and the durable nodes' keys found on them
 _DURABLE: list = [None, [], set()]
 
 
@@ -308,7 +463,7 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any) -> 
     if hashes != _chain(prev, key):
         return None
     if dev:
-        if len(dev) != len(key):
+        if len(dev) != len(key) or min(dev) < 0 or max(dev) >= cfg.device_pages:
             return None
     elif obj is None or not obj.committed:
         return None  # neither on L1 nor backed (or backed by an uncommitted object)
@@ -380,7 +535,7 @@ def holds(s: ClusterState) -> bool:
         facts.append(e)
     # every child entry is some node's (as many entries as non-root nodes, each node in its
     # own), so the nodes reached from the root through them are those that reach the root
-    vals = nodes.values()
+    keys, vals = list(nodes.keys()), list(nodes.values())  # (in one order)
     if sum(map(len, map(_CHILDREN, vals))) != len(nodes) - 1:
         return False
     reached = 1
@@ -391,24 +546,26 @@ def holds(s: ClusterState) -> bool:
         level = list(map(nodes.__getitem__, ids))
     if reached != len(nodes):
         return False
-    if max(map(_TOUCHED, vals)) > s.clock or max(nodes.keys()) >= s.next_id:
+    if max(map(_TOUCHED, vals)) > s.clock or max(keys) >= s.next_id:
         return False
-    keys = nodes.keys()
     ondev = Counter(on_dev_parents)
     if list(map(_ONDEV, vals)) != list(map(ondev.get, keys, repeat(0))):
         return False
     used = list(chain.from_iterable(map(_GET_DEV, facts)))
-    if list(map(dc.get, used)) != list(chain.from_iterable(map(_GET_DEV_EXP, facts))):
-        copying = _copying(s) if s.loads else frozenset()
-        if not copying:
+    copying = _copying(s) if s.loads else None
+    if not copying:
+        if not _DEV_PAGES.holds(dc, facts, _DEV, _DEV_EXP):
             return False
+    else:  # a page a load-back still copies into holds nothing yet: checked whole
+        d = _DEV_PAGES.update(dc)
         for p, want in zip(used, chain.from_iterable(map(_GET_DEV_EXP, facts))):
-            if dc.get(p) != (None if p in copying else want):
+            if d.get(p) != (None if p in copying else want):
                 return False
-    if list(map(hc.get, chain.from_iterable(map(_GET_HOST, facts)))) != list(chain.from_iterable(map(_GET_HOST_EXP, facts))):
+    if not _HOST_PAGES.holds(hc, facts, _HOST, _HOST_EXP):
         return False
     durable = list(filter(None, map(_GET_DURABLE, facts)))
-    if _DURABLE[0] is l3:  # the same disks: only the durable nodes' keys not checked on them yet
+    disks = _DISKS
+    if _DURABLE[0] == disks.epoch:  # no disk entry went since: only the durable nodes' keys not checked yet
         held = _DURABLE[2]
         todo = [d for d in durable if id(d) not in held]
     else:
@@ -416,14 +573,16 @@ def holds(s: ClusterState) -> bool:
     if not all(map(l3_keys.__contains__, chain.from_iterable(todo))):
         return False
     # (the list keeps the tuples alive, so their ids name them)
-    _DURABLE[:] = [l3, durable, set(map(id, durable))]
+    _DURABLE[:] = [disks.epoch, durable, set(map(id, durable))]
 
     # 3 Locks
     holders: Counter[int] = Counter()
+    req_pages: list[int] = []
     for req in requests.values():
         if req.phase not in ("queued", "matched", "decoding"):
             return False
         used.extend(req.pages)
+        req_pages.extend(req.pages)
         if req.phase == QUEUED:
             if req.node != ROOT_ID:
                 return False
@@ -473,7 +632,8 @@ def holds(s: ClusterState) -> bool:
     # pages are its own and in range; together they are every page
     pages = cfg.device_pages
     used_set = set(used)
-    if len(used_set) != len(used) or (used and (min(used) < 0 or max(used) >= pages)):
+    # (a node's pages are in range by its own check)
+    if len(used_set) != len(used) or (req_pages and (min(req_pages) < 0 or max(req_pages) >= pages)):
         return False
     free_count = 0
     free_set: set[int] = set()
@@ -485,7 +645,7 @@ def holds(s: ClusterState) -> bool:
         free_count += len(free)
     if len(free_set) != free_count or not used_set.isdisjoint(free_set) or len(used) + free_count != pages:
         return False
-    if not used_set.issuperset(dc.keys()):
+    if not used_set.issuperset(_DEV_PAGES.update(dc)):
         return False
 
     # 6 Host pages: per region, the objects and the free runs tile the pool, free runs
@@ -547,13 +707,13 @@ def holds(s: ClusterState) -> bool:
     # 10 Counts: derived indexes, digest sums, pins, per-rank progress, disk counts
     # (the root is never a victim nor a backup candidate: its facts are not in the list)
     dev_keys = sorted(filter(None, map(_GET_DKEY, facts)))
-    if len(s.dev_index) != len(dev_keys) or list(s.dev_index) != dev_keys:
+    if len(s.dev_index) != len(dev_keys) or _items(s.dev_index) != dev_keys:
         return False
     host_keys = sorted(filter(None, map(_GET_HKEY, facts)))
-    if len(s.host_index) != len(host_keys) or list(s.host_index) != host_keys:
+    if len(s.host_index) != len(host_keys) or _items(s.host_index) != host_keys:
         return False
     backups = sorted(compress(map(_GET_NID, facts), map(_GET_BACKUP, facts)))
-    if len(s.backup_index) != len(backups) or list(s.backup_index) != backups:
+    if len(s.backup_index) != len(backups) or _items(s.backup_index) != backups:
         return False
     pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
     if list(map(_PIN, vals)) != list(map(pins.get, keys, repeat(0))):

@@ -143,7 +143,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
         host_pages.add(k % L2)
 
     # in-flight load-backs: the pages each still copies, and the nodes whose locks they hold
-    loads_changed = A.loads is not B.loads or A.load_done is not B.load_done
+    # (the per-rank tuples are compared by value: a transaction builds them anew)
+    loads_changed = A.loads is not B.loads or A.load_done != B.load_done
     copying = _copying(A) if A.loads else frozenset()
     if A.loads is not B.loads:
         for S in (A, B):
@@ -297,7 +298,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
     if pending_w or A.writes is not B.writes or A.prepared is not B.prepared:
         if len(A.writes) != len(set(A.writes)) or set(A.writes) != set(Ap.keys()) | prepared:
             bad(4, f"writes {list(A.writes)} and pending {sorted(Ap.keys())} (and prepared {sorted(prepared)}) disagree")
-    if A.prepared and (A.prepared is not B.prepared or A.writes is not B.writes or A.write_done is not B.write_done
+    if A.prepared and (A.prepared is not B.prepared or A.writes is not B.writes or A.write_done != B.write_done
                        or requests_w or objects_w or nodes_w):
         out.extend(prepared_violations(A))
     for nid in nodes:
@@ -319,15 +320,15 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
         obj = A.objects.get(pend.obj)
         if obj is None or obj.committed or obj.length != n.pages:
             bad(4, f"pending node {nid} has object {pend.obj} that is missing, committed or of another length (split)")
-    if A.write_done is not B.write_done or A.writes is not B.writes:
+    if A.write_done != B.write_done or A.writes is not B.writes:
         for r, d in enumerate(A.write_done):
             if not 0 <= d <= len(A.writes):
                 bad(4, f"rank {r} has finished {d} of {len(A.writes)} writes")
 
     # ---- 5 Device pages ----------------------------------------------------------------------
-    if dev_pages or A.dev_free is not B.dev_free:
-        lanes = A.dev_free
-        changed = [k for k in range(R) if lanes[k] is not B.dev_free[k]]
+    lanes = A.dev_free
+    changed = [k for k in range(R) if lanes[k] is not B.dev_free[k]]
+    if dev_pages or changed:
         for p in sorted(dev_pages):
             holders = sh.dev.get(p, ())
             if not 0 <= p < cfg.device_pages:
@@ -338,10 +339,11 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             for k in changed:
                 if k != p % R and p in lanes[k]:
                     bad(5, f"free page {p} is listed in lane {k}")
-            names = [_holder(h) for h in holders] + (["the free list"] if free else [])
-            if len(names) > 1:
+            held = len(holders) + free
+            if held > 1:
+                names = [_holder(h) for h in holders] + (["the free list"] if free else [])
                 bad(5, f"device page {p} is held by {names[0]} and by {names[1]}")
-            elif not names:
+            elif not held:
                 bad(5, f"device pages {[p]} are neither used nor free (leak)")
         if changed or dev_pages:
             used = len(sh.dev)
@@ -349,7 +351,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
                 bad(5, f"{cfg.device_pages - used - sum(len(x) for x in lanes)} device pages are neither used nor free (leak), or a free page is outside the pool")
 
     # ---- 6 Host pages ------------------------------------------------------------------------
-    if host_pages or A.l2_free is not B.l2_free:
+    if host_pages or any(a is not b for a, b in zip(A.l2_free, B.l2_free)):
         for region, runs in enumerate(A.l2_free):
             if runs is B.l2_free[region] and not host_pages:
                 continue
@@ -434,9 +436,9 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             continue
         if c != key[1]:
             bad(7, f"rank {key[0]}'s disk entry {key[1]:x} holds the KV of another prefix (or garbage)")
-    if A.spill_staged is not B.spill_staged:
+    if A.spill_staged != B.spill_staged:
         for r, staged in enumerate(A.spill_staged):
-            if staged is B.spill_staged[r]:
+            if staged == B.spill_staged[r]:
                 continue
             for op_pages in staged:
                 for h, c in op_pages:
@@ -524,8 +526,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
             n = An.get(nid)
             if n is not None and n.pin != pins.get(nid, 0):
                 bad(10, f"node {nid} has pin {n.pin} but {pins.get(nid, 0)} pinning spills")
-    if (A.spills is not B.spills or A.spill_gathered is not B.spill_gathered or A.spill_done is not B.spill_done
-            or A.spill_staged is not B.spill_staged or A.reload_done is not B.reload_done or reloads_changed):
+    if (A.spills is not B.spills or A.spill_gathered != B.spill_gathered or A.spill_done != B.spill_done
+            or A.spill_staged != B.spill_staged or A.reload_done != B.reload_done or reloads_changed):
         for r in range(R):
             if not len(A.spill_done[r]) <= A.spill_gathered[r] <= len(A.spills):
                 bad(10, f"rank {r}'s spill progress {len(A.spill_done[r])} written / {A.spill_gathered[r]} gathered is off")
@@ -533,7 +535,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
                 bad(10, f"rank {r} stages {len(A.spill_staged[r])} spills, not gathered minus written")
             if len(A.reload_done[r]) > len(A.reloads):
                 bad(10, f"rank {r} has read more reloads than are in flight")
-    if l3_w or A.l3_used is not B.l3_used:
+    if l3_w or A.l3_used != B.l3_used:
         delta = [0] * R
         for key in l3_w:
             r = key[0]
@@ -572,7 +574,7 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[set, ...],
 
     # ---- 12 Collectives ------------------------------------------------------------------------
     rounds = A.commit_round
-    if rounds is not B.commit_round or A.writes is not B.writes:
+    if rounds != B.commit_round or A.writes is not B.writes:
         for why in collectives_violations(rounds, A.writes):
             bad(12, why)
 
