@@ -12,7 +12,11 @@
 (* states what they must be. An action computes its effect with these      *)
 (* operators because TLC caches the definitions of a LET inside an         *)
 (* operator, where it re-evaluates a LET written in an action at every     *)
-(* use.                                                                    *)
+(* use. A loop that may run for hundreds of rounds (victims, evictions) is *)
+(* a recursive function local to its operator, not a RECURSIVE operator:  *)
+(* TLC evaluates each call of an operator in its caller's context, so a    *)
+(* chain of n calls makes every name it looks up cost n, where a function *)
+(* application starts from the function's own context.                     *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -88,11 +92,16 @@ LeastFrom(key, S, i) ==
 
 LexLeast(key, S) == LeastFrom(key, S, 1)
 
-\* The elements of S in ascending order of key (distinct keys of one length, as above).
-RECURSIVE LexOrder(_, _)
+(* The elements of S in ascending order of key (distinct keys of one length, as
+   above): the least, then the least of the rest, and so on (pick[k] holds the
+   first k and the rest). *)
 LexOrder(key, S) ==
-    IF S = {} THEN <<>>
-    ELSE LET f == LexLeast(key, S) IN <<f>> \o LexOrder(key, S \ {f})
+    LET pick[k \in Nat] ==
+            IF k = 0 THEN [seq |-> <<>>, rest |-> S]
+            ELSE LET p == pick[k - 1]
+                     f == LexLeast(key, p.rest)
+                 IN [seq |-> Append(p.seq, f), rest |-> p.rest \ {f}]
+    IN pick[Cardinality(S)].seq
 
 \* The absolute positions (page k of a request counts from the root) of n pages from `start`.
 Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
@@ -129,9 +138,10 @@ ChildWith(ns, n, sym) ==
     LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
     IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
 
-RECURSIVE CommonLen(_, _, _)
+\* The least j >= i where a and b differ after j elements (or one of them ends).
 CommonLen(a, b, i) ==
-    IF i < Len(a) /\ i < Len(b) /\ a[i + 1] = b[i + 1] THEN CommonLen(a, b, i + 1) ELSE i
+    LET m == Min2(Len(a), Len(b))
+    IN Min({j \in i .. m - 1 : a[j + 1] # b[j + 1]} \cup {Max2(i, m)})
 
 (* Where a key leads: the nodes it covers whole (root to leaf), the pages they
    cover, and the node it diverges inside with the pages in common (`cut`,
@@ -395,27 +405,41 @@ EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@
    counts each lane's free pages, FreeIn(s.dev_free, lane): an eviction adds
    those of the victim's pages that were not free, rather than a recount of the
    pool per lane. *)
-RECURSIVE MakeRoomFrom(_, _, _, _, _)
-MakeRoomFrom(s, need, keep, v, have) ==
-    IF \A lane \in Ranks : have[lane] >= need[lane] THEN [ok |-> TRUE, s |-> s]
-    ELSE LET vs == DevVictims(s) \ keep
-         IN IF vs = {} THEN [ok |-> FALSE, s |-> s]
-            ELSE LET n == FirstVictimAs(s.nodes, vs, v)
-                     gained == Range(s.nodes[n].dev) \ s.dev_free
-                 IN MakeRoomFrom(EvictDeviceNode(s, n), need, keep, v,
-                                 [lane \in Ranks |-> have[lane] + FreeIn(gained, lane)])
+MakeRoomStep(r, need, keep, v) ==
+    IF \A lane \in Ranks : r.have[lane] >= need[lane] THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
+    ELSE LET vs == DevVictims(r.s) \ keep
+         IN IF vs = {} THEN [r EXCEPT !.done = TRUE]
+            ELSE LET n == FirstVictimAs(r.s.nodes, vs, v)
+                     gained == Range(r.s.nodes[n].dev) \ r.s.dev_free
+                 IN [r EXCEPT !.s = EvictDeviceNode(r.s, n),
+                              !.have = [lane \in Ranks |-> @[lane] + FreeIn(gained, lane)]]
 
-MakeRoom(s, need, keep, v) == MakeRoomFrom(s, need, keep, v, [lane \in Ranks |-> FreeIn(s.dev_free, lane)])
+(* room[k]: after k rounds. Each eviction takes a node off L1 and none comes
+   on, so the rounds stop within as many as the tree has nodes. *)
+MakeRoom(s, need, keep, v) ==
+    LET room[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, have |-> [lane \in Ranks |-> FreeIn(s.dev_free, lane)],
+                           done |-> FALSE, ok |-> FALSE]
+            ELSE LET r == room[k - 1] IN IF r.done THEN r ELSE MakeRoomStep(r, need, keep, v)
+        r == room[Cardinality(DOMAIN s.nodes) + 1]
+    IN [ok |-> r.ok, s |-> r.s]
 
 (* Reserve's room: release host victims from a snapshot of the host order taken
    before, retrying first fit of `len` pages after each; parents that become host
    leaves meanwhile wait for the next round. `ok` is FALSE when the snapshot runs
    out first. *)
-RECURSIVE HostRoom(_, _, _)
+(* (room[k]: after k releases, k <= Len(victims); the first round that finds
+   the run stops) *)
 HostRoom(s, len, victims) ==
-    IF HasRun(s.l2_free, len) THEN [ok |-> TRUE, s |-> s]
-    ELSE IF victims = <<>> THEN [ok |-> FALSE, s |-> s]
-    ELSE HostRoom(EvictHostNode(s, Head(victims)), len, Tail(victims))
+    LET room[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, done |-> FALSE, ok |-> FALSE]
+            ELSE LET r == room[k - 1]
+                 IN IF r.done THEN r
+                    ELSE IF HasRun(r.s.l2_free, len) THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
+                    ELSE IF k > Len(victims) THEN [r EXCEPT !.done = TRUE]
+                    ELSE [r EXCEPT !.s = EvictHostNode(r.s, victims[k])]
+        r == room[Len(victims) + 1]
+    IN [ok |-> r.ok, s |-> r.s]
 
 (* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
    once every host victim of the snapshot is released, since releasing pages
@@ -489,36 +513,45 @@ PlanScore(s, lc, n, d, planned, v) ==
         u == IF c > 0 THEN 0 ELSE UnlockFrom(s, lc, s.nodes[n].parent, d, planned)
     IN <<-c, -u>> \o VictimKeyAs(s.nodes, n, v)
 
-(* (rank v's ties) Each round takes the candidate whose score is less
-   (LexLess) than every other's: the scores end with the node id, so they are
-   distinct, and each is computed once a round. *)
-RECURSIVE PlanFrom(_, _, _, _, _, _, _)
-PlanFrom(s, lc, d, cands, planned, victims, v) ==
-    IF \A lane \in Ranks : d[lane] = 0 THEN [victims |-> victims, remaining |-> d]
-    ELSE LET keptOnL1 == KeptOnL1(s, planned)
-             kept == Kept(s, planned)
-             live == {n \in cands : n \notin planned /\ AfterPlanAmong(s, n, keptOnL1, kept)}
-             score == [n \in live |-> PlanScore(s, lc, n, d, planned, v)]
+(* One round, from r = [d, cands, planned, victims, done] (rank v's ties): it
+   takes the candidate whose score is less (LexLess) than every other's (the
+   scores end with the node id, so they are distinct, and each is computed once
+   a round), or ends the plan when no lane lacks pages or no candidate
+   contributes. `lc` holds LaneCounts of every node on L1. *)
+PlanRound(s, lc, r, v) ==
+    IF \A lane \in Ranks : r.d[lane] = 0 THEN [r EXCEPT !.done = TRUE]
+    ELSE LET keptOnL1 == KeptOnL1(s, r.planned)
+             kept == Kept(s, r.planned)
+             live == {n \in r.cands : n \notin r.planned /\ AfterPlanAmong(s, n, keptOnL1, kept)}
+             score == [n \in live |-> PlanScore(s, lc, n, r.d, r.planned, v)]
              scored == {n \in live : score[n][1] < 0 \/ score[n][2] < 0}
-         IN IF scored = {} THEN [victims |-> victims, remaining |-> d]
+         IN IF scored = {} THEN [r EXCEPT !.done = TRUE]
             ELSE LET w == LexLeast(score, scored)
                      c == lc[w]
-                     d2 == [lane \in Ranks |-> Max2(0, d[lane] - c[lane])]
-                     p2 == planned \cup {w}
+                     p2 == r.planned \cup {w}
                      keptOnL1p2 == KeptOnL1(s, p2)
                      keptp2 == Kept(s, p2)
                      a == NewCandidate(s, s.nodes[w].parent, p2, keptOnL1p2, keptp2)
-                 IN PlanFrom(s, lc, d2, (cands \ {w}) \cup (IF a = NoNode THEN {} ELSE {a}),
-                             p2, Append(victims, w), v)
+                 IN [d |-> [lane \in Ranks |-> Max2(0, r.d[lane] - c[lane])],
+                     cands |-> (r.cands \ {w}) \cup (IF a = NoNode THEN {} ELSE {a}),
+                     planned |-> p2,
+                     victims |-> Append(r.victims, w),
+                     done |-> FALSE]
 
-\* (LaneCounts of the nodes on L1, counted once for every round)
+(* plan[k]: after k rounds. Every round that goes on plans a node not planned
+   before, so the rounds stop within as many as the tree has nodes. *)
 Plan(s, deficits, v) ==
     LET lc == [n \in {m \in DOMAIN s.nodes : s.nodes[m].dev # <<>>} |-> LaneCounts(s.nodes, n)]
-    IN PlanFrom(s, lc, deficits, DevVictims(s), {}, <<>>, v)
+        plan[k \in Nat] ==
+            IF k = 0 THEN [d |-> deficits, cands |-> DevVictims(s), planned |-> {}, victims |-> <<>>, done |-> FALSE]
+            ELSE LET r == plan[k - 1] IN IF r.done THEN r ELSE PlanRound(s, lc, r, v)
+        r == plan[Cardinality(DOMAIN s.nodes) + 1]
+    IN [victims |-> r.victims, remaining |-> r.d]
 
-RECURSIVE EvictAll(_, _)
+\* Evict the victims in order (after[k]: once the first k are evicted).
 EvictAll(s, victims) ==
-    IF victims = <<>> THEN s ELSE EvictAll(EvictDeviceNode(s, Head(victims)), Tail(victims))
+    LET after[k \in Nat] == IF k = 0 THEN s ELSE EvictDeviceNode(after[k - 1], victims[k])
+    IN after[Len(victims)]
 
 -----------------------------------------------------------------------------
 (* Load-back: the whole nodes directly below a request's lock, along its match
