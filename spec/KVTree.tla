@@ -12,7 +12,11 @@
 (* states what they must be. An action computes its effect with these      *)
 (* operators because TLC caches the definitions of a LET inside an         *)
 (* operator, where it re-evaluates a LET written in an action at every     *)
-(* use.                                                                    *)
+(* use. A loop that may run for hundreds of rounds (victims, evictions) is *)
+(* a recursive function local to its operator, not a RECURSIVE operator:  *)
+(* TLC evaluates each call of an operator in its caller's context, so a    *)
+(* chain of n calls makes every name it looks up cost n, where a function *)
+(* application starts from the function's own context.                     *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -75,6 +79,30 @@ Flatten(ss) == IF ss = <<>> THEN <<>> ELSE Head(ss) \o Flatten(Tail(ss))
 \* Lexicographic order on equal-length sequences of integers.
 LexLess(a, b) == \E i \in DOMAIN a : a[i] < b[i] /\ \A j \in 1 .. i - 1 : a[j] = b[j]
 
+(* The x of S whose key[x] is less (LexLess) than every other's, when the keys
+   are distinct sequences of one length: the least first component, then among
+   those the least second one, and so on. This equals
+   CHOOSE x \in S : \A y \in S \ {x} : LexLess(key[x], key[y]) (undefined alike
+   when S is empty) but costs |S| per component where that CHOOSE costs |S|^2. *)
+RECURSIVE LeastFrom(_, _, _)
+LeastFrom(key, S, i) ==
+    IF Cardinality(S) = 1 THEN CHOOSE x \in S : TRUE
+    ELSE LET m == Min({key[x][i] : x \in S})
+         IN LeastFrom(key, {x \in S : key[x][i] = m}, i + 1)
+
+LexLeast(key, S) == LeastFrom(key, S, 1)
+
+(* The elements of S in ascending order of key (distinct keys of one length, as
+   above): the least, then the least of the rest, and so on (pick[k] holds the
+   first k and the rest). *)
+LexOrder(key, S) ==
+    LET pick[k \in Nat] ==
+            IF k = 0 THEN [seq |-> <<>>, rest |-> S]
+            ELSE LET p == pick[k - 1]
+                     f == LexLeast(key, p.rest)
+                 IN [seq |-> Append(p.seq, f), rest |-> p.rest \ {f}]
+    IN pick[Cardinality(S)].seq
+
 \* The absolute positions (page k of a request counts from the root) of n pages from `start`.
 Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
 
@@ -83,6 +111,11 @@ Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
 
 Children(ns, n) == {c \in DOMAIN ns : ns[c].parent = n}
 ChildOnL1(ns, n) == \E c \in Children(ns, n) : ns[c].dev # <<>>
+
+\* The nodes with a child, and those with a child on L1: a test against them takes
+\* one pass over the tree for all nodes, where Children takes one per node.
+Parents(ns) == {ns[c].parent : c \in DOMAIN ns}
+ParentsOnL1(ns) == {ns[c].parent : c \in {c \in DOMAIN ns : ns[c].dev # <<>>}}
 
 \* n and its ancestors, the root excluded: the nodes a lock on n covers.
 RECURSIVE PathToRoot(_, _)
@@ -105,9 +138,10 @@ ChildWith(ns, n, sym) ==
     LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
     IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
 
-RECURSIVE CommonLen(_, _, _)
+\* The least j >= i where a and b differ after j elements (or one of them ends).
 CommonLen(a, b, i) ==
-    IF i < Len(a) /\ i < Len(b) /\ a[i + 1] = b[i + 1] THEN CommonLen(a, b, i + 1) ELSE i
+    LET m == Min2(Len(a), Len(b))
+    IN Min({j \in i .. m - 1 : a[j + 1] # b[j + 1]} \cup {Max2(i, m)})
 
 (* Where a key leads: the nodes it covers whole (root to leaf), the pages they
    cover, and the node it diverges inside with the pages in common (`cut`,
@@ -215,15 +249,13 @@ VictimKeyAs(ns, n, v) ==
     THEN <<Protected(ns, n), (ns[n].touched + v) \div 2, n>>
     ELSE VictimKey(ns, n)
 
-FirstVictimAs(ns, S, v) ==
-    CHOOSE n \in S : \A m \in S \ {n} : LexLess(VictimKeyAs(ns, n, v), VictimKeyAs(ns, m, v))
+\* The n of S whose key is less than every other's (the keys end with the id: distinct).
+FirstVictimAs(ns, S, v) == LexLeast([n \in S |-> VictimKeyAs(ns, n, v)], S)
 
 FirstVictim(ns, S) == FirstVictimAs(ns, S, NoView)
 
-RECURSIVE VictimsInOrderAs(_, _, _)
-VictimsInOrderAs(ns, S, v) ==
-    IF S = {} THEN <<>>
-    ELSE LET f == FirstVictimAs(ns, S, v) IN <<f>> \o VictimsInOrderAs(ns, S \ {f}, v)
+\* S from its first victim on: FirstVictimAs, then the first of the rest, and so on.
+VictimsInOrderAs(ns, S, v) == LexOrder([n \in S |-> VictimKeyAs(ns, n, v)], S)
 
 VictimsInOrder(ns, S) == VictimsInOrderAs(ns, S, NoView)
 
@@ -240,58 +272,105 @@ HeldOnL1(s, n, bug) ==
    no children at all (it is deleted; one with host-only children would orphan
    them, which the reference does: UnbackedEvict = "reference"). Under
    write_back an unbacked leaf is written back first. *)
-DevEvictableUnder(s, n, bug) ==
+(* (`parents` and `parentsOnL1` are Parents(s.nodes) and ParentsOnL1(s.nodes):
+   given, so that DevVictims computes them once for all nodes.) *)
+DevEvictableAmong(s, n, bug, parents, parentsOnL1) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
        /\ nd.dev # <<>>
        /\ ~HeldOnL1(s, n, bug)
-       /\ ~ChildOnL1(s.nodes, n)
-       /\ nd.host = NoObject => WriteThrough /\ (UnbackedEvict = "reference" \/ Children(s.nodes, n) = {})
+       /\ n \notin parentsOnL1
+       /\ nd.host = NoObject => WriteThrough /\ (UnbackedEvict = "reference" \/ n \notin parents)
+
+DevEvictableUnder(s, n, bug) == DevEvictableAmong(s, n, bug, Parents(s.nodes), ParentsOnL1(s.nodes))
 
 DevEvictable(s, n) == DevEvictableUnder(s, n, Bug)
 
 \* Evictable from L2: evicted from L1, backed, no children, unlocked, not pinned
 \* by a spill.
-HostEvictable(s, n) ==
+\* (`parents` is Parents(s.nodes), given as above.)
+HostEvictableAmong(s, n, parents) ==
     LET nd == s.nodes[n]
     IN /\ n # Root
        /\ nd.dev = <<>>
        /\ nd.host # NoObject
-       /\ Children(s.nodes, n) = {}
+       /\ n \notin parents
        /\ nd.lock = 0
        /\ nd.pin = 0
 
-DevVictims(s) == {n \in DOMAIN s.nodes : DevEvictable(s, n)}
-HostVictims(s) == {n \in DOMAIN s.nodes : HostEvictable(s, n)}
+HostEvictable(s, n) == HostEvictableAmong(s, n, Parents(s.nodes))
+
+DevVictims(s) ==
+    LET parents == Parents(s.nodes)
+        parentsOnL1 == ParentsOnL1(s.nodes)
+    IN {n \in DOMAIN s.nodes : DevEvictableAmong(s, n, Bug, parents, parentsOnL1)}
+
+HostVictims(s) ==
+    LET parents == Parents(s.nodes)
+    IN {n \in DOMAIN s.nodes : HostEvictableAmong(s, n, parents)}
 
 -----------------------------------------------------------------------------
 (* Pages *)
 
 FreeIn(free, lane) == Cardinality({p \in free : Lane(p) = lane})
 
-\* Every lane has need[lane] free pages.
-LanesHave(free, need) == \A lane \in Ranks : FreeIn(free, lane) >= need[lane]
-
 \* How many entries of `lanes` name each lane.
 LaneNeed(lanes) == [lane \in Ranks |-> Cardinality({i \in DOMAIN lanes : lanes[i] = lane})]
 
-\* Allocate one device page per entry of `lanes`, each the lowest free page of its lane.
-RECURSIVE Alloc(_, _)
+(* The n lowest pages of `free` among a, a + R, a + 2R, ..., b, ascending (fewer
+   when there are fewer): halving the range keeps the recursion shallow, and the
+   upper half is looked at only when the lower one has fewer than n. *)
+RECURSIVE LowestIn(_, _, _, _)
+LowestIn(free, a, b, n) ==
+    IF n = 0 \/ a > b THEN <<>>
+    ELSE IF a = b THEN IF a \in free THEN <<a>> ELSE <<>>
+    ELSE LET mid == a + ((b - a) \div (2 * R)) * R
+             low == LowestIn(free, a, mid, n)
+         IN IF Len(low) = n THEN low ELSE low \o LowestIn(free, mid + R, b, n - Len(low))
+
+(* The n lowest pages of `free` from a on in steps of R, ascending, when `left`
+   of them are free (fewer when there are fewer): LowestIn over ranges of w, 2w,
+   4w, ... pages, which stops once it has n. *)
+RECURSIVE LowestFrom(_, _, _, _, _)
+LowestFrom(free, a, w, n, left) ==
+    IF n = 0 \/ left = 0 THEN <<>>
+    ELSE LET got == LowestIn(free, a, a + (w - 1) * R, n)
+         IN got \o LowestFrom(free, a + w * R, 2 * w, n - Len(got), left - Len(got))
+
+\* The n lowest free pages of a lane, ascending (all of them when it has fewer).
+LowestFree(free, lane, n) ==
+    LET F == {q \in free : Lane(q) = lane}
+    IN IF n = 0 \/ F = {} THEN <<>> ELSE LowestFrom(free, Min(F), 1, n, Cardinality(F))
+
+(* Allocate one device page per entry of `lanes`, each the lowest free page of
+   its lane: entry i takes the k-th lowest free page of its lane when it is the
+   k-th entry naming that lane. (The same as taking, entry after entry, the
+   lowest page of the lane still free, without a pass over the pool per page.) *)
 Alloc(free, lanes) ==
-    IF lanes = <<>> THEN [pages |-> <<>>, free |-> free]
-    ELSE LET p == Min({q \in free : Lane(q) = Head(lanes)})
-             rest == Alloc(free \ {p}, Tail(lanes))
-         IN [pages |-> <<p>> \o rest.pages, free |-> rest.free]
+    LET need == LaneNeed(lanes)
+        lowest == [lane \in Ranks |-> LowestFree(free, lane, need[lane])]
+        pages == [i \in DOMAIN lanes |->
+                    lowest[lanes[i]][Cardinality({j \in 1 .. i : lanes[j] = lanes[i]})]]
+    IN [pages |-> pages, free |-> free \ Range(pages)]
 
 \* (f @@ g is f where f is defined, else g: it overwrites the few pages a step touches.)
 FreeDev(s, pages) ==
     [s EXCEPT !.dev_free = @ \cup Range(pages),
               !.dev_content = [p \in Range(pages) |-> NoContent] @@ @]
 
-\* First fit: the lowest base of a free run of `len` host pages.
-RunBases(free, len) == {b \in 0 .. L2 - len : b .. b + len - 1 \subseteq free}
-HasRun(free, len) == RunBases(free, len) # {}
-FirstFit(free, len) == Min(RunBases(free, len))
+(* First fit: the lowest base of a free run of `len` host pages,
+   {b \in 0 .. L2 - len : b .. b + len - 1 \subseteq free}. For len > 0 a base
+   is a free page, and the lowest one is 0 or has no free page just below it (a
+   run from b - 1 would be lower): only those are tried, each up to its run's
+   end, rather than every base of the pool. *)
+RunStarts(free) == {b \in free : b = 0 \/ b - 1 \notin free}
+RunAt(free, b, len) == b \in 0 .. L2 - len /\ b .. b + len - 1 \subseteq free
+HasRun(free, len) ==
+    IF len < 1 THEN 0 .. L2 - len # {}
+    ELSE \E b \in RunStarts(free) : RunAt(free, b, len)
+FirstFit(free, len) ==
+    IF len < 1 THEN Min(0 .. L2 - len)
+    ELSE Min({b \in RunStarts(free) : RunAt(free, b, len)})
 
 ObjectPages(o) == o.base .. o.base + o.length - 1
 
@@ -322,23 +401,45 @@ EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@
 
 (* Insert's room: evict device victims in victim order (rank v's; never one of
    `keep`; a parent that becomes evictable joins the order) until every lane has
-   need[lane] free pages. `ok` is FALSE when the victims run out first. *)
-RECURSIVE MakeRoom(_, _, _, _)
+   need[lane] free pages. `ok` is FALSE when the victims run out first. `have`
+   counts each lane's free pages, FreeIn(s.dev_free, lane): an eviction adds
+   those of the victim's pages that were not free, rather than a recount of the
+   pool per lane. *)
+MakeRoomStep(r, need, keep, v) ==
+    IF \A lane \in Ranks : r.have[lane] >= need[lane] THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
+    ELSE LET vs == DevVictims(r.s) \ keep
+         IN IF vs = {} THEN [r EXCEPT !.done = TRUE]
+            ELSE LET n == FirstVictimAs(r.s.nodes, vs, v)
+                     gained == Range(r.s.nodes[n].dev) \ r.s.dev_free
+                 IN [r EXCEPT !.s = EvictDeviceNode(r.s, n),
+                              !.have = [lane \in Ranks |-> @[lane] + FreeIn(gained, lane)]]
+
+(* room[k]: after k rounds. Each eviction takes a node off L1 and none comes
+   on, so the rounds stop within as many as the tree has nodes. *)
 MakeRoom(s, need, keep, v) ==
-    IF LanesHave(s.dev_free, need) THEN [ok |-> TRUE, s |-> s]
-    ELSE LET vs == DevVictims(s) \ keep
-         IN IF vs = {} THEN [ok |-> FALSE, s |-> s]
-            ELSE MakeRoom(EvictDeviceNode(s, FirstVictimAs(s.nodes, vs, v)), need, keep, v)
+    LET room[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, have |-> [lane \in Ranks |-> FreeIn(s.dev_free, lane)],
+                           done |-> FALSE, ok |-> FALSE]
+            ELSE LET r == room[k - 1] IN IF r.done THEN r ELSE MakeRoomStep(r, need, keep, v)
+        r == room[Cardinality(DOMAIN s.nodes) + 1]
+    IN [ok |-> r.ok, s |-> r.s]
 
 (* Reserve's room: release host victims from a snapshot of the host order taken
    before, retrying first fit of `len` pages after each; parents that become host
    leaves meanwhile wait for the next round. `ok` is FALSE when the snapshot runs
    out first. *)
-RECURSIVE HostRoom(_, _, _)
+(* (room[k]: after k releases, k <= Len(victims); the first round that finds
+   the run stops) *)
 HostRoom(s, len, victims) ==
-    IF HasRun(s.l2_free, len) THEN [ok |-> TRUE, s |-> s]
-    ELSE IF victims = <<>> THEN [ok |-> FALSE, s |-> s]
-    ELSE HostRoom(EvictHostNode(s, Head(victims)), len, Tail(victims))
+    LET room[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, done |-> FALSE, ok |-> FALSE]
+            ELSE LET r == room[k - 1]
+                 IN IF r.done THEN r
+                    ELSE IF HasRun(r.s.l2_free, len) THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
+                    ELSE IF k > Len(victims) THEN [r EXCEPT !.done = TRUE]
+                    ELSE [r EXCEPT !.s = EvictHostNode(r.s, victims[k])]
+        r == room[Len(victims) + 1]
+    IN [ok |-> r.ok, s |-> r.s]
 
 (* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
    once every host victim of the snapshot is released, since releasing pages
@@ -356,7 +457,9 @@ HostRoomFits(s, len) ==
 
 LaneCounts(ns, n) == [lane \in Ranks |-> Cardinality({j \in DOMAIN ns[n].dev : Lane(ns[n].dev[j]) = lane})]
 
-Contribution(ns, n, d) == LET c == LaneCounts(ns, n) IN SumSeq([i \in 1 .. R |-> Min2(c[i - 1], d[i - 1])])
+\* What evicting n gives the lanes that lack pages (d[lane] of them).
+ContributionOf(counts, d) == SumSeq([i \in 1 .. R |-> Min2(counts[i - 1], d[i - 1])])
+Contribution(ns, n, d) == ContributionOf(LaneCounts(ns, n), d)
 
 \* Unlocked, on L1, no pending backup, evictable under the policy.
 PlanBase(s, n) ==
@@ -374,51 +477,81 @@ AfterPlan(s, n, planned) ==
             IF c \in planned THEN ~(strict /\ s.nodes[c].host # NoObject)
             ELSE ~(s.nodes[c].dev # <<>> \/ strict)
 
-\* What evicting n would unlock: the contribution of its nearest ancestor on L1.
-RECURSIVE UnlockFrom(_, _, _, _)
-UnlockFrom(s, a, d, planned) ==
+(* The same from two sets that one pass over the tree gives for every node (the
+   planner's rounds test many candidates against one `planned`): the parents of
+   a child on L1 that is not planned, and the parents of a child that is not
+   planned or is backed. AfterPlan(s, n, planned) =
+   AfterPlanAmong(s, n, KeptOnL1(s, planned), Kept(s, planned)). *)
+KeptOnL1(s, planned) == {s.nodes[c].parent : c \in {c \in DOMAIN s.nodes \ planned : s.nodes[c].dev # <<>>}}
+Kept(s, planned) ==
+    {s.nodes[c].parent : c \in {c \in DOMAIN s.nodes : c \notin planned \/ s.nodes[c].host # NoObject}}
+
+AfterPlanAmong(s, n, keptOnL1, kept) ==
+    /\ PlanBase(s, n)
+    /\ IF s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed" THEN n \notin kept ELSE n \notin keptOnL1
+
+(* What evicting n would unlock: the contribution of its nearest ancestor on L1
+   (`lc` holds LaneCounts of every node on L1). *)
+RECURSIVE UnlockFrom(_, _, _, _, _)
+UnlockFrom(s, lc, a, d, planned) ==
     IF a = Root \/ a \in planned THEN 0
-    ELSE IF s.nodes[a].dev = <<>> THEN UnlockFrom(s, s.nodes[a].parent, d, planned)
+    ELSE IF s.nodes[a].dev = <<>> THEN UnlockFrom(s, lc, s.nodes[a].parent, d, planned)
     ELSE IF ~PlanBase(s, a) THEN 0
-    ELSE IF Contribution(s.nodes, a, d) > 0 THEN Contribution(s.nodes, a, d)
-    ELSE UnlockFrom(s, s.nodes[a].parent, d, planned)
+    ELSE LET c == ContributionOf(lc[a], d)
+         IN IF c > 0 THEN c ELSE UnlockFrom(s, lc, s.nodes[a].parent, d, planned)
 
-RECURSIVE NewCandidate(_, _, _)
-NewCandidate(s, a, planned) ==
+\* (`keptOnL1` and `kept` are KeptOnL1(s, planned) and Kept(s, planned))
+RECURSIVE NewCandidate(_, _, _, _, _)
+NewCandidate(s, a, planned, keptOnL1, kept) ==
     IF a = Root \/ a \in planned THEN NoNode
-    ELSE IF AfterPlan(s, a, planned) THEN a
+    ELSE IF AfterPlanAmong(s, a, keptOnL1, kept) THEN a
     ELSE IF s.nodes[a].dev # <<>> THEN NoNode
-    ELSE NewCandidate(s, s.nodes[a].parent, planned)
+    ELSE NewCandidate(s, s.nodes[a].parent, planned, keptOnL1, kept)
 
-PlanScore(s, n, d, planned, v) ==
-    LET c == Contribution(s.nodes, n, d)
-        u == IF c > 0 THEN 0 ELSE UnlockFrom(s, s.nodes[n].parent, d, planned)
+PlanScore(s, lc, n, d, planned, v) ==
+    LET c == ContributionOf(lc[n], d)
+        u == IF c > 0 THEN 0 ELSE UnlockFrom(s, lc, s.nodes[n].parent, d, planned)
     IN <<-c, -u>> \o VictimKeyAs(s.nodes, n, v)
 
-\* (rank v's ties)
-RECURSIVE PlanFrom(_, _, _, _, _, _)
-PlanFrom(s, d, cands, planned, victims, v) ==
-    IF \A lane \in Ranks : d[lane] = 0 THEN [victims |-> victims, remaining |-> d]
-    ELSE LET scored == {n \in cands : /\ n \notin planned
-                                      /\ AfterPlan(s, n, planned)
-                                      /\ LET sc == PlanScore(s, n, d, planned, v)
-                                         IN sc[1] < 0 \/ sc[2] < 0}
-         IN IF scored = {} THEN [victims |-> victims, remaining |-> d]
-            ELSE LET w == CHOOSE w \in scored :
-                             \A m \in scored \ {w} :
-                                LexLess(PlanScore(s, w, d, planned, v), PlanScore(s, m, d, planned, v))
-                     c == LaneCounts(s.nodes, w)
-                     d2 == [lane \in Ranks |-> Max2(0, d[lane] - c[lane])]
-                     p2 == planned \cup {w}
-                     a == NewCandidate(s, s.nodes[w].parent, p2)
-                 IN PlanFrom(s, d2, (cands \ {w}) \cup (IF a = NoNode THEN {} ELSE {a}),
-                             p2, Append(victims, w), v)
+(* One round, from r = [d, cands, planned, victims, done] (rank v's ties): it
+   takes the candidate whose score is less (LexLess) than every other's (the
+   scores end with the node id, so they are distinct, and each is computed once
+   a round), or ends the plan when no lane lacks pages or no candidate
+   contributes. `lc` holds LaneCounts of every node on L1. *)
+PlanRound(s, lc, r, v) ==
+    IF \A lane \in Ranks : r.d[lane] = 0 THEN [r EXCEPT !.done = TRUE]
+    ELSE LET keptOnL1 == KeptOnL1(s, r.planned)
+             kept == Kept(s, r.planned)
+             live == {n \in r.cands : n \notin r.planned /\ AfterPlanAmong(s, n, keptOnL1, kept)}
+             score == [n \in live |-> PlanScore(s, lc, n, r.d, r.planned, v)]
+             scored == {n \in live : score[n][1] < 0 \/ score[n][2] < 0}
+         IN IF scored = {} THEN [r EXCEPT !.done = TRUE]
+            ELSE LET w == LexLeast(score, scored)
+                     c == lc[w]
+                     p2 == r.planned \cup {w}
+                     keptOnL1p2 == KeptOnL1(s, p2)
+                     keptp2 == Kept(s, p2)
+                     a == NewCandidate(s, s.nodes[w].parent, p2, keptOnL1p2, keptp2)
+                 IN [d |-> [lane \in Ranks |-> Max2(0, r.d[lane] - c[lane])],
+                     cands |-> (r.cands \ {w}) \cup (IF a = NoNode THEN {} ELSE {a}),
+                     planned |-> p2,
+                     victims |-> Append(r.victims, w),
+                     done |-> FALSE]
 
-Plan(s, deficits, v) == PlanFrom(s, deficits, DevVictims(s), {}, <<>>, v)
+(* plan[k]: after k rounds. Every round that goes on plans a node not planned
+   before, so the rounds stop within as many as the tree has nodes. *)
+Plan(s, deficits, v) ==
+    LET lc == [n \in {m \in DOMAIN s.nodes : s.nodes[m].dev # <<>>} |-> LaneCounts(s.nodes, n)]
+        plan[k \in Nat] ==
+            IF k = 0 THEN [d |-> deficits, cands |-> DevVictims(s), planned |-> {}, victims |-> <<>>, done |-> FALSE]
+            ELSE LET r == plan[k - 1] IN IF r.done THEN r ELSE PlanRound(s, lc, r, v)
+        r == plan[Cardinality(DOMAIN s.nodes) + 1]
+    IN [victims |-> r.victims, remaining |-> r.d]
 
-RECURSIVE EvictAll(_, _)
+\* Evict the victims in order (after[k]: once the first k are evicted).
 EvictAll(s, victims) ==
-    IF victims = <<>> THEN s ELSE EvictAll(EvictDeviceNode(s, Head(victims)), Tail(victims))
+    LET after[k \in Nat] == IF k = 0 THEN s ELSE EvictDeviceNode(after[k - 1], victims[k])
+    IN after[Len(victims)]
 
 -----------------------------------------------------------------------------
 (* Load-back: the whole nodes directly below a request's lock, along its match
