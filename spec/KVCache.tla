@@ -705,12 +705,12 @@ EvictHost(n) ==
 \* The pages of the L2-only nodes below request rid's lock, along its key.
 HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
 
-\* The owner-lane planner frees every page the load-back lacks in its lanes.
-LoadBackFits(rid, v) == LoadBackPlan(State, requests[rid], v).remaining = [lane \in Ranks |-> 0]
+\* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes.
+LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0]
 
-LoadedBack(s, rid, v) ==
+\* The load-back of request rid along the owner-lane planner's plan lp.
+LoadedBack(s, rid, lp) ==
     LET req == s.requests[rid]
-        lp == LoadBackPlan(s, req, v)
         run == lp.run
         sizes == [k \in DOMAIN run |-> Len(s.nodes[run[k]].key)]
         count == SumSeq(sizes)
@@ -743,9 +743,14 @@ LoadBack(rid) ==
     /\ InPhase(rid, "matched")
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    /\ LoadBackFits(rid, ClusterView)
-    /\ Become(Decided("LoadBack", [v \in Views |-> IF LoadBackFits(rid, v) THEN LoadedBack(State, rid, v)
-                                                  ELSE NoOutcome]))
+    \* the plan is the costly part: computed once for the cluster's view (a LET without
+    \* arguments is evaluated once), once more for each other rank's view under a defect
+    /\ LET plan == LoadBackPlan(State, requests[rid], ClusterView)
+           PlanIn(v) == IF v = ClusterView THEN plan ELSE LoadBackPlan(State, requests[rid], v)
+       IN /\ LoadBackFits(plan)
+          /\ Become(Decided("LoadBack", [v \in Views |-> LET lp == PlanIn(v)
+                                                         IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
+                                                            ELSE NoOutcome]))
 
 \* Rank r has a load-back in flight whose copies it has not done.
 LoadLeft(r) == load_done[r] < Len(loads)

@@ -802,9 +802,12 @@ Tok == {_wrap(tok.module_text())}
 Cnt(j, k) == IF j = 0 THEN NoContent ELSE SubSeq(Tok[j], 1, k)
 Pre(j, k, n) == [i \\in 1 .. n |-> SubSeq(Tok[j], 1, k + i - 1)]
 RunFn(r) == [p \\in ArS(r[1], r[2], r[3]) |-> SubSeq(Tok[r[4]], 1, r[5] + r[6] * ((p - r[1]) \\div r[2]))]
-RECURSIVE FillFrom(_, _)
-FillFrom(rs, i) == IF i > Len(rs) THEN EmptyFn ELSE RunFn(rs[i]) @@ FillFrom(rs, i + 1)
-Fill(d) == FillFrom(d[1], 1) @@ [p \\in d[2] |-> NoContent]
+\\* The long folds below are recursive functions local to their operator, not recursive
+\\* operators: TLC looks names up along the whole chain of operator calls, so a chain of
+\\* n recursive operator calls costs about n^2 (a node of 120 pages, a step of many runs).
+FillFrom(rs) == LET F[i \\in 1 .. Len(rs) + 1] == IF i > Len(rs) THEN EmptyFn ELSE RunFn(rs[i]) @@ F[i + 1]
+                IN F[1]
+Fill(d) == FillFrom(d[1]) @@ [p \\in d[2] |-> NoContent]
 
 Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
     [parent |-> parent, key |-> key, dev |-> dev, host |-> host, durable |-> durable,
@@ -825,12 +828,14 @@ ApplyMap(f, d) ==
 ApplySet(f, d) == (f \\ d[1]) \\cup d[2]
 ApplySeq(f, d) == SubSeq(f, d[1] + 1, Len(f)) \\o d[2]
 ApplyFill(f, d) == Fill(d) @@ f
-RECURSIVE SeqFill(_, _, _, _)
-SeqFill(ps, j, k, i) == IF i > Len(ps) THEN EmptyFn ELSE (ps[i] :> SubSeq(Tok[j], 1, k + i - 1)) @@ SeqFill(ps, j, k, i + 1)
-RECURSIVE NodeFills(_, _, _)
-NodeFills(fs, E, i) == IF i > Len(fs) THEN EmptyFn ELSE SeqFill(E[fs[i][1]].dev, fs[i][2], fs[i][3], 1) @@ NodeFills(fs, E, i + 1)
+SeqFill(ps, j, k) ==
+    LET F[i \\in 1 .. Len(ps) + 1] == IF i > Len(ps) THEN EmptyFn ELSE (ps[i] :> SubSeq(Tok[j], 1, k + i - 1)) @@ F[i + 1]
+    IN F[1]
+NodeFills(fs, E) ==
+    LET F[i \\in 1 .. Len(fs) + 1] == IF i > Len(fs) THEN EmptyFn ELSE SeqFill(E[fs[i][1]].dev, fs[i][2], fs[i][3]) @@ F[i + 1]
+    IN F[1]
 \\* Device pages: those filled with the pages of nodes of E (the model's next nodes), and the others.
-ApplyDev(f, d, E) == (NodeFills(d[1], E, 1) @@ Fill(d[2])) @@ f
+ApplyDev(f, d, E) == (NodeFills(d[1], E) @@ Fill(d[2])) @@ f
 ApplyRanks(f, d) == [r \\in DOMAIN f |-> IF r \\in DOMAIN d THEN ApplyMap(f[r], d[r]) ELSE f[r]]
 
 \\* The first state of the stretch: the model's state before its first step.
