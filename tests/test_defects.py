@@ -217,13 +217,14 @@ def _gpu_log(name: str, tmp_path: Path) -> Path:
     return write_log(cfg, steps, tmp_path / f"{name}.jsonl")
 
 
+@pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("name", [n for n in DEFECTS if CATALOGUE[n].gpu])
-def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digests(name, tmp_path):
+def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digests(name, device, tmp_path):
     pytest.importorskip("torch")
     from kvsm.gpu.launch import Options, replay as gpu_replay
 
     log = _gpu_log(name, tmp_path)
-    s = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120, bug=name))
+    s = gpu_replay(Options(str(log), device=device, page_bytes=512, layers=1, timeout_s=120, bug=name))
     assert not s["ok"]
     f = s["failures"][0]
     last = sum(1 for _ in open(log)) - 2  # header and end line
@@ -233,7 +234,7 @@ def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digest
     else:
         assert f["kind"] in ("rejected", "digest") and f["rank"] != 0, f
     # the same log replayed by ranks without the defect: the correct model refuses it
-    s = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
+    s = gpu_replay(Options(str(log), device=device, page_bytes=512, layers=1, timeout_s=120))
     assert not s["ok"] and s["failures"][0]["kind"] in ("rejected", "digest")
 
 
