@@ -87,7 +87,7 @@ BENCH=("$PY" benchmarks/gpu.py --json --device cuda --slab-dir "$SLAB_DIR" --tim
 # and reloading from the per-rank disk stores under /tmp, a corrupted disk page), then
 # staged copies and a larger shape with four ranks.
 step bench-direct 75 "$OUT/bench.jsonl" "${BENCH[@]}" --io direct --ranks 2 --pages 1024 --page-bytes 65536 --layers 1 --cycles 4
-step pytest-gpu 240 "$OUT/pytest-gpu.txt" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_replay.py tests/test_gpu_l3.py -o addopts="-ra"
+step pytest-gpu 240 "$OUT/pytest-gpu.txt" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_replay.py tests/test_gpu_l3.py tests/test_defects.py -o addopts="-ra"
 step bench-staged 60 "$OUT/bench.jsonl" "${BENCH[@]}" --io staged --ranks 2 --pages 1024 --page-bytes 65536 --layers 1 --cycles 4
 step bench-direct-r4 75 "$OUT/bench.jsonl" "${BENCH[@]}" --io direct --ranks 4 --pages 2048 --page-bytes 16384 --layers 8 --cycles 3
 
