@@ -391,11 +391,6 @@ def _l3_facts(m: Any) -> tuple[bool, Counter, dict]:
     return disks.wrong == 0, disks.per_rank, disks.mirror.d
 
 
-def _items(ss: Any) -> list:
-    """A sorted set's elements in its order (its chunks read at C speed)."""
-    return list(chain.from_iterable(ss._chunks))
-
-
 def _copying(s: ClusterState) -> frozenset[int]:
     """Device pages a load-back still copies on their owner rank (they hold nothing yet)."""
     R = s.config.R
@@ -707,13 +702,13 @@ def holds(s: ClusterState) -> bool:
     # 10 Counts: derived indexes, digest sums, pins, per-rank progress, disk counts
     # (the root is never a victim nor a backup candidate: its facts are not in the list)
     dev_keys = sorted(filter(None, map(_GET_DKEY, facts)))
-    if len(s.dev_index) != len(dev_keys) or _items(s.dev_index) != dev_keys:
+    if len(s.dev_index) != len(dev_keys) or s.dev_index.to_list() != dev_keys:
         return False
     host_keys = sorted(filter(None, map(_GET_HKEY, facts)))
-    if len(s.host_index) != len(host_keys) or _items(s.host_index) != host_keys:
+    if len(s.host_index) != len(host_keys) or s.host_index.to_list() != host_keys:
         return False
     backups = sorted(compress(map(_GET_NID, facts), map(_GET_BACKUP, facts)))
-    if len(s.backup_index) != len(backups) or _items(s.backup_index) != backups:
+    if len(s.backup_index) != len(backups) or s.backup_index.to_list() != backups:
         return False
     pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
     if list(map(_PIN, vals)) != list(map(pins.get, keys, repeat(0))):

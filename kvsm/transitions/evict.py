@@ -154,11 +154,10 @@ def load_done(s: ClusterState, t: Transition) -> ClusterState:
                 claim = next((n.hashes[i] for n in s.nodes.values() for i, p in enumerate(n.dev) if p == page),
                              s.host_content.get(host_page))
             tx.load_dev(page, host_page, claim)
-    first = all(d <= done for d in s.load_done)
-    if s.config.bug == "load_uaf" and first:
-        # the defect: the load's lock goes with the first rank's copy, not the last, so
-        # the loaded nodes can be evicted and their pages reused while another rank's
-        # copy still lands in them
+    if s.config.bug == "load_uaf" and all(d <= done for d in s.load_done):
+        # the defect: the load's lock goes with the first rank's copy (no rank has done
+        # this load before r), not the last, so the loaded nodes can be evicted and their
+        # pages reused while another rank's copy still lands in them
         tx.lock_path(op.node, -1)
     tx.load_done[r] += 1
     while tx.loads and min(tx.load_done) > 0:
