@@ -2,7 +2,7 @@
 (* The `ci` model: the constants of kvsm's built-in config `small`
    (kvsm/configs/small.toml), small enough for TLC to enumerate in CI and for
    `kvsm conform` to compare with the Python model's exploration. *)
-EXTENDS KVCache
+EXTENDS KVView
 
 MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],
                [pages |-> <<1, 3>>, out_pages |-> 0],

@@ -6,7 +6,7 @@
    pages' owners (claim lowered). Safety only (MC_l3deep.cfg has no PROPERTIES);
    spec/README.md records how far TLC got. Run it with
    `kvsm check --config spec/MC_l3deep.cfg --workers N`. *)
-EXTENDS KVCache
+EXTENDS KVView
 
 MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],
                [pages |-> <<1, 3>>, out_pages |-> 0]}

@@ -13,6 +13,7 @@ from kvsm.cli import app
 from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.tla.models import config_of_model
 from kvsm.tla.runner import model_paths
+from kvsm.tla.view import stamp_view
 from kvsm.transitions import REGISTRY
 
 pytestmark = pytest.mark.tlc
@@ -33,6 +34,26 @@ def test_conform_finds_the_graphs_equal_on_ci(ci_graph):
     assert (res.tlc_states, res.model_states) == (224863, 224863)
     assert (res.tlc_edges, res.model_edges) == (591682, 591682)
     assert res.examples == []
+
+
+def test_check_under_the_view_keeps_one_state_of_each_class_of_the_graph(ci_graph):
+    """ci checks its invariants under StampView (spec/KVView.tla): on TLC's own complete
+    graph the view is a bisimulation, and the check counts one state per view, with the
+    depth of a breadth-first search over one state per view."""
+    from tests.test_view import quotient_depth, view_classes
+
+    g, intern = ci_graph
+    module, cfg = model_paths("ci")
+    config = config_of_model(module, cfg)
+    view = lambda i: stamp_view(intern.canon[i], config)  # noqa: E731
+    classes = view_classes(g.states, g.edges, view)
+    res = CliRunner().invoke(app, ["check", "--config", "ci", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["violation"] is None
+    assert out["distinct_states"] == len(classes) < len(g.states)
+    assert out["depth"] == quotient_depth(g.initial, g.edges, view)
+    assert out["states_generated"] >= out["distinct_states"] and out["seconds"] > 0
 
 
 def test_conform_cli_prints_the_comparison_as_json(tmp_path):

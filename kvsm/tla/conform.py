@@ -56,12 +56,13 @@ class StateGraph:
 
 def graph_config(cfg: Path | ModelConfig, where: str = "", bug: str | None = None) -> ModelConfig:
     """The model's constants with INIT Init and NEXT Next and nothing to check: the
-    complete graph is wanted, and state constraints would cut it short. With an
+    complete graph is wanted, and state constraints would cut it short (a VIEW, which
+    only merges states for checking, is left out). With an
     injected defect `bug`, `Bug` is bound to it and the next-state relation is the
     cut one of `cut_module`."""
     mc = read_cfg(cfg) if isinstance(cfg, Path) else cfg
     where = where or str(cfg)
-    for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY", "VIEW"):
+    for kw in ("CONSTRAINTS", "ACTION_CONSTRAINTS", "SYMMETRY"):
         if mc.names(kw):
             raise TLCError(f"{where}: has {kw}; conform compares complete state graphs, which {kw} would change")
     out = ModelConfig(constants=dict(mc.constants), sections={"INIT": ["Init"], "NEXT": ["Next"]})
