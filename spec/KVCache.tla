@@ -122,7 +122,6 @@ vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
 Phases == {"queued", "matched", "decoding"}
-EmptyFn == [x \in {} |-> 0]
 
 -----------------------------------------------------------------------------
 (* Types *)
@@ -385,13 +384,13 @@ InsertLayout(s, rid, v) ==
                                          ELSE <<>>]
         positions == Flatten(reown) \o Positions(SumSeq(sizes), Len(fresh))
                      \o Positions(Len(req.tokens), req.out_pages)
-        lanes == [i \in DOMAIN positions |-> Lane(positions[i])]
+        lanes == TLCEval([i \in DOMAIN positions |-> Lane(positions[i])])
     IN [path |-> path, fresh |-> fresh, sizes |-> sizes, reown |-> reown,
         positions |-> positions, lanes |-> lanes,
         room |-> MakeRoom(kp.s, LaneNeed(lanes), Range(path), v)]
 
 \* Every lane gets the pages Insert takes from it, once device victims are evicted.
-InsertFits(rid, v) == InsertLayout(State, rid, v).room.ok
+InsertFits(lay) == lay.room.ok
 
 \* Device pages a load-back in flight still copies on some rank.
 LoadingPages == UNION {{loads[j].pages[k][1] : k \in 1 .. Len(loads[j].pages)} : j \in DOMAIN loads}
@@ -400,9 +399,9 @@ LoadingPages == UNION {{loads[j].pages[k][1] : k \in 1 .. Len(loads[j].pages)} :
 \* those pages, so it waits for their copies.
 ReadsLoading(rid) == \E n \in PathToRoot(nodes, requests[rid].node) : Range(nodes[n].dev) \cap LoadingPages # {}
 
-Inserted(s, rid, v) ==
+\* The insert of request rid along its layout `lay` (InsertLayout).
+Inserted(s, rid, lay) ==
     LET req == s.requests[rid]
-        lay == InsertLayout(s, rid, v)
         path == lay.path
         fresh == lay.fresh
         sizes == lay.sizes
@@ -442,11 +441,20 @@ Inserted(s, rid, v) ==
           !.next_id = IF fresh = <<>> \/ attach THEN @ ELSE @ + 1,
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
           !.dev_free = got.free,
-          !.dev_content = [p \in {pages[i] : i \in filled} |->
-                             SubSeq(req.tokens, 1, lay.positions[IndexOf(pages, p)] + 1)] @@ @,
+          !.dev_content = Zip(SubSeq(pages, 1, nReown + Len(fresh)),
+                              [i \in filled |-> SubSeq(req.tokens, 1, lay.positions[i] + 1)]) @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
                                         !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]],
                rid, IF attach THEN prep ELSE NoNode)
+
+(* Insert with the cluster's layout `lay`: the layout (the key's walk and the room
+   it needs) is the costly part, so it is an argument, which TLC evaluates once
+   (it evaluates a LET of an action at every use); each other rank's view under
+   a defect has its own. *)
+InsertAlong(rid, lay) ==
+    /\ InsertFits(lay)
+    /\ Become(Decided("Insert", [v \in Views |-> LET l == IF v = ClusterView THEN lay ELSE InsertLayout(State, rid, v)
+                                                 IN IF InsertFits(l) THEN Inserted(State, rid, l) ELSE NoOutcome]))
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
@@ -458,8 +466,7 @@ Insert(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "matched")
     /\ ~ReadsLoading(rid)
-    /\ InsertFits(rid, ClusterView)
-    /\ Become(Decided("Insert", [v \in Views |-> IF InsertFits(rid, v) THEN Inserted(State, rid, v) ELSE NoOutcome]))
+    /\ InsertAlong(rid, InsertLayout(State, rid, ClusterView))
 
 \* Release whatever the request holds: its lock (once matched), its pages, its
 \* reload mark, its place among a reload's waiters, and its prepared backup.
@@ -523,7 +530,7 @@ IsBackupCandidate(n) ==
 
 \* The state after rank v makes room for a backup of `len` pages (HostRoom, in its
 \* victim order, for the run it looks for).
-ReserveRoom(s, len, v) == HostRoom(s, RoomNeed(len, v), VictimsInOrderAs(s.nodes, HostVictims(s), v)).s
+ReserveRoom(s, len, v) == HostRoomAs(s, s, RoomNeed(len, v), v).s
 
 \* A free run of `len` host pages, once host victims are released (HostRoom): the
 \* shortcut HostRoomFits, unless rank v looks for another run than the object's.
@@ -569,7 +576,7 @@ PrepareLen(s, rid) ==
 Prepared(s, rid, fits) ==
     LET len == PrepareLen(s, rid)
         u == s.next_id
-        s1 == [HostRoom(s, len, VictimsInOrder(s.nodes, HostVictims(s))).s EXCEPT !.next_id = u + 1]
+        s1 == [HostRoomAs(s, s, len, NoView).s EXCEPT !.next_id = u + 1]
         base == FirstFit(s1.l2_free, len)
     IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
        ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
@@ -733,6 +740,16 @@ LoadedBack(s, rid, lp) ==
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
           !.requests[rid].node = last]
 
+(* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is
+   an argument, which TLC evaluates once (it evaluates a LET of an action at every
+   use); each other rank's view under a defect has its own. *)
+LoadBackAlong(rid, plan) ==
+    /\ LoadBackFits(plan)
+    /\ Become(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
+                                                           ELSE LoadBackPlan(State, requests[rid], v)
+                                                   IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
+                                                      ELSE NoOutcome]))
+
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
    run goes to lane i mod R, and the owner-lane planner frees what the lanes
@@ -743,14 +760,7 @@ LoadBack(rid) ==
     /\ InPhase(rid, "matched")
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    \* the plan is the costly part: computed once for the cluster's view (a LET without
-    \* arguments is evaluated once), once more for each other rank's view under a defect
-    /\ LET plan == LoadBackPlan(State, requests[rid], ClusterView)
-           PlanIn(v) == IF v = ClusterView THEN plan ELSE LoadBackPlan(State, requests[rid], v)
-       IN /\ LoadBackFits(plan)
-          /\ Become(Decided("LoadBack", [v \in Views |-> LET lp == PlanIn(v)
-                                                         IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
-                                                            ELSE NoOutcome]))
+    /\ LoadBackAlong(rid, LoadBackPlan(State, requests[rid], ClusterView))
 
 \* Rank r has a load-back in flight whose copies it has not done.
 LoadLeft(r) == load_done[r] < Len(loads)
@@ -945,7 +955,7 @@ ReloadReserved(s, rid, v) ==
         c == Claimable(s, cand.hashes, v)
         key == cand.hashes[c]
         same == {j \in DOMAIN s.reloads : s.reloads[j].key = key}
-        room == HostRoom(s0, RoomNeed(c, v), VictimsInOrderAs(s.nodes, HostVictims(s), v))
+        room == HostRoomAs(s0, s, RoomNeed(c, v), v)
         base == FirstFit(room.s.l2_free, c)
     IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
        THEN s0

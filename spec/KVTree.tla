@@ -59,6 +59,13 @@ Min2(a, b) == IF a <= b THEN a ELSE b
 Range(s) == {s[i] : i \in DOMAIN s}
 IndexOf(s, x) == CHOOSE i \in DOMAIN s : s[i] = x
 Remove(f, S) == [x \in DOMAIN f \ S |-> f[x]]
+EmptyFn == [x \in {} |-> 0]
+\* The function that maps keys[i] to vals[i] (keys distinct, vals at least as long):
+\* one merge per key, where [k \in Range(keys) |-> vals[IndexOf(keys, k)]] searches
+\* for every key's index.
+Zip(keys, vals) ==
+    LET F[i \in 1 .. Len(keys) + 1] == IF i > Len(keys) THEN EmptyFn ELSE (keys[i] :> vals[i]) @@ F[i + 1]
+    IN F[1]
 Bit(b) == IF b THEN 1 ELSE 0
 
 \* The sequence s without its element x (s holds x at most once).
@@ -91,17 +98,6 @@ LeastFrom(key, S, i) ==
          IN LeastFrom(key, {x \in S : key[x][i] = m}, i + 1)
 
 LexLeast(key, S) == LeastFrom(key, S, 1)
-
-(* The elements of S in ascending order of key (distinct keys of one length, as
-   above): the least, then the least of the rest, and so on (pick[k] holds the
-   first k and the rest). *)
-LexOrder(key, S) ==
-    LET pick[k \in Nat] ==
-            IF k = 0 THEN [seq |-> <<>>, rest |-> S]
-            ELSE LET p == pick[k - 1]
-                     f == LexLeast(key, p.rest)
-                 IN [seq |-> Append(p.seq, f), rest |-> p.rest \ {f}]
-    IN pick[Cardinality(S)].seq
 
 \* The absolute positions (page k of a request counts from the root) of n pages from `start`.
 Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
@@ -254,10 +250,8 @@ FirstVictimAs(ns, S, v) == LexLeast([n \in S |-> VictimKeyAs(ns, n, v)], S)
 
 FirstVictim(ns, S) == FirstVictimAs(ns, S, NoView)
 
-\* S from its first victim on: FirstVictimAs, then the first of the rest, and so on.
-VictimsInOrderAs(ns, S, v) == LexOrder([n \in S |-> VictimKeyAs(ns, n, v)], S)
-
-VictimsInOrder(ns, S) == VictimsInOrderAs(ns, S, NoView)
+\* Each victim of S with its key in rank v's order.
+VictimKeys(ns, S, v) == [n \in S |-> VictimKeyAs(ns, n, v)]
 
 (* Whether something holds node n on L1: a lock (its requests, its pending
    backup) or its backup in flight. Under evict_pending the victim test does not
@@ -315,7 +309,7 @@ HostVictims(s) ==
 FreeIn(free, lane) == Cardinality({p \in free : Lane(p) = lane})
 
 \* How many entries of `lanes` name each lane.
-LaneNeed(lanes) == [lane \in Ranks |-> Cardinality({i \in DOMAIN lanes : lanes[i] = lane})]
+LaneNeed(lanes) == TLCEval([lane \in Ranks |-> Cardinality({i \in DOMAIN lanes : lanes[i] = lane})])
 
 (* The n lowest pages of `free` among a, a + R, a + 2R, ..., b, ascending (fewer
    when there are fewer): halving the range keeps the recursion shallow, and the
@@ -345,12 +339,18 @@ LowestFree(free, lane, n) ==
 (* Allocate one device page per entry of `lanes`, each the lowest free page of
    its lane: entry i takes the k-th lowest free page of its lane when it is the
    k-th entry naming that lane. (The same as taking, entry after entry, the
-   lowest page of the lane still free, without a pass over the pool per page.) *)
+   lowest page of the lane still free, without a pass over the pool per page.)
+   One pass over the entries numbers each among those of its lane (`kth`) and
+   appends its page, so that each entry costs the same whatever its index. *)
 Alloc(free, lanes) ==
     LET need == LaneNeed(lanes)
-        lowest == [lane \in Ranks |-> LowestFree(free, lane, need[lane])]
-        pages == [i \in DOMAIN lanes |->
-                    lowest[lanes[i]][Cardinality({j \in 1 .. i : lanes[j] = lanes[i]})]]
+        lowest == TLCEval([lane \in Ranks |-> LowestFree(free, lane, need[lane])])
+        walk[i \in 0 .. Len(lanes)] ==
+            IF i = 0 THEN [kth |-> [lane \in Ranks |-> 0], pages |-> <<>>]
+            ELSE LET w == walk[i - 1]
+                     k == w.kth[lanes[i]] + 1
+                 IN [kth |-> [w.kth EXCEPT ![lanes[i]] = k], pages |-> Append(w.pages, lowest[lanes[i]][k])]
+        pages == walk[Len(lanes)].pages
     IN [pages |-> pages, free |-> free \ Range(pages)]
 
 \* (f @@ g is f where f is defined, else g: it overwrites the few pages a step touches.)
@@ -404,21 +404,31 @@ EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@
    need[lane] free pages. `ok` is FALSE when the victims run out first. `have`
    counts each lane's free pages, FreeIn(s.dev_free, lane): an eviction adds
    those of the victim's pages that were not free, rather than a recount of the
-   pool per lane. *)
+   pool per lane. `vs` is DevVictims(r.s) \ keep, kept up to date rather than
+   recomputed: evicting n changes the victim test of no node but n, the nodes
+   it removes and its parent (the only node whose children change), so the
+   victims after it are those before it that are still in the tree, but n, and
+   the parent if it passes the test now (VictimsAfter). *)
+VictimsAfter(s1, vs, n, p, keep) ==
+    {m \in vs : m # n /\ m \in DOMAIN s1.nodes}
+        \cup (IF p \notin keep /\ p \in DOMAIN s1.nodes /\ DevEvictableUnder(s1, p, Bug) THEN {p} ELSE {})
+
 MakeRoomStep(r, need, keep, v) ==
     IF \A lane \in Ranks : r.have[lane] >= need[lane] THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
-    ELSE LET vs == DevVictims(r.s) \ keep
-         IN IF vs = {} THEN [r EXCEPT !.done = TRUE]
-            ELSE LET n == FirstVictimAs(r.s.nodes, vs, v)
-                     gained == Range(r.s.nodes[n].dev) \ r.s.dev_free
-                 IN [r EXCEPT !.s = EvictDeviceNode(r.s, n),
-                              !.have = [lane \in Ranks |-> @[lane] + FreeIn(gained, lane)]]
+    ELSE IF r.vs = {} THEN [r EXCEPT !.done = TRUE]
+    ELSE LET n == FirstVictimAs(r.s.nodes, r.vs, v)
+             gained == Range(r.s.nodes[n].dev) \ r.s.dev_free
+             s1 == EvictDeviceNode(r.s, n)
+         IN [r EXCEPT !.s = s1,
+                      !.vs = VictimsAfter(s1, r.vs, n, r.s.nodes[n].parent, keep),
+                      !.have = [lane \in Ranks |-> @[lane] + FreeIn(gained, lane)]]
 
 (* room[k]: after k rounds. Each eviction takes a node off L1 and none comes
    on, so the rounds stop within as many as the tree has nodes. *)
 MakeRoom(s, need, keep, v) ==
     LET room[k \in Nat] ==
-            IF k = 0 THEN [s |-> s, have |-> [lane \in Ranks |-> FreeIn(s.dev_free, lane)],
+            IF k = 0 THEN [s |-> s, vs |-> DevVictims(s) \ keep,
+                           have |-> [lane \in Ranks |-> FreeIn(s.dev_free, lane)],
                            done |-> FALSE, ok |-> FALSE]
             ELSE LET r == room[k - 1] IN IF r.done THEN r ELSE MakeRoomStep(r, need, keep, v)
         r == room[Cardinality(DOMAIN s.nodes) + 1]
@@ -427,19 +437,27 @@ MakeRoom(s, need, keep, v) ==
 (* Reserve's room: release host victims from a snapshot of the host order taken
    before, retrying first fit of `len` pages after each; parents that become host
    leaves meanwhile wait for the next round. `ok` is FALSE when the snapshot runs
-   out first. *)
-(* (room[k]: after k releases, k <= Len(victims); the first round that finds
-   the run stops) *)
-HostRoom(s, len, victims) ==
+   out first. The snapshot is the set `victims` with each one's victim key in
+   `key` (VictimKeys): each round releases the least of those not released yet,
+   which is the snapshot's order one victim at a time, without sorting it all. *)
+(* (room[k]: after k releases, k <= Cardinality(victims); the first round that
+   finds the run stops) *)
+HostRoom(s, len, key, victims) ==
     LET room[k \in Nat] ==
-            IF k = 0 THEN [s |-> s, done |-> FALSE, ok |-> FALSE]
+            IF k = 0 THEN [s |-> s, rest |-> victims, done |-> FALSE, ok |-> FALSE]
             ELSE LET r == room[k - 1]
                  IN IF r.done THEN r
                     ELSE IF HasRun(r.s.l2_free, len) THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
-                    ELSE IF k > Len(victims) THEN [r EXCEPT !.done = TRUE]
-                    ELSE [r EXCEPT !.s = EvictHostNode(r.s, victims[k])]
-        r == room[Len(victims) + 1]
+                    ELSE IF r.rest = {} THEN [r EXCEPT !.done = TRUE]
+                    ELSE LET n == LexLeast(key, r.rest)
+                         IN [r EXCEPT !.s = EvictHostNode(r.s, n), !.rest = @ \ {n}]
+        r == room[Cardinality(victims) + 1]
     IN [ok |-> r.ok, s |-> r.s]
+
+\* HostRoom over the host victims of `s` in rank v's order (the snapshot of `s`).
+HostRoomAs(s0, s, len, v) ==
+    LET hv == HostVictims(s)
+    IN HostRoom(s0, len, VictimKeys(s.nodes, hv, v), hv)
 
 (* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
    once every host victim of the snapshot is released, since releasing pages

@@ -25,7 +25,7 @@ from ..explore import explore
 from .errors import TLCError
 from .graph import read_dot
 from .models import ModelConfig, module_definitions, read_cfg, with_bug
-from .runner import load_model, run_tlc
+from .runner import load_model, run_tlc, spec_dir
 from .trace import SPEC_PARAMS
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts
@@ -112,14 +112,29 @@ def tlc_graph(
     intern: Interner,
     workers: int = 1,
     extra_modules: dict[str, str] | None = None,
+    view: bool = False,
 ) -> StateGraph:
+    """TLC's complete state graph of a model, its states interned as canonical states.
+    With `view`, the graph TLC explores under StampView (spec/KVView.tla): one state
+    of each class, an edge from it for each of its edges, to the state that stands for
+    the successor's class. The view is a bisimulation (tests/test_view.py), so a
+    scenario this graph has is one the complete graph has."""
     t0 = time.perf_counter()
     name = cfg.name if isinstance(cfg, Path) else module.stem
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
         dot = Path(tmp) / "graph.dot"
         bug = None if config.bug == "none" else config.bug
         gc = graph_config(cfg, name, bug)
-        if bug is None:
+        if view:
+            if bug is not None:
+                raise TLCError(f"{name}: a graph under the view is of a model without a defect")
+            viewed = f"{module.stem}_view"
+            gc.sections["VIEW"] = ["StampView"]
+            extra = {**(extra_modules or {}), viewed: f"---- MODULE {viewed} ----\nEXTENDS {module.stem}, KVView\n====\n"}
+            if module.stem not in extra and module.parent.resolve() != spec_dir().resolve():
+                extra[module.stem] = module.read_text()
+            res = run_tlc(Path(f"{viewed}.tla"), gc, workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra)
+        elif bug is None:
             res = run_tlc(module, gc, workers=workers, dump_dot=dot, keep_output=False, extra_modules=extra_modules)
         else:
             # the model's module under the cut module: the cut module extends it

@@ -35,6 +35,8 @@ from ..config import Config
 from ..state import ClusterState
 from ..transitions import Transition
 from .models import ModelConfig, constant_bindings
+from .frame import frames
+from .runner import spec_dir
 from .specmap import SPEC_VARIABLES, MappingError, NO_NODE, NO_OBJECT
 from .values import to_tla
 
@@ -774,13 +776,30 @@ def _apply(var: str, cur: str, d: str) -> str:
     return f"{d}.{var}" if op is None else f"{op}({cur}, {d}.{var})"
 
 
+def _changes_table() -> str:
+    """`Changes`: each action's name -> the variables it may change, those that no
+    top-level UNCHANGED conjunct of its definition keeps (kvsm.tla.frame)."""
+    fr = frames(spec_dir(), tuple(SPEC_PARAMS), SPEC_VARIABLES)
+    rows = []
+    for a in SPEC_PARAMS:
+        may = [v for v in SPEC_VARIABLES if v not in fr[a]]
+        rows.append(f'"{a}" :> ' + ("AllVars" if len(may) == len(SPEC_VARIABLES) else "{" + ", ".join(f'"{v}"' for v in may) + "}"))
+    return "(" + "\n    @@ ".join(rows) + ")"
+
+
+def _checked(v: str) -> str:
+    """Variable v after the step: compared with the model's next value when the
+    step's action may change it, else (the spec keeps it) required to be one the
+    model's step left alone too."""
+    expected = "E" if v == "nodes" else f'IF "{v}" \\in DOMAIN d THEN {_apply(v, v, "d")} ELSE {v}'
+    return f'(IF "{v}" \\in ch THEN Chk("{v}", {v}\' = {expected}) ELSE Untouched("{v}", d))'
+
+
 def module_text(init: dict[str, str], steps: list[str], tok: Tokens, from_init: bool) -> str:
     """A trace module: `SegInit` is the first state, `Steps` the steps. With
     `from_init` the first state is also the spec's `Init` (the log's start)."""
-    got = "\n    \\cup ".join(
-        'Chk("nodes", nodes\' = E)' if v == "nodes" else
-        f'Chk("{v}", {v}\' = IF "{v}" \\in DOMAIN d THEN {_apply(v, v, "d")} ELSE {v})' for v in SPEC_VARIABLES
-    )
+    got = "\n    \\cup ".join(_checked(v) for v in SPEC_VARIABLES)
+    all_vars = "{" + ", ".join(f'"{v}"' for v in SPEC_VARIABLES) + "}"
     same_init = "\n    \\cup ".join(f'Chk("{v}", {v} = First.{v})' for v in SPEC_VARIABLES)
     assign = "\n".join(f"    /\\ {v} = First.{v}" for v in SPEC_VARIABLES)
     first = ",\n    ".join(_wrap(f"{v} |-> {init[v]}") for v in SPEC_VARIABLES)
@@ -849,6 +868,14 @@ Steps == <<
     {body_steps}>>
 
 Chk(v, ok) == IF ok THEN {{}} ELSE {{v}}
+\\* A variable the step's action keeps (a top-level UNCHANGED of its definition): the
+\\* spec's next value is the current one, which is the model's unless its step changed it.
+Untouched(v, d) == IF v \\in DOMAIN d THEN {{v}} ELSE {{}}
+
+AllVars == {all_vars}
+\\* The variables each action may change: those no UNCHANGED conjunct of its
+\\* definition keeps (kvsm.tla.frame reads them from the spec).
+Changes == {_changes_table()}
 
 SameAsFirst ==
     {same_init}
@@ -856,6 +883,7 @@ SameAsFirst ==
 \\* The variables whose value after step s is not the model's.
 Bad(s) ==
     LET d == s.d
+        ch == Changes[s.name]
         E == IF "nodes" \\in DOMAIN d THEN ApplyMap(nodes, d.nodes) ELSE nodes  \\* the model's next nodes
     IN
     {got}
