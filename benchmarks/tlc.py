@@ -9,17 +9,19 @@ states per wall second per worker and per CPU second. `l3deep` runs at most
 last progress report.
 
 For `kvsm validate`: walks of the default config (`--walk-steps`, each) and the log of
-`kvsm sim --ranks 4 --tiers l1,l2` over the bundled trace (about 40,000 transitions),
+`kvsm sim --ranks 4 --tiers l1,l2` over the bundled trace (about 63,000 transitions),
 with `--workers` TLC processes: transitions per wall second, wall seconds, the CPU
 seconds of the TLC processes and of the Python side (replaying the log and writing the
-trace modules).
+trace modules), and the ratio of validate's wall time to a plain `kvsm replay` of the
+same log measured in the same run (`over_replay`: a figure that moves less with the
+machine than seconds do).
 
 The machine may be shared: the load average is printed before and after, and the
 ratio CPU / wall says how much of a core each run got; on an idle machine the wall time
 of a one-worker check is about its CPU time.
 
     python benchmarks/tlc.py [--json] [--deep] [--deep-limit 1800] [--only check|validate]
-        [--workers 2] [--walk-steps 200,1000] [--no-sim]
+        [--workers 2] [--walk-steps 1000,10000] [--no-sim]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from kvsm.tla.check import check  # noqa: E402
 from kvsm.tla.runner import TLCTimeout, spec_dir  # noqa: E402
 from kvsm.tla.validate import validate  # noqa: E402
+from kvsm.log import replay  # noqa: E402
 
 
 def _load() -> list[float]:
@@ -78,6 +81,11 @@ def _kvsm(*args: str) -> None:
 
 
 def bench_validate(log: Path, label: str, workers: int) -> dict[str, Any]:
+    r0 = time.perf_counter()
+    rep = replay(log)
+    replay_s = time.perf_counter() - r0
+    if not rep.ok:
+        raise SystemExit(f"{log}: the log does not replay: {rep}")
     c0 = time.process_time()
     res = validate(log, workers=workers)
     py_cpu = time.process_time() - c0
@@ -89,6 +97,7 @@ def bench_validate(log: Path, label: str, workers: int) -> dict[str, Any]:
         "transitions_per_cpu_s": round(res.steps / (tlc_cpu + py_cpu), 1) if tlc_cpu + py_cpu else None,
         "segment_cpu_seconds": [s["cpu_seconds"] for s in res.to_json()["segments"]],
         "peak_rss_mb": max((s["peak_rss_mb"] or 0) for s in res.to_json()["segments"]),
+        "replay_seconds": round(replay_s, 2), "over_replay": round(res.seconds / replay_s, 1),
     }
 
 
@@ -99,7 +108,7 @@ def main() -> int:
     ap.add_argument("--deep-limit", type=float, default=1800.0)
     ap.add_argument("--only", choices=("check", "validate"))
     ap.add_argument("--workers", type=int, default=2, help="TLC processes for validate")
-    ap.add_argument("--walk-steps", default="200,1000")
+    ap.add_argument("--walk-steps", default="1000,10000")
     ap.add_argument("--no-sim", action="store_true", help="skip the whole simulator run's log")
     a = ap.parse_args()
     out: dict[str, Any] = {"load_before": _load(), "cpus": os.cpu_count()}

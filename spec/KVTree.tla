@@ -16,7 +16,11 @@
 (* a recursive function local to its operator, not a RECURSIVE operator:  *)
 (* TLC evaluates each call of an operator in its caller's context, so a    *)
 (* chain of n calls makes every name it looks up cost n, where a function *)
-(* application starts from the function's own context.                     *)
+(* application starts from the function's own context. TLC also evaluates *)
+(* a function [x \in S |-> e] anew at every application, and a set        *)
+(* {x \in S : p} anew at every use; TLCEval(v), which is v (module TLC),   *)
+(* makes it compute such a value once, where a step applies it many times *)
+(* (a planner's scores, the lowest free pages of each lane).              *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -97,7 +101,7 @@ LeastFrom(key, S, i) ==
     ELSE LET m == Min({key[x][i] : x \in S})
          IN LeastFrom(key, {x \in S : key[x][i] = m}, i + 1)
 
-LexLeast(key, S) == LeastFrom(key, S, 1)
+LexLeast(key, S) == LeastFrom(TLCEval(key), TLCEval(S), 1)
 
 \* The absolute positions (page k of a request counts from the root) of n pages from `start`.
 Positions(start, n) == [j \in 1 .. n |-> start + j - 1]
@@ -421,14 +425,14 @@ MakeRoomStep(r, need, keep, v) ==
              s1 == EvictDeviceNode(r.s, n)
          IN [r EXCEPT !.s = s1,
                       !.vs = VictimsAfter(s1, r.vs, n, r.s.nodes[n].parent, keep),
-                      !.have = [lane \in Ranks |-> @[lane] + FreeIn(gained, lane)]]
+                      !.have = TLCEval([lane \in Ranks |-> @[lane] + FreeIn(gained, lane)])]
 
 (* room[k]: after k rounds. Each eviction takes a node off L1 and none comes
    on, so the rounds stop within as many as the tree has nodes. *)
 MakeRoom(s, need, keep, v) ==
     LET room[k \in Nat] ==
             IF k = 0 THEN [s |-> s, vs |-> DevVictims(s) \ keep,
-                           have |-> [lane \in Ranks |-> FreeIn(s.dev_free, lane)],
+                           have |-> TLCEval([lane \in Ranks |-> FreeIn(s.dev_free, lane)]),
                            done |-> FALSE, ok |-> FALSE]
             ELSE LET r == room[k - 1] IN IF r.done THEN r ELSE MakeRoomStep(r, need, keep, v)
         r == room[Cardinality(DOMAIN s.nodes) + 1]
@@ -457,7 +461,7 @@ HostRoom(s, len, key, victims) ==
 \* HostRoom over the host victims of `s` in rank v's order (the snapshot of `s`).
 HostRoomAs(s0, s, len, v) ==
     LET hv == HostVictims(s)
-    IN HostRoom(s0, len, VictimKeys(s.nodes, hv, v), hv)
+    IN HostRoom(s0, len, TLCEval(VictimKeys(s.nodes, hv, v)), hv)
 
 (* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
    once every host victim of the snapshot is released, since releasing pages
@@ -473,7 +477,7 @@ HostRoomFits(s, len) ==
    round rescans the candidates and takes the smallest
    (-contribution, -unlock contribution, victim order). *)
 
-LaneCounts(ns, n) == [lane \in Ranks |-> Cardinality({j \in DOMAIN ns[n].dev : Lane(ns[n].dev[j]) = lane})]
+LaneCounts(ns, n) == TLCEval([lane \in Ranks |-> Cardinality({j \in DOMAIN ns[n].dev : Lane(ns[n].dev[j]) = lane})])
 
 \* What evicting n gives the lanes that lack pages (d[lane] of them).
 ContributionOf(counts, d) == SumSeq([i \in 1 .. R |-> Min2(counts[i - 1], d[i - 1])])
@@ -540,8 +544,8 @@ PlanRound(s, lc, r, v) ==
     IF \A lane \in Ranks : r.d[lane] = 0 THEN [r EXCEPT !.done = TRUE]
     ELSE LET keptOnL1 == KeptOnL1(s, r.planned)
              kept == Kept(s, r.planned)
-             live == {n \in r.cands : n \notin r.planned /\ AfterPlanAmong(s, n, keptOnL1, kept)}
-             score == [n \in live |-> PlanScore(s, lc, n, r.d, r.planned, v)]
+             live == TLCEval({n \in r.cands : n \notin r.planned /\ AfterPlanAmong(s, n, keptOnL1, kept)})
+             score == TLCEval([n \in live |-> PlanScore(s, lc, n, r.d, r.planned, v)])
              scored == {n \in live : score[n][1] < 0 \/ score[n][2] < 0}
          IN IF scored = {} THEN [r EXCEPT !.done = TRUE]
             ELSE LET w == LexLeast(score, scored)
@@ -559,7 +563,7 @@ PlanRound(s, lc, r, v) ==
 (* plan[k]: after k rounds. Every round that goes on plans a node not planned
    before, so the rounds stop within as many as the tree has nodes. *)
 Plan(s, deficits, v) ==
-    LET lc == [n \in {m \in DOMAIN s.nodes : s.nodes[m].dev # <<>>} |-> LaneCounts(s.nodes, n)]
+    LET lc == TLCEval([n \in {m \in DOMAIN s.nodes : s.nodes[m].dev # <<>>} |-> LaneCounts(s.nodes, n)])
         plan[k \in Nat] ==
             IF k = 0 THEN [d |-> deficits, cands |-> DevVictims(s), planned |-> {}, victims |-> <<>>, done |-> FALSE]
             ELSE LET r == plan[k - 1] IN IF r.done THEN r ELSE PlanRound(s, lc, r, v)

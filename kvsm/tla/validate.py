@@ -26,17 +26,17 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..log import LogError, model_config, read_log
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
-from .models import refuse_unmodelled
+from .models import ModelConfig, refuse_unmodelled
 from .runner import TLCResult, run_tlc, spec_dir
 from .specmap import MappingError
 from .trace import MODULE, SPEC_PARAMS, Encoder, Tokens, module_text, step_record, trace_config
 
-__all__ = ["SPEC_PARAMS", "ValidateResult", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
+__all__ = ["SPEC_PARAMS", "ValidateResult", "TraceModules", "run_segment", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
 
 # Below this many steps a segment is not worth its own TLC process: starting the JVM
 # and parsing the spec cost about as much as following this many default-config steps.
@@ -44,10 +44,11 @@ MIN_SEGMENT_STEPS = 2000
 
 # What a step costs TLC, relative to the cheapest, to cut segments of equal cost: TLC
 # evaluates the spec's action on the default config's pools (measured on the bundled
-# trace on 4 ranks, spec/README.md): a load-back's owner-lane planner about 100 ms, a
-# Reserve's first fit 7 ms, an Insert's room and allocation 5 ms, any other step (with
-# its share of parsing and comparing) about 2 ms.
-STEP_WEIGHT = {"LoadBack": 47.0, "Reserve": 4.5, "Insert": 3.5}
+# trace on 4 ranks with benchmarks/validate_profile.py, spec/README.md): a load-back's
+# owner-lane planner about 40 ms, a Reserve's first fit and an Insert's room and
+# allocation about 2.3 ms, any other step (with its share of parsing and comparing)
+# about 0.7 ms.
+STEP_WEIGHT = {"LoadBack": 57.0, "Reserve": 4.3, "Insert": 4.3}
 
 
 @dataclass
@@ -158,6 +159,86 @@ def _outcome(seg: SegmentResult, res: TLCResult, from_init: bool) -> None:
         raise RuntimeError(f"TLC reported {v.property} while validating segment {seg.index}; the trace module is wrong")
 
 
+class TraceModules:
+    """A log replayed by the Python model and cut into segments, each written as a trace
+    module: iterate it for `(SegmentResult, module text)`, one segment at a time (the
+    module of a segment is written when the iteration reaches it, so that TLC can follow
+    one while the next is written). `config` is the trace modules' TLC config. After
+    the iteration: `steps` and `lines`, the transitions replayed and their log lines,
+    `model_rejected` and `digest_mismatch` as in `ValidateResult`, and `seconds`, the
+    time spent replaying and writing."""
+
+    def __init__(self, path: str, workers: int, segments: int | None, bug: str | None) -> None:
+        self.path = path
+        header, stream = read_log(path)
+        cfg = header.config
+        refuse_unmodelled(cfg, f"{path}: the log's config")
+        self.state = initial_state(cfg)
+        if self.state.digest() != header.initial_digest:
+            raise LogError(path, 1, f"initial digest {header.initial_digest} != {self.state.digest()} of the config's initial state", malformed=False)
+        self.items = list(stream)
+        spec_dir()  # fail early, with the reason, when the spec cannot be found
+        self.tok = Tokens()
+        for _, _, t, _ in self.items:
+            if t.name == "Arrive":
+                self.tok.add(tuple(t.arg("tokens")))
+        self.enc = Encoder(cfg, self.tok)
+        self.config = trace_config(model_config(header, bug, path))
+        self.plan = plan_segments([t.name for _, _, t, _ in self.items], workers, segments)
+        self.steps: list[Transition] = []
+        self.lines: list[int] = []
+        self.model_rejected: dict[str, Any] | None = None
+        self.digest_mismatch: dict[str, Any] | None = None
+        self.seconds = 0.0
+
+    def __iter__(self) -> Iterator[tuple[SegmentResult, str]]:
+        p, items, tok, enc = self.path, self.items, self.tok, self.enc
+        state = self.state
+        for index, (a, b) in enumerate(self.plan):
+            m0 = time.perf_counter()
+            tok.used = set()
+            seg = SegmentResult(index, a + 1, 0)
+            try:
+                init = enc.whole(state)
+            except MappingError as e:
+                raise LogError(p, items[a][0] - 1 if a else 1, f"the model's state has no counterpart in the spec: {e}") from None
+            rows: list[str] = []
+            for lineno, _, t, digest in items[a:b]:
+                self.steps.append(t)
+                self.lines.append(lineno)
+                try:
+                    nxt = apply(state, t)
+                except Rejected as e:
+                    self.model_rejected = {"line": lineno, "transition": str(t), "reason": str(e)}
+                    rows.append(step_record(t, tok, None))
+                    break
+                if self.digest_mismatch is None and nxt.digest() != digest:
+                    self.digest_mismatch = {"line": lineno, "transition": str(t), "log": digest, "model": nxt.digest()}
+                try:
+                    rows.append(step_record(t, tok, enc.delta(state, nxt)))
+                except MappingError as e:
+                    raise LogError(p, lineno, f"the model's state after {t} has no counterpart in the spec: {e}") from None
+                state = nxt
+            seg.steps = len(rows)
+            text = module_text(init, rows, tok, from_init=(a == 0))
+            self.seconds += time.perf_counter() - m0
+            yield seg, text
+            if self.model_rejected is not None:
+                return
+
+
+def run_segment(text: str, config: ModelConfig, steps: int) -> TLCResult:
+    """TLC follows one trace module of `steps` steps. The serial collector: a segment's
+    heap is its Steps constant and one state, and parallel collectors would multiply the
+    memory of parallel segments. TLC follows it in its simulation mode: one behaviour as
+    long as the segment (every state has one successor, the step's), with no
+    fingerprint of each state to take and keep (a fifth of TLC's time here)."""
+    return run_tlc(
+        Path(f"{MODULE}.tla"), config, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
+        jvm=("-XX:+UseSerialGC",), simulate={"num": 1, "depth": steps + 1, "seed": 0},
+    )
+
+
 def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None) -> ValidateResult:
     """Decide with TLC whether the log at `path` is a behaviour of the spec, in up to
     `workers` TLC processes at once (default: one per CPU) over `segments` stretches
@@ -169,70 +250,17 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
     t0 = time.perf_counter()
     p = str(path)
     workers = max(1, workers or os.cpu_count() or 1)
-    header, stream = read_log(p)
-    cfg = header.config
-    refuse_unmodelled(cfg, f"{p}: the log's config")
-    state = initial_state(cfg)
-    if state.digest() != header.initial_digest:
-        raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state", malformed=False)
-    items = list(stream)
-    spec_dir()  # fail early, with the reason, when the spec cannot be found
-    tok = Tokens()
-    for _, _, t, _ in items:
-        if t.name == "Arrive":
-            tok.add(tuple(t.arg("tokens")))
-    enc = Encoder(cfg, tok)
-    model_rejected = digest_mismatch = None
-    lines: list[int] = []
-    steps: list[Transition] = []
+    modules = TraceModules(p, workers, segments, bug)
     segs: list[SegmentResult] = []
     pending: list[tuple[SegmentResult, Future]] = []
-    model_seconds = 0.0
-    tcfg = trace_config(model_config(header, bug, p))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for index, (a, b) in enumerate(plan_segments([t.name for _, _, t, _ in items], workers, segments)):
-            m0 = time.perf_counter()
-            tok.used = set()
-            seg = SegmentResult(index, a + 1, 0)
-            try:
-                init = enc.whole(state)
-            except MappingError as e:
-                raise LogError(p, items[a][0] - 1 if a else 1, f"the model's state has no counterpart in the spec: {e}") from None
-            rows: list[str] = []
-            for lineno, _, t, digest in items[a:b]:
-                steps.append(t)
-                lines.append(lineno)
-                try:
-                    nxt = apply(state, t)
-                except Rejected as e:
-                    model_rejected = {"line": lineno, "transition": str(t), "reason": str(e)}
-                    rows.append(step_record(t, tok, None))
-                    break
-                if digest_mismatch is None and nxt.digest() != digest:
-                    digest_mismatch = {"line": lineno, "transition": str(t), "log": digest, "model": nxt.digest()}
-                try:
-                    rows.append(step_record(t, tok, enc.delta(state, nxt)))
-                except MappingError as e:
-                    raise LogError(p, lineno, f"the model's state after {t} has no counterpart in the spec: {e}") from None
-                state = nxt
-            seg.steps = len(rows)
-            text = module_text(init, rows, tok, from_init=(a == 0))
-            model_seconds += time.perf_counter() - m0
-            # the serial collector: a segment's heap is its Steps constant and one state,
-            # and parallel collectors would multiply the memory of parallel segments.
-            # TLC follows the segment in its simulation mode: one behaviour as long as
-            # the segment (every state has one successor, the step's), with no
-            # fingerprint of each state to take and keep (a fifth of TLC's time here)
-            fut = pool.submit(
-                run_tlc, Path(f"{MODULE}.tla"), tcfg, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
-                jvm=("-XX:+UseSerialGC",), simulate={"num": 1, "depth": len(rows) + 1, "seed": 0},
-            )
+        for seg, text in modules:
             segs.append(seg)
-            pending.append((seg, fut))
-            if model_rejected is not None:
-                break
+            pending.append((seg, pool.submit(run_segment, text, modules.config, seg.steps)))
         for seg, fut in pending:
             _outcome(seg, fut.result(), from_init=(seg.index == 0))
+    steps, lines = modules.steps, modules.lines
+    model_rejected, digest_mismatch, model_seconds = modules.model_rejected, modules.digest_mismatch, modules.seconds
     rejecting = next((s for s in segs if s.rejected_step is not None), None)
     first_rejected = rejection = None
     if rejecting is not None:
