@@ -31,21 +31,15 @@
    under it: TLC's liveness checking under a VIEW is not known to be sound. *)
 EXTENDS KVCache
 
-\* The stamps of the nodes and the clock, as a set of values.
-StampValues == {nodes[n].touched : n \in DOMAIN nodes} \cup {clock}
-
-StampRank(x) == Cardinality({y \in StampValues : y < x})
-
 HitCap == IF WriteThreshold > 2 THEN WriteThreshold ELSE 2
-
-ViewNode(nd) ==
-    [nd EXCEPT !.touched = StampRank(nd.touched),
-               !.hits = IF nd.hits > HitCap THEN HitCap ELSE nd.hits]
 
 StampView ==
     IF Bug = "wallclock_tiebreak"
     THEN vars
-    ELSE <<[n \in DOMAIN nodes |-> ViewNode(nodes[n])], next_id, StampRank(clock), next_rid,
-           dev_free, l2_free, objects, pending, writes, requests, write_done, dev_content,
-           host_content, spill_queue, l3vars, roundvars, prepared, diverged>>
+    ELSE LET values == {nodes[n].touched : n \in DOMAIN nodes} \cup {clock}  \* the stamps and the clock
+             Rank(x) == Cardinality({y \in values : y < x})
+         IN <<[n \in DOMAIN nodes |-> [nodes[n] EXCEPT !.touched = Rank(@),
+                                                    !.hits = IF @ > HitCap THEN HitCap ELSE @]],
+              next_id, Rank(clock), next_rid, dev_free, l2_free, objects, pending, writes, requests,
+              write_done, dev_content, host_content, spill_queue, l3vars, roundvars, prepared, diverged>>
 =============================================================================
