@@ -136,15 +136,18 @@ def check(
     simulate: dict[str, int] | None = None,
     timeout: float | None = None,
     bug: str | None = None,
+    properties: bool = True,
 ) -> CheckResult:
     """Run TLC on a model (see `kvsm.tla.runner.load_model`) with the invariants and
-    properties it checks, or with `simulate` = {num, depth, seed} TLC's random
+    properties it checks (with `properties=False`, its invariants only), or with `simulate` = {num, depth, seed} TLC's random
     simulation with its invariants; on a violation, write its trace as a log to
     `log_path` (default `out/tlc-<model>-<property>.jsonl`). Past `timeout` seconds
     TLC is stopped (`kvsm.tla.runner.TLCTimeout`, with its last progress). With `bug`,
     the spec and the model both carry that injected defect (the log's name says it)."""
     if simulate is None:
-        m = load_model(model, bug=bug)
+        m = load_model(model, properties=properties, bug=bug)
+        if not properties and not m.generated:
+            m.cfg = _without_properties(m.model_config())
     else:
         depth = simulate["depth"]
         m = load_model(model, properties=False, node_ids=2 * depth + 1, depth=depth, bug=bug)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..explore import explore
+from ..explore import Graph, explore
 from .errors import TLCError
 from .graph import read_dot
 from .models import ModelConfig, module_definitions, read_cfg, with_bug
@@ -174,9 +174,11 @@ def tlc_graph(
     return g
 
 
-def model_graph(config: Config, intern: Interner) -> StateGraph:
+def model_graph(config: Config, intern: Interner, explored: Graph | None = None) -> StateGraph:
+    """The Python model's graph of `config` as canonical state ids; `explored` reuses an
+    exploration of that config already made (`kvsm.explore.explore`)."""
     t0 = time.perf_counter()
-    ex = explore(config, check=False, cut=config.bug != "none")
+    ex = explored if explored is not None else explore(config, check=False, cut=config.bug != "none")
     ids = {d: intern(canon_model(s)) for d, s in ex.states.items()}
     first = next(iter(ex.states))  # explore inserts the initial state first
     g = StateGraph(ids[first])
@@ -307,11 +309,18 @@ def _check_node_ids(module: Path, top: int) -> None:
         )
 
 
-def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] | None = None, bug: str | None = None) -> ConformResult:
+def conform(
+    model_name: str,
+    workers: int = 1,
+    tlc: tuple[StateGraph, Interner] | None = None,
+    bug: str | None = None,
+    explored: Graph | None = None,
+) -> ConformResult:
     """Compare TLC's graph of a model (`ci`, a .cfg path, or a kvsm config: a TOML path
     or a built-in config name, for which the TLC model is generated) with the Python
     model's. `tlc` reuses a TLC graph already read (with its interner), e.g. across
-    tests. A generated model's bound on node ids is the largest id the Python model's
+    tests, and `explored` an exploration of the model's config already made (both sides
+    must be of the model named: nothing checks that they are). A generated model's bound on node ids is the largest id the Python model's
     exploration creates (a spec that creates more shows as states only TLC has). With
     `bug`, both sides carry that injected defect, each graph cut where the defect breaks
     the model."""
@@ -319,10 +328,10 @@ def conform(model_name: str, workers: int = 1, tlc: tuple[StateGraph, Interner] 
     config = m.config
     if tlc is not None:
         tg, intern = tlc
-        mg = model_graph(config, intern)
+        mg = model_graph(config, intern, explored)
     else:
         intern = Interner()
-        mg = model_graph(config, intern)
+        mg = model_graph(config, intern, explored)
         top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
         if m.generated:
             m = load_model(model_name, properties=False, node_ids=max(1, top), bug=bug)
