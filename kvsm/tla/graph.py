@@ -14,8 +14,22 @@ _DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
 _DOT_ESC = re.compile(r"\\(.)")
 
 
+def _unescape(m: re.Match[str]) -> str:
+    return "\n" if m.group(1) == "n" else m.group(1)
+
+
 def _undot(s: str) -> str:
-    return _DOT_ESC.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
+    """A dot label's text: `\\n` a newline, `\\c` the character c. (Split at the
+    escaped backslashes first, then replace the two escapes TLC writes besides them
+    with str.replace: half the time of one regular-expression pass.)"""
+    if "\\" not in s:
+        return s
+    parts = s.split("\\\\")
+    for i, part in enumerate(parts):
+        if "\\" in part:
+            part = part.replace("\\n", "\n").replace('\\"', '"')
+            parts[i] = _DOT_ESC.sub(_unescape, part) if "\\" in part else part
+    return "\\".join(parts)
 
 
 def read_dot(path: Path) -> Iterator[tuple[str, Any]]:

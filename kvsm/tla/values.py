@@ -186,7 +186,20 @@ _CONJUNCT = re.compile(r"(?:^|\n)\s*(?:/\\\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*")
 
 
 def state_parts(text: str) -> list[tuple[str, str]]:
-    """The `(variable, value text)` pairs of a printed state, values unparsed."""
+    """The `(variable, value text)` pairs of a printed state, values unparsed. TLC
+    prints each variable on a line of its own, `/\\ name = value`, a value's further
+    lines indented: split at those line starts (half the time of scanning the
+    whole text with the conjunct pattern, which is what a state printed otherwise
+    gets)."""
+    if text.startswith("/\\ "):
+        out = []
+        for chunk in text[3:].split("\n/\\ "):
+            name, eq, value = chunk.partition(" = ")
+            if not eq or not name.isidentifier():
+                break
+            out.append((name, value.strip()))
+        else:
+            return out
     starts = list(_CONJUNCT.finditer(text))
     if not starts:
         raise TLAValueError(f"not a state: {text[:60]!r}")
