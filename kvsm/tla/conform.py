@@ -87,21 +87,18 @@ def cut_module(stem: str) -> str:
     that TLC labels its edges with a name `tlc_graph` maps back to `X`."""
     lines = [f"---- MODULE {stem}_cut ----", f"EXTENDS {stem}"]
     names = []
-    # Healthy after the action: TLC evaluates a conjunction left to right for each
-    # successor the action yields, so Healthy is evaluated once per step taken instead
-    # of once per action and state (some thirty actions, most of them disabled)
     for name, params in SPEC_PARAMS.items():
         if name == "Arrive":
-            step = "\\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages)"
+            body = "Healthy /\\ \\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages)"
         elif params:
             try:
                 binders = ", ".join(f"{x} \\in {PARAM_DOMAINS[x]}" for x in params)
             except KeyError as e:
                 raise TLCError(f"conform --bug: no domain for {name}'s parameter {e}") from None
-            step = f"\\E {binders} : {name}({', '.join(params)})"
+            body = f"Healthy /\\ \\E {binders} : {name}({', '.join(params)})"
         else:
-            step = name
-        lines.append(f"{CUT}{name} == ({step}) /\\ Healthy")
+            body = f"Healthy /\\ {name}"
+        lines.append(f"{CUT}{name} == {body}")
         names.append(f"{CUT}{name}")
     lines.append("CutNext == " + " \\/ ".join(names))
     lines.append("====")
