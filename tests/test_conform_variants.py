@@ -29,12 +29,12 @@ INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", 
 
 # name: (constants that differ from BASE, prompts, transitions the variant must reach)
 VARIANTS = {
-    "write_back": (dict(Policy='"write_back"'), PROMPTS, {"Reserve", "CommitCall", "Commit", "Rollback", "LoadBack", "LoadDone", "EvictHost"}),
+    "write_back": (dict(Policy='"write_back"', MaxRequests=2), PROMPTS, {"Reserve", "CommitCall", "Commit", "Rollback", "LoadBack", "LoadDone", "EvictHost"}),
     "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "CommitCall", "Commit", "LoadBack", "LoadDone"}),
     # three-page prompts: a match covers all but the last page, and a load-back needs two
     "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), (((1, 2, 3), 0), ((1, 2, 4), 0)),
                      {"Reserve", "Commit", "LoadBack"}),
-    "two_tokens_a_page": (dict(P=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
+    "two_tokens_a_page": (dict(P=2, MaxRequests=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
 }
 
