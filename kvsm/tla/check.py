@@ -139,27 +139,27 @@ def check(
     properties: bool = True,
 ) -> CheckResult:
     """Run TLC on a model (see `kvsm.tla.runner.load_model`) with the invariants and
-    properties it checks (with `properties=False`, its invariants only), or with `simulate` = {num, depth, seed} TLC's random
-    simulation with its invariants; on a violation, write its trace as a log to
-    `log_path` (default `out/tlc-<model>-<property>.jsonl`). Past `timeout` seconds
-    TLC is stopped (`kvsm.tla.runner.TLCTimeout`, with its last progress). With `bug`,
-    the spec and the model both carry that injected defect (the log's name says it)."""
+    properties it checks (with `properties=False`, its invariants only), or with
+    `simulate` = {num, depth, seed} TLC's random simulation with its invariants; on a
+    violation, write its trace as a log to `log_path` (default
+    `out/tlc-<model>-<property>.jsonl`). Past `timeout` seconds TLC is stopped
+    (`kvsm.tla.runner.TLCTimeout`, with its last progress). With `bug`, the spec and
+    the model both carry that injected defect (the log's name says it)."""
+    properties = properties and simulate is None  # a simulation checks invariants only
     if simulate is None:
         m = load_model(model, properties=properties, bug=bug)
-        if not properties and not m.generated:
-            m.cfg = _without_properties(m.model_config())
     else:
         depth = simulate["depth"]
         m = load_model(model, properties=False, node_ids=2 * depth + 1, depth=depth, bug=bug)
-        if not m.generated:  # a shipped model's bounds hold; only its liveness properties go
-            m.cfg = _without_properties(m.model_config())
-            if m.config.max_requests == 0:
-                m.cfg.constants["MaxRequests"] = ("=", str(depth))
+    if not m.generated and not properties:  # a shipped model's bounds hold; only its liveness properties go
+        m.cfg = _without_properties(m.model_config())
+        if simulate is not None and m.config.max_requests == 0:
+            m.cfg.constants["MaxRequests"] = ("=", str(simulate["depth"]))
     while True:
         res = run_tlc(m.module, m.cfg, workers=workers, extra_modules=m.extra_modules, simulate=simulate, timeout=timeout)
         v = res.violation
         if m.generated and simulate is None and v is not None and v.kind == "invariant" and v.property == NODE_IDS_INVARIANT:
-            m = load_model(model, node_ids=2 * (m.node_ids or 1), bug=bug)
+            m = load_model(model, properties=properties, node_ids=2 * (m.node_ids or 1), bug=bug)
             continue
         break
     out = CheckResult(model, res, None, simulate=simulate, node_ids=m.node_ids, bug=m.config.bug)

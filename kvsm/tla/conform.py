@@ -323,9 +323,10 @@ def conform(
     """Compare TLC's graph of a model (`ci`, a .cfg path, or a kvsm config: a TOML path
     or a built-in config name, for which the TLC model is generated) with the Python
     model's. `tlc` reuses a TLC graph already read (with its interner), e.g. across
-    tests, and `explored` an exploration of the model's config already made (both sides
-    must be of the model named: nothing checks that they are). A generated model's bound on node ids is the largest id the Python model's
-    exploration creates (a spec that creates more shows as states only TLC has). With
+    tests, and `explored` an exploration of the model's config already made (both must
+    be of the model named: nothing checks that they are). A generated model's bound on
+    node ids is the largest id the Python model's exploration creates (a spec that
+    creates more shows as states only TLC has). With
     `bug`, both sides carry that injected defect, each graph cut where the defect breaks
     the model."""
     m = load_model(model_name, properties=False, bug=bug)
