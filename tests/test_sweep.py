@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from kvsm.cli import app
 from kvsm.sweep.grid import GridError, parse_axes
 from kvsm.sweep.report import knee
-from tests.test_campaign import _env, _free_port, _lines, _wait_for
+from tests.test_campaign import _env, _lines
 
 # a workload whose first requests share prefixes, so that L1 size and policy matter
 GRID = ["-w", "system-prompts", "-n", "40", "--l1-pages", "8,32", "--eviction", "lru,slru", "--tiers", "l1,l1+l2"]
@@ -104,30 +104,22 @@ def test_resume_with_a_larger_grid_runs_only_the_new_points(tmp_path):
 
 
 def test_a_sweep_on_an_existing_scheduler(tmp_path):
-    sched_file = tmp_path / "scheduler.json"
-    procs = []
-    try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-                                       "--no-dashboard", "--scheduler-file", str(sched_file)], env=_env(),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait_for(lambda: sched_file.exists() and "address" in sched_file.read_text(), 60, "the scheduler's address")
-        address = json.loads(sched_file.read_text())["address"]
-        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny",
-                                       "--host", "127.0.0.1", "--worker-port", str(_free_port()), "--no-dashboard"], env=_env(),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    """A cluster the sweep did not start (its workers are processes of their own): the
+    sweep connects to its scheduler's address, runs there and leaves it running."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         out = tmp_path / "s"
-        res = _sweep("-w", "system-prompts", "-n", "20", "--l1-pages", "8,16", "--scheduler", address, "-o", str(out), "--json")
+        res = _sweep("-w", "system-prompts", "-n", "20", "--l1-pages", "8,16", "--scheduler", cluster.scheduler_address, "-o", str(out), "--json")
         assert res.exit_code == 0, res.output
-        s = json.loads(res.stdout)
-        assert s["points"] == s["ran"] == s["status"]["ok"] == 2 and s["workers"] == 1
-        recs = _lines(out / "results.jsonl")
-        assert all(r["worker"].startswith("tcp://127.0.0.1:") for r in recs)
-        r = recs[0]
-        assert _without_wall_time(r["sim"]) == _without_wall_time(_sim_json(r["command"], subprocess_=False))
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        assert cluster.scheduler.workers, "the sweep closed a cluster it did not start"
+        workers = set(cluster.scheduler.workers)
+    s = json.loads(res.stdout)
+    assert s["points"] == s["ran"] == s["status"]["ok"] == 2 and s["workers"] == 1
+    recs = _lines(out / "results.jsonl")
+    assert {r["worker"] for r in recs} == workers
+    r = recs[0]
+    assert _without_wall_time(r["sim"]) == _without_wall_time(_sim_json(r["command"], subprocess_=False))
 
 
 def test_the_knee_is_the_smallest_capacity_within_one_percent_of_the_best():
