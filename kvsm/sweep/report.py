@@ -107,8 +107,8 @@ def knees(axes: Axes, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render_plots(axes: Axes, records: list[dict[str, Any]]) -> dict[str, bytes]:
     """`hit_rate_<axis>.png` for every capacity axis with more than one value: block hit
     rate (top row) and token hit rate (bottom), of all tiers (left, each curve's knee
-    marked) and of each tier the points have; one curve per combination of the other
-    varying options (the eviction policy among them)."""
+    marked) and of each tier the points have (the curves with that tier); one curve per
+    combination of the other varying options (the eviction policy among them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,6 +133,8 @@ def render_plots(axes: Axes, records: list[dict[str, Any]]) -> dict[str, bytes]:
                 ax = grid[i][j]
                 name = measure if col == "all" else f"{measure}_{col}"
                 for (cname, recs), color, ls in zip(groups.items(), colors, styles):
+                    if col != "all" and col not in recs[0]["options"]["tiers"].split(","):
+                        continue  # a curve whose points have not this tier
                     pts = [(r["sim"]["config"][key], r["hit_rate"][name]) for r in recs]
                     ax.plot([x for x, _ in pts], [y for _, y in pts], marker=".", color=color, ls=ls, label=cname)
                     if col == "all":
