@@ -16,9 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.sweep.grid import GridError, parse_axes
-from kvsm.sweep.report import knee
+from kvsm.sweep.grid import GridError, parse_axes, run_point
+from kvsm.sweep.report import knee, knees, write_outputs
 from tests.test_campaign import _env, _lines
+from tests.test_show import _browse, _chromium
 
 # a workload whose first requests share prefixes, so that L1 size and policy matter
 GRID = ["-w", "system-prompts", "-n", "40", "--l1-pages", "8,32", "--eviction", "lru,slru", "--tiers", "l1,l1+l2"]
@@ -122,6 +123,15 @@ def test_a_sweep_on_an_existing_scheduler(tmp_path):
     assert _without_wall_time(r["sim"]) == _without_wall_time(_sim_json(r["command"], subprocess_=False))
 
 
+def test_a_point_a_detector_stops_is_recorded_as_kvsm_sim_json_prints_it():
+    """The worker's function in this process: a point with a defect that --check catches."""
+    (p,) = parse_axes({"requests": "20", "ranks": "2", "bug": "duplicate_ack"}, check=True).points()
+    rec = run_point(p.to_json())
+    assert rec["status"] == "stopped" and "hit_rate" not in rec
+    res = CliRunner().invoke(app, shlex.split(rec["command"])[1:])
+    assert res.exit_code == 1 and json.loads(res.stdout) == rec["sim"] and rec["sim"]["stopped"]["detector"] == "invariant"
+
+
 def test_the_knee_is_the_smallest_capacity_within_one_percent_of_the_best():
     curve = [(16, 0.71), (1, 0.1), (8, 0.705), (4, 0.7), (2, 0.5)]
     assert knee(curve) == (8, 0.705)  # 0.7 < 0.99 x 0.71 = 0.7029 <= 0.705
@@ -174,3 +184,22 @@ def test_an_output_that_is_a_file_is_refused_before_anything_runs(tmp_path):
     res = _sweep("-n", "5", "-o", str(f))
     assert res.exit_code == 2 and f"{f}/results.csv: cannot write here" in res.output
     assert f.read_text() == "x"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium (apt-get install chromium)")
+def test_the_report_opens_in_a_browser_with_its_plot_and_table(tmp_path):
+    """Two points run in this process (the worker's function, without Dask), their
+    report opened by headless chromium."""
+    axes = parse_axes({"workload": "system-prompts", "requests": "20", "l1_pages": "8,16"})
+    records = [run_point(p.to_json()) for p in axes.points()]
+    summary = {"points": 2, "ran": 2, "status": {"ok": 2}, "workers": 1, "seconds": 0.0, "knees": knees(axes, records)}
+    paths = write_outputs(axes, records, summary, tmp_path)
+    report = tmp_path / "report.html"
+    assert report in paths
+    dom = _browse("--dump-dom", f"file://{report}").stdout
+    assert "<h1>kvsm sweep</h1>" in dom and dom.count("<tr title=") == 2
+    assert dom.count('<img alt="hit_rate_l1_pages.png" src="data:image/png;base64,') == 1
+    shot = tmp_path / "report.png"
+    _browse(f"--screenshot={shot}", "--window-size=1200,900", f"file://{report}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
