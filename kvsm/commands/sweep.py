@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str]) -> Table:
-    from ..sweep.grid import OPTION
+    from ..sweep.grid import OPTION, show
 
     t = Table(title=f"kvsm sweep: {s['points']} points, {s['ran']} run now on {s['workers']} workers in {s['seconds']:.1f} s")
     for n in varying:
@@ -133,7 +133,7 @@ def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str])
     for c in ("status", "block hit rate", "token hit rate", "hit L1 / L2 / L3 (blocks)"):
         t.add_column(c, justify="right")
     for r in records:
-        cells = [str(r["options"].get(n)) for n in varying]
+        cells = [show(n, r["options"].get(n)) for n in varying]
         if r.get("status") == "ok":
             h = r["hit_rate"]
             cells += ["ok", f"{h['blocks']:.4f}", f"{h['tokens']:.4f}", " / ".join(f"{h[f'blocks_{x}']:.4f}" for x in ("l1", "l2", "l3"))]

@@ -225,6 +225,13 @@ def check_points(points: list[Point]) -> None:
             raise GridError(f"the point {label(p)}: {e}") from None
 
 
+def show(name: str, v: Any) -> str:
+    """A value as the sweep's lists write it (`+` for the comma inside one value)."""
+    if v is None:
+        return "default"
+    return str(v).replace(",", "+") if name in ("tiers", "faults") else str(v)
+
+
 def label(p: Point, names: list[str] | None = None) -> str:
     """The point's options as `kvsm sim` flags (only `names`, when given)."""
     shown = names if names is not None else [n for n, _, _ in AXES]
@@ -232,7 +239,7 @@ def label(p: Point, names: list[str] | None = None) -> str:
     for n in shown:
         v = getattr(p, n)
         if v is not None and (names is not None or v != getattr(Point(), n)):
-            parts.append(f"{OPTION[n]} {str(v).replace(',', '+') if n in ('tiers', 'faults') else v}")
+            parts.append(f"{OPTION[n]} {show(n, v)}")
     return " ".join(parts) or "(the defaults)"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sim.report import _atomic_write, _png, flat_rows
-from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label
+from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show
 
 KNEE_WITHIN = 0.01
 TIERS = ("l1", "l2", "l3")
@@ -164,7 +164,7 @@ _MEASURE_COLUMNS = [
     ("token hit rate", lambda r: f"{r['hit_rate']['tokens']:.4f}"),
     ("blocks L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'blocks_{t}']:.4f}" for t in TIERS)),
     ("tokens L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'tokens_{t}']:.4f}" for t in TIERS)),
-    ("L1 / L2 / L3 pages", lambda r: " / ".join(str(r["sim"]["config"][t]) for t in ("L1", "L2", "L3"))),
+    ("L1 / L2 / L3 pages", lambda r: " / ".join(str(r["sim"]["config"][t.upper()]) if t in r["options"]["tiers"].split(",") else "-" for t in TIERS)),
     ("evicted L1 / L2", lambda r: f"{r['sim']['evictions']['l1']} / {r['sim']['evictions']['l2']}"),
     ("transitions", lambda r: str(r["transitions"])),
     ("seconds", lambda r: str(r.get("seconds", ""))),
@@ -176,9 +176,8 @@ def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, An
     e = html.escape
     shown = axes.varying() or [n for n, _, _ in AXES]
     imgs = "\n".join(f'<figure><img alt="{e(n)}" src="data:image/png;base64,{base64.b64encode(d).decode()}"></figure>' for n, d in plots.items())
-    grid_rows = "\n".join(
-        f"<tr><th>{e(opt)}</th><td>{e(', '.join(map(str, vs)) if isinstance(vs, list) else str(vs))}</td></tr>" for opt, vs in axes.to_json().items()
-    )
+    grid_rows = "\n".join(f"<tr><th>{e(OPTION[n])}</th><td>{e(', '.join(show(n, v) for v in vs))}</td></tr>" for n, vs in axes.values)
+    grid_rows += f"\n<tr><th>--check</th><td>{'yes' if axes.check else 'no'}</td></tr>"
     knee_rows = "\n".join(
         f"<tr><td>{e(k['axis'])}</td><td>{e(k['curve'])}</td><td>{e(k['measure'])}</td><td>{k['knee_pages']}</td>"
         f"<td>{k['hit_rate']:.4f}</td><td>{k['best']:.4f}</td></tr>"
@@ -188,7 +187,7 @@ def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, An
     body = []
     for r in records:
         opts = r["options"]
-        cells = "".join(f"<td>{e(str(opts.get(n)))}</td>" for n in shown) + f"<td>{e(r.get('status', '?'))}</td>"
+        cells = "".join(f"<td>{e(show(n, opts.get(n)))}</td>" for n in shown) + f"<td>{e(r.get('status', '?'))}</td>"
         if r.get("status") == "ok":
             cells += "".join(f"<td>{e(f(r))}</td>" for _, f in _MEASURE_COLUMNS)
         else:
@@ -203,6 +202,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 th, td {{ text-align: left; padding: 0.15em 1em 0.15em 0; border-bottom: 1px solid #ddd; font-size: 0.9em; }}
 th {{ font-weight: 500; color: #444; }}
+td {{ white-space: nowrap; }}
 img {{ max-width: 100%; }}
 </style></head><body>
 <h1>kvsm sweep</h1>
