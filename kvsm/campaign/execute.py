@@ -11,6 +11,10 @@ as `KilledWorker`, which the campaign records as status `killed`. Each task anno
 its start on a worker (a Dask event, topic `kvsm-campaign`), so a result says on how many
 workers its run started (`attempts`) and which (`workers`); the workers that left the
 cluster during the campaign are listed too.
+
+`kvsm sweep` runs its points the same way (`run_all(..., run=run_point, key="point")`):
+a task runs `run(spec_json, budget_json)`, and `key` is the field of a spec's JSON that
+names it.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ from .spec import RunSpec
 TOPIC = "kvsm-campaign"
 
 
-def task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str, Any]:
+def task(
+    spec_json: dict[str, Any],
+    budget_json: dict[str, Any] | None,
+    run: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]] = run_task,
+    key: str = "seed",
+) -> dict[str, Any]:
     """What a worker runs: announce the start, then the run."""
     from distributed import get_worker
 
     try:
         w = get_worker()
-        w.log_event(TOPIC, {"seed": spec_json["seed"], "worker": w.address})
+        w.log_event(TOPIC, {"key": spec_json[key], "worker": w.address})
     except ValueError:  # not on a worker (called directly)
         pass
-    return run_task(spec_json, budget_json)
+    return run(spec_json, budget_json)
 
 
 @dataclass
@@ -47,7 +56,7 @@ class Session:
     client: Any
     local: Any
     address: str
-    starts: dict[int, list[str]] = field(default_factory=dict)
+    starts: dict[Any, list[str]] = field(default_factory=dict)  # by the spec's key
     seen_workers: set[str] = field(default_factory=set)
     lost_workers: list[str] = field(default_factory=list)
 
@@ -96,7 +105,7 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
 
     def on_start(event: Any) -> None:
         _, msg = event
-        s.starts.setdefault(msg["seed"], []).append(msg["worker"])
+        s.starts.setdefault(msg["key"], []).append(msg["worker"])
 
     client.subscribe_topic(TOPIC, on_start)
     return s
@@ -105,20 +114,26 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
 def run_all(
     session: Session,
     specs: Iterable[RunSpec],
-    budget: Budget,
+    budget: Budget | None,
     on_result: Callable[[dict[str, Any]], None],
+    run: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]] = run_task,
+    key: str = "seed",
 ) -> None:
-    """Submit every run and hand each result to `on_result` as it finishes."""
+    """Submit every run and hand each result to `on_result` as it finishes; a run is
+    `run(spec.to_json(), budget.to_json())` on a worker, named by its spec's `key`."""
     from distributed import as_completed
 
     client = session.client
     token = uuid.uuid4().hex[:8]
+    budget_json = budget.to_json() if budget is not None else None
     futures = {}
     for spec in specs:
-        f = client.submit(task, spec.to_json(), budget.to_json(), key=f"kvsm-run-{spec.seed}-{token}", pure=False)
-        futures[f] = spec
+        spec_json = spec.to_json()
+        name = spec_json[key]
+        f = client.submit(task, spec_json, budget_json, run, key, key=f"kvsm-run-{name}-{token}", pure=False)
+        futures[f] = (name, spec_json)
     for fut in as_completed(list(futures)):
-        spec = futures.pop(fut)
+        name, spec_json = futures.pop(fut)
         _notice_workers(session)
         if fut.status == "finished":
             rec = fut.result()
@@ -126,13 +141,13 @@ def run_all(
             exc = fut.exception()
             killed = type(exc).__name__ == "KilledWorker"
             rec = {
-                "seed": spec.seed,
+                key: name,
                 "status": "killed" if killed else "error",
-                "spec": spec.to_json(),
+                "spec": spec_json,
                 "error": f"{type(exc).__name__}: {exc}"[:2000],
                 "transitions": 0,
             }
-        starts = session.starts.get(spec.seed, [])
+        starts = session.starts.get(name, [])
         rec["attempts"] = max(1, len(starts))
         if len(starts) > 1:
             rec["workers"] = starts

@@ -26,6 +26,14 @@ class StoreError(ValueError):
 
 
 class Results:
+    """A campaign's results, keyed by seed; `kvsm sweep` keys its own by point
+    (`kvsm.sweep.grid.SweepResults`) through the class attributes."""
+
+    KEY = "seed"  # the field that names a record's run
+    KEY_TYPE: type = int
+    CHOICES = CHOICES
+    WHAT = "campaign"
+
     def __init__(self, outdir: Path) -> None:
         self.dir = outdir
         self.path = outdir / RESULTS
@@ -44,19 +52,20 @@ class Results:
                     rec = json.loads(raw)
                 except json.JSONDecodeError as e:
                     raise StoreError(f"{self.path}:{lineno}: not a JSON line ({e.msg})") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("seed"), int):
-                    raise StoreError(f"{self.path}:{lineno}: not a run record (no integer 'seed')")
+                if not isinstance(rec, dict) or not isinstance(rec.get(self.KEY), self.KEY_TYPE):
+                    kind = "integer" if self.KEY_TYPE is int else "string"
+                    raise StoreError(f"{self.path}:{lineno}: not a run record (no {kind} '{self.KEY}')")
                 yield rec
 
-    def done(self) -> set[int]:
-        return {r["seed"] for r in self.read()}
+    def done(self) -> set[Any]:
+        return {r[self.KEY] for r in self.read()}
 
     # ---- writing ------------------------------------------------------------------------------
     def open(self, choices: dict[str, Any], resume: bool) -> None:
         """Start writing: a new campaign refuses a directory that has results; a resumed one
         checks its choices and cuts off a line a kill left incomplete."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        cpath = self.dir / CHOICES
+        cpath = self.dir / self.CHOICES
         if resume:
             if cpath.exists():
                 try:
@@ -66,10 +75,10 @@ class Results:
                 new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
                 for k in sorted(set(new) | set(was)):
                     if new.get(k) != was.get(k):
-                        raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the campaign had {was.get(k)!r})")
+                        raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the {self.WHAT} had {was.get(k)!r})")
             self._truncate_fragment()
         elif self.path.exists() and self.path.stat().st_size:
-            raise StoreError(f"{self.path}: has results already; --resume continues that campaign, or give another -o")
+            raise StoreError(f"{self.path}: has results already; --resume continues that {self.WHAT}, or give another -o")
         tmp = cpath.with_suffix(".tmp")
         tmp.write_text(json.dumps(choices, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, cpath)

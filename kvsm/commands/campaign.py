@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -24,6 +24,53 @@ def _range(text: str, option: str) -> tuple[int, int]:
     except ValueError:
         _fail(f"{option} {text!r}: expected MIN..MAX (integers)")
     return lo, hi
+
+
+def run_on_dask(
+    todo: list,
+    store: Any,
+    workers: Optional[int],
+    scheduler: Optional[str],
+    execute: Callable[[Any, Callable[[dict[str, Any]], None]], None],
+    describe: Callable[[dict[str, Any]], str],
+    label: str,
+) -> tuple[int, list[str]]:
+    """Run `todo` on a local cluster of `workers` processes (default: the CPU count) or on
+    the cluster behind `scheduler`, with progress on stderr: `execute(session, on_result)`
+    submits the runs and stores each result before calling `on_result(rec)`, and
+    `describe(rec)` is the progress line after it. Closes the store; returns the workers
+    seen and those lost. `kvsm campaign` and `kvsm sweep` run on it."""
+    from ..campaign.execute import connect
+
+    n_workers = workers or os.cpu_count() or 1
+    session = None
+    done = 0
+    progress = make_progress("{task.description}")
+    try:
+        if todo:
+            try:
+                session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
+            except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+                _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+            with progress:
+                task = progress.add_task(label, total=len(todo))
+
+                def on_result(rec: dict[str, Any]) -> None:
+                    nonlocal done
+                    done += 1
+                    progress.update(task, advance=1, description=describe(rec))
+
+                execute(session, on_result)
+            n_workers = len(session.seen_workers) or n_workers
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/yellow]: {done} runs recorded in {store.path}; --resume continues")
+        raise typer.Exit(130) from None
+    finally:
+        lost = list(session.lost_workers) if session is not None else []
+        if session is not None:
+            session.close()
+        store.close()
+    return n_workers, lost
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +96,6 @@ def register(app: typer.Typer) -> None:
         """Run many seeded simulations (every invariant checked, every replica compared)
         on Dask distributed; shrink and group every failure; report coverage."""
         from ..campaign.driver import execute_plan, plan
-        from ..campaign.execute import connect
         from ..campaign.run import Budget
         from ..campaign.spec import SpaceError, make_space, seeds_of
         from ..campaign.store import Results, StoreError
@@ -75,38 +121,16 @@ def register(app: typer.Typer) -> None:
             todo = plan(space, numbers, store)
         except (StoreError, OSError) as e:
             _fail(str(e))
-        n_workers = workers or os.cpu_count() or 1
         t0 = time.perf_counter()
-        session = None
-        stats = {"done": 0, "failed": 0, "transitions": 0}
+        stats = {"failed": 0, "transitions": 0}
 
-        progress = make_progress("{task.description}")
-        try:
-            if todo:
-                try:
-                    session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
-                except (OSError, ConnectionError, TimeoutError, ValueError) as e:
-                    _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
-                with progress:
-                    task = progress.add_task("campaign", total=len(todo))
+        def describe(rec: dict[str, Any]) -> str:
+            stats["transitions"] += rec.get("transitions", 0)
+            stats["failed"] += rec.get("status") in ("failed", "error")
+            rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
+            return f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed"
 
-                    def on_progress(rec: dict[str, Any]) -> None:
-                        stats["done"] += 1
-                        stats["transitions"] += rec.get("transitions", 0)
-                        stats["failed"] += rec.get("status") in ("failed", "error")
-                        rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
-                        progress.update(task, advance=1, description=f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed")
-
-                    execute_plan(session, todo, budget, store, on_progress)
-                n_workers = len(session.seen_workers) or n_workers
-        except KeyboardInterrupt:
-            err.print(f"[yellow]interrupted[/yellow]: {stats['done']} runs recorded in {store.path}; --resume continues")
-            raise typer.Exit(130) from None
-        finally:
-            lost = list(session.lost_workers) if session is not None else []
-            if session is not None:
-                session.close()
-            store.close()
+        n_workers, lost = run_on_dask(todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign")
         records = list(store.read())
         summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
         written = write_plots(records, plot) if plot is not None else []

@@ -1,0 +1,145 @@
+"""`kvsm sweep`: a grid of `kvsm sim` runs on Dask distributed, as `kvsm campaign` runs
+its runs; a table, plots of hit rate against each capacity with the knee marked, and a
+one-file HTML report (docs/sim.md, "Sweeps")."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from .campaign import run_on_dask
+from .common import EXIT_FAILED, console, emit_json, fail
+
+STATUSES = ("ok", "stopped", "killed", "error")
+
+
+def _list(option: str, example: str, sim_help: str = "") -> Any:
+    return typer.Option(None, option, help=f"values, comma-separated (e.g. {example}){sim_help}; default: kvsm sim's")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep(
+        workload: Optional[str] = typer.Option(None, "--workload", "-w", help="workloads, comma-separated, as kvsm sim --workload (default synthetic)"),
+        config: Optional[str] = typer.Option(None, "--config", "-c", help="configs, comma-separated: built-in names or TOML paths (default: default)"),
+        ranks: Optional[str] = _list("--ranks", "1,4"),
+        seed: Optional[str] = typer.Option(None, "--seed", "-s", help="seeds, comma-separated (default 0)"),
+        requests: Optional[str] = typer.Option(None, "--requests", "-n", help="request counts, comma-separated, as kvsm sim -n"),
+        tiers: Optional[str] = _list("--tiers", "l1,l1+l2", ": '+' joins the tiers of one set"),
+        page_tokens: Optional[str] = _list("--page-tokens", "16,512"),
+        l1_pages: Optional[str] = _list("--l1-pages", "256,512,1024", ": device pages per rank lane"),
+        l2_pages: Optional[str] = _list("--l2-pages", "2048,8192", ": shared host pages, for the points with L2"),
+        l3_pages: Optional[str] = _list("--l3-pages", "4096,0", ": disk pages per rank, for the points with L3"),
+        eviction: Optional[str] = _list("--eviction", "lru,slru"),
+        faults: Optional[str] = _list("--faults", "none,slow:0.1+abort:0.05", ": '+' joins the items of one mix"),
+        schedule: Optional[str] = _list("--schedule", "serial,timed"),
+        bug: Optional[str] = typer.Option(None, "--bug", help="injected defects, comma-separated (docs/defects.md; default: the config's own)", metavar="NAMES"),
+        check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
+        outdir: Path = typer.Option(Path("sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
+        resume: bool = typer.Option(False, "--resume", help="continue the sweep in -o: run only the points without a result (the grid may have grown)"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+    ) -> None:
+        """Run a grid of simulations, one per combination of the values given (every kvsm
+        sim option takes a comma-separated list), on Dask distributed; write the results
+        as JSON lines and CSV, plots of hit rate against each capacity with its knee, and
+        an HTML report."""
+        from ..campaign.execute import run_all
+        from ..campaign.store import StoreError
+        from ..log import OutputError, check_output_file
+        from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, parse_axes, run_point
+        from ..sweep.report import CSV, REPORT, knees, write_outputs
+
+        given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
+                 "page_tokens": page_tokens, "l1_pages": l1_pages, "l2_pages": l2_pages, "l3_pages": l3_pages,
+                 "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug}
+        if workers is not None and scheduler is not None:
+            raise fail("give --workers or --scheduler, not both")
+        try:
+            axes = parse_axes(given, check)
+            points = axes.points()
+            check_points(points)
+        except GridError as e:
+            raise fail(str(e)) from None
+        store = SweepResults(outdir)
+        try:
+            for name in (CSV, REPORT):
+                check_output_file(outdir / name)
+            store.open(CHOICES, resume)
+            done = store.done()
+        except (OutputError, StoreError, OSError) as e:
+            store.close()
+            raise fail(str(e)) from None
+        todo = [p for p in points if p.key not in done]
+        t0 = time.perf_counter()
+        count: Counter = Counter()
+
+        def describe(rec: dict[str, Any]) -> str:
+            count[rec.get("status", "error")] += 1
+            bad = sum(v for k, v in count.items() if k != "ok")
+            return f"sweep: {sum(count.values())}/{len(todo)} points" + (f", {bad} not ok" if bad else "")
+
+        def execute(session: Any, on_result: Any) -> None:
+            def stored(rec: dict[str, Any]) -> None:
+                if "options" not in rec:  # a point whose task raised or whose workers died
+                    rec["options"] = asdict(Point.from_json(rec.pop("spec")))
+                store.append(rec)
+                on_result(rec)
+
+            run_all(session, todo, None, stored, run=run_point, key="point")
+
+        n_workers, lost = run_on_dask(todo, store, workers, scheduler, execute, describe, "sweep")
+        latest = {r["point"]: r for r in store.read()}
+        records = [latest[p.key] for p in points if p.key in latest]
+        status = Counter(r.get("status", "error") for r in records)
+        summary: dict[str, Any] = {
+            "points": len(points),
+            "ran": len(todo),
+            "status": {s: status.get(s, 0) for s in STATUSES},
+            "workers": n_workers,
+            "workers_lost": lost,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "grid": axes.to_json(),
+            "knees": knees(axes, records),
+        }
+        try:
+            written = write_outputs(axes, records, summary, outdir)
+        except OutputError as e:
+            raise fail(f"{e}; the results are complete in {store.path}") from None
+        summary["files"] = [str(p) for p in [store.path, *written]]
+        if as_json:
+            emit_json(summary)
+        else:
+            console.print(_table(summary, records, axes.varying()))
+            for p in summary["files"]:
+                console.print(f"wrote {p}", highlight=False)
+        if any(r.get("status") != "ok" for r in records):
+            raise typer.Exit(EXIT_FAILED)
+
+
+def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str]) -> Table:
+    from ..sweep.grid import OPTION, show
+
+    t = Table(title=f"kvsm sweep: {s['points']} points, {s['ran']} run now on {s['workers']} workers in {s['seconds']:.1f} s")
+    for n in varying:
+        t.add_column(OPTION[n])
+    for c in ("status", "block hit rate", "token hit rate", "hit L1 / L2 / L3 (blocks)"):
+        t.add_column(c, justify="right")
+    for r in records:
+        cells = [show(n, r["options"].get(n)) for n in varying]
+        if r.get("status") == "ok":
+            h = r["hit_rate"]
+            cells += ["ok", f"{h['blocks']:.4f}", f"{h['tokens']:.4f}", " / ".join(f"{h[f'blocks_{x}']:.4f}" for x in ("l1", "l2", "l3"))]
+        else:
+            cells += [r.get("status", "?"), "-", "-", "-"]
+        t.add_row(*cells)
+    for k in s["knees"]:
+        t.caption = (t.caption + "\n" if t.caption else "") + f"knee of {k['axis']} ({k['curve']}, {k['measure']}): {k['knee_pages']} pages, {k['hit_rate']:.4f} (best {k['best']:.4f})"
+    return t

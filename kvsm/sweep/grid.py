@@ -1,0 +1,295 @@
+"""A sweep's grid: each `kvsm sim` option's list of values (`Axes`), the points they
+cross into (`Point`, each one `kvsm sim` run), and what a Dask worker runs for a point
+(`run_point`).
+
+A list is comma-separated; inside one value of `--tiers` and `--faults`, whose own
+syntax has commas, `+` stands for the comma (`--tiers l1,l1+l2`, `--faults
+none,slow:0.1+abort:0.05`). An axis that does not apply to a tier set is not crossed
+with it: a point with `--tiers l1` has no `--l2-pages`, one without L3 no `--l3-pages`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shlex
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Callable
+
+from ..bounds import MAX_RANKS
+from ..campaign.store import Results
+from ..config import BUGS, EVICTIONS, ConfigError
+from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
+from ..sim.options import SCHEDULES, TIERS, prepare
+from ..sim.trace import Workload
+
+
+class GridError(ValueError):
+    """A list value or a point that cannot run: the message names the option and the value."""
+
+
+class SweepResults(Results):
+    """`DIR/results.jsonl` of a sweep: one line per point, named by its key."""
+
+    KEY = "point"
+    KEY_TYPE = str
+    CHOICES = "sweep.json"
+    WHAT = "sweep"
+
+
+# What a sweep records in DIR/sweep.json: the same for every sweep, so that --resume
+# takes any grid (a point is named by all of its options, so an old line never stands
+# for a point of other options).
+CHOICES = {"command": "kvsm sweep", "point": "sha256 of the point's kvsm sim options, 16 hex digits"}
+
+
+def _int(lo: int, hi: int | None = None) -> Callable[[str, str], int]:
+    def parse(option: str, text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise GridError(f"{option} {text!r}: not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise GridError(f"{option} {text!r}: must be {bound}")
+        return v
+
+    return parse
+
+
+def _choice(allowed: tuple[str, ...], shown: tuple[str, ...] | None = None) -> Callable[[str, str], str]:
+    def parse(option: str, text: str) -> str:
+        v = text.replace("+", ",")
+        if v not in allowed:
+            raise GridError(f"{option} {text!r}: must be one of {' | '.join(shown or allowed)}")
+        return v
+
+    return parse
+
+
+def _text(option: str, text: str) -> str:
+    return text
+
+
+def _faults(option: str, text: str) -> str:
+    try:
+        return str(Faults.parse(text.replace("+", ",")))
+    except FaultSpecError as e:
+        raise GridError(f"{option} {text!r}: {e}") from None
+
+
+# (SimOptions field, option, parser), in the order the grid crosses them
+AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
+    ("workload", "--workload", _text),
+    ("config", "--config", _text),
+    ("bug", "--bug", _choice(BUGS)),
+    ("schedule", "--schedule", _choice(SCHEDULES)),
+    ("tiers", "--tiers", _choice(TIERS, tuple(t.replace(",", "+") for t in TIERS))),
+    ("ranks", "--ranks", _int(1, MAX_RANKS)),
+    ("requests", "--requests", _int(1)),
+    ("page_tokens", "--page-tokens", _int(1)),
+    ("eviction", "--eviction", _choice(EVICTIONS)),
+    ("faults", "--faults", _faults),
+    ("seed", "--seed", _int(0, 2**63 - 1)),
+    ("l3_pages", "--l3-pages", _int(0)),
+    ("l2_pages", "--l2-pages", _int(0)),
+    ("l1_pages", "--l1-pages", _int(0)),
+)
+OPTION = {name: option for name, option, _ in AXES}
+# the capacity axes a sweep plots against: (field, the resolved config's field, label)
+CAPACITIES = (
+    ("l1_pages", "L1", "L1 pages per rank lane"),
+    ("l2_pages", "L2", "L2 pages (shared host)"),
+    ("l3_pages", "L3", "L3 pages per rank disk"),
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One `kvsm sim` run of the sweep: its options (None: `kvsm sim`'s default)."""
+
+    workload: str = "synthetic"
+    config: str = "default"
+    bug: str | None = None
+    schedule: str = "auto"
+    tiers: str = "l1,l2"
+    ranks: int | None = None
+    requests: int | None = None
+    page_tokens: int | None = None
+    eviction: str | None = None
+    faults: str = "none"
+    seed: int = 0
+    l3_pages: int | None = None
+    l2_pages: int | None = None
+    l1_pages: int | None = None
+    check: bool = False
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"point": self.key, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Point":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def options(self) -> SimOptions:
+        d = asdict(self)
+        return SimOptions(**d)
+
+    def command(self) -> str:
+        """The `kvsm sim --json` command that runs this point alone."""
+        args = ["kvsm", "sim", "--workload", self.workload, "--config", self.config, "--seed", str(self.seed), "--tiers", self.tiers]
+        for name in ("requests", "ranks", "page_tokens", "l1_pages", "l2_pages", "l3_pages", "eviction", "bug"):
+            v = getattr(self, name)
+            if v is not None:
+                args += [OPTION[name], str(v)]
+        if self.faults != "none":
+            args += ["--faults", self.faults]
+        if self.schedule != "auto":
+            args += ["--schedule", self.schedule]
+        if self.check:
+            args.append("--check")
+        args.append("--json")
+        return " ".join(shlex.quote(a) for a in args)
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Each option's values, in the order given (an option not given: `kvsm sim`'s default)."""
+
+    values: tuple[tuple[str, tuple[Any, ...]], ...]
+    check: bool = False
+
+    def given(self) -> dict[str, tuple[Any, ...]]:
+        return dict(self.values)
+
+    def varying(self) -> list[str]:
+        """The options with more than one value."""
+        return [name for name, vs in self.values if len(vs) > 1]
+
+    def points(self) -> list[Point]:
+        """Every combination of the values, without the axes a tier set has no tier for;
+        each point once, in the order of the options in `AXES` (the last varies fastest)."""
+        names = [name for name, _ in self.values]
+        seen: dict[str, Point] = {}
+        for combo in itertools.product(*(vs for _, vs in self.values)):
+            p = Point(**dict(zip(names, combo)), check=self.check)
+            if p.tiers == "l1":
+                p = replace(p, l2_pages=None)
+            if p.tiers != "l1,l2,l3":
+                p = replace(p, l3_pages=None)
+            seen.setdefault(p.key, p)
+        return list(seen.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {OPTION[name]: list(vs) for name, vs in self.values} | {"--check": self.check}
+
+
+def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
+    """The lists of the options given (`given[field]`: the option's text, None when not
+    given); a bad value is a `GridError` naming the option and the value."""
+    values = []
+    for name, option, parse in AXES:
+        text = given.get(name)
+        default = getattr(Point(), name)
+        if text is None:
+            values.append((name, (default,)))
+            continue
+        items = text.split(",")
+        if any(not t for t in items):
+            raise GridError(f"{option} {text!r}: an empty value in the list")
+        vs = tuple(dict.fromkeys(parse(option, t) for t in items))
+        values.append((name, vs))
+    axes = Axes(tuple(values), check)
+    d = axes.given()
+    if given.get("l2_pages") is not None and d["tiers"] == ("l1",):
+        raise GridError(f"--l2-pages {given['l2_pages']}: no point has an L2 tier (--tiers l1)")
+    if given.get("l3_pages") is not None and "l1,l2,l3" not in d["tiers"]:
+        raise GridError(f"--l3-pages {given['l3_pages']}: no point has an L3 tier (add l1+l2+l3 to --tiers)")
+    return axes
+
+
+def check_points(points: list[Point]) -> None:
+    """Prepare every point as `kvsm sim` would (config, workload, overrides) before any
+    runs; the first that cannot run is a `GridError` naming it and why."""
+    for p in points:
+        try:
+            prepare(p.options())
+        except (SimError, ConfigError, WorkloadError, FaultSpecError) as e:
+            raise GridError(f"the point {label(p)}: {e}") from None
+
+
+def show(name: str, v: Any) -> str:
+    """A value as the sweep's lists write it (`+` for the comma inside one value)."""
+    if v is None:
+        return "default"
+    return str(v).replace(",", "+") if name in ("tiers", "faults") else str(v)
+
+
+def label(p: Point, names: list[str] | None = None) -> str:
+    """The point's options as `kvsm sim` flags (only `names`, when given)."""
+    shown = names if names is not None else [n for n, _, _ in AXES]
+    parts = []
+    for n in shown:
+        v = getattr(p, n)
+        if v is not None and (names is not None or v != getattr(Point(), n)):
+            parts.append(f"{OPTION[n]} {show(n, v)}")
+    return " ".join(parts) or "(the defaults)"
+
+
+# ---- on a worker --------------------------------------------------------------------------
+
+
+def tier_hits(request_hits: list[tuple[int, int, int, int]], workload: Workload) -> dict[str, int]:
+    """Hit tokens by the tier that served them: a request's hit tokens are its first
+    `min(hits * block tokens, prompt tokens)`, L1's pages first, then L2's, then L3's (so
+    the three add up to `kvsm sim`'s `tokens_hit`)."""
+    bt = workload.block_tokens
+    out = {"l1": 0, "l2": 0, "l3": 0}
+    for index, h1, h2, h3 in request_hits:
+        n = workload.requests[index].input_length
+        a, b, c = min(h1 * bt, n), min((h1 + h2) * bt, n), min((h1 + h2 + h3) * bt, n)
+        out["l1"] += a
+        out["l2"] += b - a
+        out["l3"] += c - b
+    return out
+
+
+def hit_rates(summary: dict[str, Any], tokens: dict[str, int]) -> dict[str, float]:
+    """Block and token hit rates, of all tiers and of each."""
+    pages, toks = summary["pages_total"], summary["tokens_total"]
+    out = {"blocks": summary["hit_rate_blocks"], "tokens": summary["hit_rate_tokens"]}
+    for t in ("l1", "l2", "l3"):
+        out[f"blocks_{t}"] = round(summary[f"pages_hit_{t}"] / pages, 6) if pages else 0.0
+        out[f"tokens_{t}"] = round(tokens[t] / toks, 6) if toks else 0.0
+    return out
+
+
+def run_point(spec_json: dict[str, Any], _budget_json: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a Dask worker runs for one point: the simulation `kvsm sim` would run. The
+    record: `point`, `options`, `command`, `status` (`ok` or `stopped`), `sim` (what
+    `kvsm sim --json` prints: the summary, or `{"stopped": ...}`), `hit_rate` and
+    `tokens_hit` (per tier), `transitions`, `worker`, `seconds`."""
+    from ..campaign.worker import _worker_name
+
+    t0 = time.perf_counter()
+    p = Point.from_json(spec_json)
+    box: dict[str, Any] = {}
+    rec: dict[str, Any] = {"point": p.key, "options": asdict(p), "command": p.command()}
+    try:
+        res = simulate(p.options(), on_start=lambda prep: box.setdefault("prep", prep))
+    except STOPS as e:
+        rec.update(status="stopped", sim={"stopped": stop_record(e, p.seed)}, transitions=0)
+    else:
+        tokens = tier_hits(res.request_hits, box["prep"].workload)
+        rec.update(status="ok", sim=res.summary, hit_rate=hit_rates(res.summary, tokens), tokens_hit=tokens,
+                   transitions=res.summary["transitions"])
+    rec["worker"] = _worker_name()
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec

@@ -1,0 +1,245 @@
+"""A sweep's outputs from its records: `results.csv`, the knees, the plots of hit rate
+against each capacity axis and the one-file HTML report.
+
+A curve is the points that differ only in one capacity (`--l1-pages`, `--l2-pages` or
+`--l3-pages`), plotted against the pages the run had (the resolved config's L1, L2 or
+L3, so `0`, "enough for the whole workload", is placed where it belongs). Its knee is
+the smallest capacity whose hit rate is within 1% of the curve's best:
+`hit rate >= (1 - 0.01) x best`.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from ..sim.report import _atomic_write, _png, flat_rows
+from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show
+
+KNEE_WITHIN = 0.01
+TIERS = ("l1", "l2", "l3")
+MEASURES = (("blocks", "block hit rate"), ("tokens", "token hit rate"))
+# the option fields a record's columns start with
+_FIELDS = [name for name, _, _ in AXES] + ["check"]
+
+
+def knee(curve: list[tuple[float, float]], within: float = KNEE_WITHIN) -> tuple[float, float] | None:
+    """The (capacity, hit rate) of the smallest capacity whose hit rate is at least
+    `(1 - within)` times the curve's best; None for an empty curve."""
+    if not curve:
+        return None
+    best = max(y for _, y in curve)
+    return min(((x, y) for x, y in curve if y >= (1 - within) * best), key=lambda p: p[0])
+
+
+# ---- the table ------------------------------------------------------------------------------
+
+
+def row(rec: dict[str, Any]) -> dict[str, str]:
+    """A record as one CSV row: the point and its status, its options, its hit rates per
+    tier, then every field of `kvsm sim --json` (`sim.` + its dotted name)."""
+    opts = rec["options"]
+    ordered: dict[str, Any] = {"point": rec["point"], "status": rec.get("status")}
+    ordered.update({f: opts.get(f) for f in _FIELDS})
+    for k in ("hit_rate", "tokens_hit", "sim", "command", "transitions", "worker", "seconds", "attempts", "error"):
+        if k in rec:
+            ordered[k] = rec[k]
+    if "workers" in rec:
+        ordered["workers"] = " ".join(rec["workers"])
+    return dict(flat_rows(ordered))
+
+
+def write_csv(records: list[dict[str, Any]], path: Path) -> Path:
+    """One row per record; the columns are the union of the rows' names, in the order
+    they first appear (a field a point has not, e.g. a fault it did not inject, is empty)."""
+    rows = [row(r) for r in records]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    _atomic_write(path, buf.getvalue().encode())
+    return path
+
+
+# ---- curves and knees -----------------------------------------------------------------------
+
+
+def curves(axes: Axes, records: list[dict[str, Any]], field: str, config_key: str) -> dict[str, list[dict[str, Any]]]:
+    """The ok records that have the capacity `field`, by curve: the other varying options
+    (their `kvsm sim` flags) name it; each curve sorted by the pages the run had."""
+    others = [n for n in axes.varying() if n != field]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        p = Point.from_json(rec["options"])
+        if rec.get("status") != "ok" or getattr(p, field) is None:
+            continue
+        out.setdefault(label(p, others) if others else "all points", []).append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: r["sim"]["config"][config_key])
+    return out
+
+
+def knees(axes: Axes, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For every capacity axis with more than one value, every curve and both measures:
+    the knee and the curve's best."""
+    out = []
+    for field, key, _ in CAPACITIES:
+        if field not in axes.varying():
+            continue
+        for name, recs in curves(axes, records, field, key).items():
+            for measure, _ in MEASURES:
+                pts = [(r["sim"]["config"][key], r["hit_rate"][measure]) for r in recs]
+                k = knee(pts)
+                if k is not None:
+                    out.append({"axis": OPTION[field], "curve": name, "measure": measure, "knee_pages": k[0],
+                                "hit_rate": k[1], "best": max(y for _, y in pts)})
+    return out
+
+
+# ---- plots ----------------------------------------------------------------------------------
+
+
+def render_plots(axes: Axes, records: list[dict[str, Any]]) -> dict[str, bytes]:
+    """`hit_rate_<axis>.png` for every capacity axis with more than one value: block hit
+    rate (top row) and token hit rate (bottom), of all tiers (left, each curve's knee
+    marked) and of each tier the points have (the curves with that tier); one curve per
+    combination of the other varying options (the eviction policy among them)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    out: dict[str, bytes] = {}
+    for field, key, xlabel in CAPACITIES:
+        if field not in axes.varying():
+            continue
+        groups = curves(axes, records, field, key)
+        if not groups:
+            continue
+        tiers = [t for t in TIERS if any(t in r["options"]["tiers"].split(",") for rs in groups.values() for r in rs)]
+        cols = ["all"] + tiers
+        fig = Figure(figsize=(3.6 * len(cols) + 0.6, 6.4), dpi=90, layout="constrained")
+        grid = fig.subplots(2, len(cols), squeeze=False, sharex=True)
+        colors = [f"C{i % 10}" for i in range(len(groups))]
+        styles = [("-", "--", "-.", ":")[i % 4] for i in range(len(groups))]  # curves that coincide stay visible
+        xs_all = sorted({r["sim"]["config"][key] for rs in groups.values() for r in rs})
+        for i, (measure, mlabel) in enumerate(MEASURES):
+            for j, col in enumerate(cols):
+                ax = grid[i][j]
+                name = measure if col == "all" else f"{measure}_{col}"
+                for (cname, recs), color, ls in zip(groups.items(), colors, styles):
+                    if col != "all" and col not in recs[0]["options"]["tiers"].split(","):
+                        continue  # a curve whose points have not this tier
+                    pts = [(r["sim"]["config"][key], r["hit_rate"][name]) for r in recs]
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker=".", color=color, ls=ls, label=cname)
+                    if col == "all":
+                        k = knee(pts)
+                        if k is not None:
+                            ax.plot([k[0]], [k[1]], marker="o", ms=10, mfc="none", mec=color, mew=2)
+                            ax.axvline(k[0], color=color, ls=":", lw=1)
+                if xs_all and xs_all[0] > 0 and xs_all[-1] >= 10 * xs_all[0]:
+                    ax.set_xscale("log")
+                ax.set_ylim(bottom=0)
+                ax.grid(alpha=0.3)
+                ax.set_title(f"{mlabel}, {'all tiers (o: knee)' if col == 'all' else col.upper() + ' hits'}", fontsize="medium")
+                if i == 1:
+                    ax.set_xlabel(xlabel)
+        handles, labels = grid[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), frameon=False, fontsize="small")
+        fig.suptitle(f"kvsm sweep: hit rate against {OPTION[field]}")
+        out[f"hit_rate_{field}.png"] = _png(fig)
+    return out
+
+
+# ---- the HTML report ------------------------------------------------------------------------
+
+# the report's table: (heading, how to read it off a record)
+_MEASURE_COLUMNS = [
+    ("block hit rate", lambda r: f"{r['hit_rate']['blocks']:.4f}"),
+    ("token hit rate", lambda r: f"{r['hit_rate']['tokens']:.4f}"),
+    ("blocks L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'blocks_{t}']:.4f}" for t in TIERS)),
+    ("tokens L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'tokens_{t}']:.4f}" for t in TIERS)),
+    ("L1 / L2 / L3 pages", lambda r: " / ".join(str(r["sim"]["config"][t.upper()]) if t in r["options"]["tiers"].split(",") else "-" for t in TIERS)),
+    ("evicted L1 / L2", lambda r: f"{r['sim']['evictions']['l1']} / {r['sim']['evictions']['l2']}"),
+    ("transitions", lambda r: str(r["transitions"])),
+    ("seconds", lambda r: str(r.get("seconds", ""))),
+]
+
+
+def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], plots: dict[str, bytes]) -> str:
+    """One self-contained page: the grid, the knees, the plots inline, one row per point."""
+    e = html.escape
+    shown = axes.varying() or [n for n, _, _ in AXES]
+    imgs = "\n".join(f'<figure><img alt="{e(n)}" src="data:image/png;base64,{base64.b64encode(d).decode()}"></figure>' for n, d in plots.items())
+    grid_rows = "\n".join(f"<tr><th>{e(OPTION[n])}</th><td>{e(', '.join(show(n, v) for v in vs))}</td></tr>" for n, vs in axes.values)
+    grid_rows += f"\n<tr><th>--check</th><td>{'yes' if axes.check else 'no'}</td></tr>"
+    knee_rows = "\n".join(
+        f"<tr><td>{e(k['axis'])}</td><td>{e(k['curve'])}</td><td>{e(k['measure'])}</td><td>{k['knee_pages']}</td>"
+        f"<td>{k['hit_rate']:.4f}</td><td>{k['best']:.4f}</td></tr>"
+        for k in summary["knees"]
+    )
+    head = "".join(f"<th>{e(OPTION[n])}</th>" for n in shown) + "<th>status</th>" + "".join(f"<th>{e(h)}</th>" for h, _ in _MEASURE_COLUMNS)
+    body = []
+    for r in records:
+        opts = r["options"]
+        cells = "".join(f"<td>{e(show(n, opts.get(n)))}</td>" for n in shown) + f"<td>{e(r.get('status', '?'))}</td>"
+        if r.get("status") == "ok":
+            cells += "".join(f"<td>{e(f(r))}</td>" for _, f in _MEASURE_COLUMNS)
+        else:
+            why = (r.get("sim") or {}).get("stopped", {}).get("message") or r.get("error", "")
+            cells += f'<td colspan="{len(_MEASURE_COLUMNS)}">{e(str(why))}</td>'
+        body.append(f'<tr title="{e(r.get("command", ""))}">{cells}</tr>')
+    n = summary["status"]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kvsm sweep</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+th, td {{ text-align: left; padding: 0.15em 1em 0.15em 0; border-bottom: 1px solid #ddd; font-size: 0.9em; }}
+th {{ font-weight: 500; color: #444; }}
+td {{ white-space: nowrap; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>kvsm sweep</h1>
+<p>{summary['points']} points ({', '.join(f'{v} {k}' for k, v in n.items() if v) or 'none run'}); this invocation ran
+{summary['ran']} of them on {summary['workers']} workers in {summary['seconds']:.1f} s. Every point is one
+<code>kvsm sim</code> run (hover a row for its command); all fields are in <code>results.csv</code> and
+<code>results.jsonl</code>.</p>
+<h2>Grid</h2>
+<table>
+{grid_rows}
+</table>
+<h2>Knees</h2>
+<p>The smallest capacity whose hit rate is within {KNEE_WITHIN:.0%} of the best on its curve (pages the run had).</p>
+<table><tr><th>axis</th><th>curve</th><th>measure</th><th>knee (pages)</th><th>hit rate there</th><th>best</th></tr>
+{knee_rows or '<tr><td colspan="6">no capacity axis has more than one value</td></tr>'}
+</table>
+<h2>Plots</h2>
+{imgs or '<p>No capacity axis has more than one value: nothing to plot.</p>'}
+<h2>Points</h2>
+<table><tr>{head}</tr>
+{chr(10).join(body)}
+</table>
+</body></html>
+"""
+
+
+REPORT = "report.html"
+CSV = "results.csv"
+
+
+def write_outputs(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], outdir: Path) -> list[Path]:
+    """`results.csv`, the plots and `report.html` in `outdir`, each written atomically."""
+    paths = [write_csv(records, outdir / CSV)]
+    plots = render_plots(axes, records)
+    for name, data in plots.items():
+        _atomic_write(outdir / name, data)
+        paths.append(outdir / name)
+    _atomic_write(outdir / REPORT, render_html(axes, records, summary, plots).encode())
+    paths.append(outdir / REPORT)
+    return paths
