@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .config import Config
-from .state import ROOT_ID, Node, held_on_l1, lane_of, rank_order_key, victim_order
+from .state import ROOT_ID, Node, lane_of
+from .victims import held_on_l1, rank_order_key, victim_order
 
 
 @dataclass(frozen=True)

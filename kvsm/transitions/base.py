@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterable, Iterator
 import immutables
 
 from ..config import RANK_VIEW_BUGS, Config
-from ..state import ROOT_ID, ClusterState, Node, Rejected, dev_victim_key, in_rank_order, lane_of, rank_order_key
+from ..state import ROOT_ID, ClusterState, Node, Rejected, lane_of
+from ..victims import dev_victim_key, in_rank_order, rank_order_key
 from ..tx import Tx
 
 

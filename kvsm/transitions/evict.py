@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..planner import TreeView, plan
-from ..state import MATCHED, ClusterState, LoadOp, Rejected, in_rank_order, lane_of
+from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
+from ..victims import in_rank_order
 from ..tx import Tx
 from .base import Spec, Transition, cluster_view, evict_device_node, evict_host_node, first_victim, rank_of, register
 from .request import match_key, request_in
