@@ -25,7 +25,9 @@ from typing import Iterable
 
 from ..state import ClusterState, Rejected, Round, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, drop_write, enqueue_spill, rank_of, register
+from .transition import Transition
+from .registry import Spec, rank_of, register
+from .tree import drop_write, enqueue_spill
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -156,7 +158,7 @@ def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("Rollback", node=nid)
 
 
-register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))
-register(Spec("CommitCall", "commit", commit_call, commit_call_candidates, {}, per_rank=True))
-register(Spec("Commit", "commit", commit, commit_candidates, {}, agreement=True, in_round=True))
-register(Spec("Rollback", "commit", rollback, rollback_candidates, {"node": "int"}))
+register(Spec(name="WriteDone", family="commit", apply=write_done, candidates=write_done_candidates, args={}, per_rank=True))
+register(Spec(name="CommitCall", family="commit", apply=commit_call, candidates=commit_call_candidates, args={}, per_rank=True))
+register(Spec(name="Commit", family="commit", apply=commit, candidates=commit_candidates, args={}, agreement=True, in_round=True))
+register(Spec(name="Rollback", family="commit", apply=rollback, candidates=rollback_candidates, args={"node": "int"}))
