@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from kvsm.tla.check import check  # noqa: E402
 from kvsm.tla.runner import TLCTimeout, spec_dir  # noqa: E402
 from kvsm.tla.validate import validate  # noqa: E402
-from kvsm.log import replay  # noqa: E402
+from kvsm.replay import replay  # noqa: E402
 
 
 def _load() -> list[float]:

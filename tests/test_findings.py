@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.explore import explore
-from kvsm.log import read_log, replay
+from kvsm.log import read_log
+from kvsm.replay import replay
 from kvsm.tla.models import config_of_model
 from kvsm.tla.runner import model_paths
 

@@ -355,7 +355,8 @@ def test_without_fairness_a_held_request_can_wait_forever(tmp_path):
     reload clock, TLC finds a request that a reload holds forever; it becomes a log that
     the model replays."""
     from kvsm.tla.check import check
-    from kvsm.log import read_log, replay
+    from kvsm.log import read_log
+    from kvsm.replay import replay
 
     cfg = _small_l3_model(tmp_path, "MC_unfair_l3", "SPECIFICATION Unfair\nPROPERTY HeldReleased\n")
     (tmp_path / "MC_unfair_l3.tla").write_text(

@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import kvsm.log
+import kvsm.replay
 from kvsm.cli import app
 from kvsm.config import load_config
-from kvsm.log import read_log, replay
+from kvsm.log import read_log
+from kvsm.replay import replay
 from kvsm.tla import models, runner
 from kvsm.tla.errors import TLCError, TLCUnavailable
 from kvsm.tla.values import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
@@ -224,7 +225,7 @@ def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(t
     def nothing_committed(state):
         return [f"NothingCommitted: node {n.id} is backed" for n in state.nodes.values() if n.host is not None]
 
-    monkeypatch.setattr(kvsm.log, "check_invariants", nothing_committed)
+    monkeypatch.setattr(kvsm.replay, "check_invariants", nothing_committed)
     res = runner.invoke(app, ["replay", "--check", "--json", str(log)])
     assert res.exit_code == 1
     rep = json.loads(res.stdout)

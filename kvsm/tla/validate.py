@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..log import LogError, model_config, read_log
+from ..log import LogError, read_log
+
+from ..replay import model_config
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
 from .models import ModelConfig, refuse_unmodelled
