@@ -15,7 +15,7 @@ from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.state import lane_of
 from kvsm.tx import Tx
 from kvsm.tla.models import CONSTANT_FIELDS, config_of_model
-from kvsm.tla.runner import model_paths
+from kvsm.tla.location import model_paths
 from kvsm.tla.view import stamp_view
 from kvsm.transitions import REGISTRY
 

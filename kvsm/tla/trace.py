@@ -36,7 +36,7 @@ from ..state import ClusterState
 from ..transitions import Transition
 from .models import ModelConfig, constant_bindings
 from .frame import frames
-from .runner import spec_dir
+from .location import spec_dir
 from .specmap import SPEC_VARIABLES, MappingError, NO_NODE, NO_OBJECT
 from .values import to_tla
 

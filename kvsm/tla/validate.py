@@ -34,7 +34,8 @@ from ..replay import model_config
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
 from .models import ModelConfig, refuse_unmodelled
-from .runner import TLCResult, run_tlc, spec_dir
+from .location import spec_dir
+from .runner import TLCResult, run_tlc
 from .specmap import MappingError
 from .trace import MODULE, SPEC_PARAMS, Encoder, Tokens, module_text, step_record, trace_config
 
