@@ -14,6 +14,9 @@ One concern a module, each building on those above it:
   resource use, as the kernel counts it.
 - `graph`: the state graph TLC dumps, read as states and labelled edges.
 - `specmap`: the correspondence between model states and the spec's variables.
+- `compact`: compact TLA+ text of integers, sets and the prefixes of the log's arrivals.
+- `encoder`, `delta`: a model state as every spec variable, and a step as what it
+  changed in each.
 - `trace`: a stretch of a log and the model's states as a compact TLA+ trace module.
 - `check`, `conform`, `validate`: the three commands on top (`kvsm check`,
   `kvsm conform`, `kvsm validate`).

@@ -37,7 +37,9 @@ from .models import ModelConfig, refuse_unmodelled
 from .location import spec_dir
 from .runner import TLCResult, run_tlc
 from .specmap import MappingError
-from .trace import MODULE, SPEC_PARAMS, Encoder, Tokens, module_text, step_record, trace_config
+from .compact import Tokens
+from .delta import DeltaEncoder
+from .trace import MODULE, SPEC_PARAMS, module_text, step_record, trace_config
 
 __all__ = ["SPEC_PARAMS", "ValidateResult", "TraceModules", "run_segment", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
 
@@ -185,7 +187,7 @@ class TraceModules:
         for _, _, t, _ in self.items:
             if t.name == "Arrive":
                 self.tok.add(tuple(t.arg("tokens")))
-        self.enc = Encoder(cfg, self.tok)
+        self.enc = DeltaEncoder(cfg, self.tok)
         self.config = trace_config(model_config(header, bug, path))
         self.plan = plan_segments([t.name for _, _, t, _ in self.items], workers, segments)
         self.steps: list[Transition] = []
