@@ -110,7 +110,7 @@ def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> P
         extra["loops_back_to_step"] = violation.loop_to - 1
     if violation.stutters:
         extra["stutters_forever"] = True
-    header = Header(cfg, None, "tlc", state.digest(), extra)
+    header = Header(config=cfg, seed=None, source="tlc", initial_digest=state.digest(), extra=extra)
     with LogWriter(path, header) as w:
         for k, step in enumerate(trace[1:], start=1):
             target = canon_spec(step.state, cfg)

@@ -97,7 +97,7 @@ def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceSte
                 if b.group(2) is not None and 0 < loop_to <= len(steps):
                     # the step that closes the loop leads back to that state
                     back = steps[loop_to - 1]
-                    steps.append(TraceStep(_action_name(b.group(2)), back.state, back.text))
+                    steps.append(TraceStep(action=_action_name(b.group(2)), state=back.state, text=back.text))
             elif re.match(r"^(?:State )?\d+: Stuttering", line):
                 stutters = True
             i += 1
@@ -112,7 +112,7 @@ def parse_trace(lines: Sequence[str], view: bool = False) -> tuple[list[TraceSte
         # through a VIEW TLC prints the view's value, except in some traces (a
         # deadlock's) where it prints the variables the view reads
         state = {"view": parse_value(text)} if view and not text.lstrip().startswith("/\\") else parse_state(text)
-        steps.append(TraceStep(_action_name(label), state, text))
+        steps.append(TraceStep(action=_action_name(label), state=state, text=text))
     return steps, loop_to, stutters
 
 
@@ -147,4 +147,4 @@ def parse_output(text: str, view: bool = False) -> tuple[Violation | None, str |
         while end < len(lines) and not _GENERATED.match(lines[end]) and not lines[end].startswith(("Finished in", "Error:")):
             end += 1
         trace, loop_to, stutters = parse_trace(lines[start:end], view)
-    return Violation(kind, prop, trace, loop_to, stutters), None
+    return Violation(kind=kind, property=prop, trace=trace, loop_to=loop_to, stutters=stutters), None

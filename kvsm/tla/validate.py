@@ -202,7 +202,7 @@ class TraceModules:
         for index, (a, b) in enumerate(self.plan):
             m0 = time.perf_counter()
             tok.used = set()
-            seg = SegmentResult(index, a + 1, 0)
+            seg = SegmentResult(index=index, first_step=a + 1, steps=0)
             try:
                 init = enc.whole(state)
             except MappingError as e:
