@@ -14,9 +14,10 @@ it; `kvsm.transitions.apply`).
 
 Derived part, kept so that a transition costs time proportional to what it changes
 (invariant 10 recomputes each from scratch): `dev_index` and `host_index` (the device
-and host victim orders), `backup_index` (nodes a `Reserve` may take), `l3_used`, each
-node's `children`, `ondev` (children on L1) and `hashes`, and the digest sums
-(`kvsm.digest_sums`).
+and host victim orders), `backup_index` (nodes a `Reserve` may take; which nodes these
+indexes hold, in which order, is `kvsm.victims`), `l3_used`, each node's `children`,
+`ondev` (children on L1) and `hashes`, and the digest sums (`kvsm.digest_sums`, which
+also says which scalars a digest covers).
 
 Maps are `immutables.Map` (HAMT). Transitions never mutate a state; they open a
 transaction on it (`kvsm.tx.Tx`), which produces a new state. Every record type is a
