@@ -36,7 +36,7 @@ class Plan:
 
 class TreeView:
     """The planner's view of a tree: device-eviction eligibility exactly as the model
-    defines it (see `kvsm.state.dev_victim_key`), over any node lookup."""
+    defines it (see `kvsm.victims.dev_victim_key`), over any node lookup."""
 
     def __init__(self, get: Callable[[int], Node], is_pending: Callable[[int], bool], cfg: Config, view: int | None = None) -> None:
         self.get = get
