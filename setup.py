@@ -2,7 +2,7 @@
 
 `spec/` stays at the top of the source tree (where TLC users and the spec's authors
 work); at build time its files are copied into the package as `kvsm/_spec/`, where
-`kvsm.tla.runner.spec_dir()` finds them in an installed kvsm (`pip install .`, a
+`kvsm.tla.location.spec_dir()` finds them in an installed kvsm (`pip install .`, a
 wheel). An editable install runs from the checkout and uses `spec/` itself.
 """
 

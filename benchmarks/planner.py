@@ -24,7 +24,8 @@ import immutables
 
 from kvsm.config import Config
 from kvsm.planner import TreeView, plan, plan_reference
-from kvsm.state import ROOT_ID, Node, dev_victim_key, lane_of
+from kvsm.state import ROOT_ID, Node, lane_of
+from kvsm.victims import dev_victim_key
 
 R = 4
 LANE_PAGES = 31507

@@ -30,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvsm.config import Config, Prompt
-from kvsm.log import Header, LogWriter, replay
+from kvsm.log import Header, LogWriter
+from kvsm.replay import replay
 from kvsm.state import initial_state
 from kvsm.walk import walk
 

@@ -40,9 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvsm.tla.check import check  # noqa: E402
-from kvsm.tla.runner import TLCTimeout, spec_dir  # noqa: E402
+from kvsm.tla.location import spec_dir  # noqa: E402
+from kvsm.tla.runner import TLCTimeout  # noqa: E402
 from kvsm.tla.validate import validate  # noqa: E402
-from kvsm.log import replay  # noqa: E402
+from kvsm.replay import replay  # noqa: E402
 
 
 def _load() -> list[float]:

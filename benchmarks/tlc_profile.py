@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvsm.tla.models import ModelConfig, read_cfg  # noqa: E402
-from kvsm.tla.runner import model_paths, run_tlc, spec_dir  # noqa: E402
+from kvsm.tla.location import model_paths, spec_dir  # noqa: E402
+from kvsm.tla.runner import run_tlc  # noqa: E402
 
 
 def next_disjuncts(spec: str) -> tuple[int, int, list[str]]:

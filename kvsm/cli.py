@@ -137,7 +137,7 @@ def replay(
     bug: Optional[str] = bug_option(),
 ) -> None:
     """Replay a log, verifying every digest, its end line (and with --check every invariant). Exit 1 when it does not replay, 2 when the file is not a complete log. The model has the defect --bug names, none by default, whatever defect the log was written with."""
-    from .log import replay as do_replay
+    from .replay import replay as do_replay
 
     bug_or_exit(bug)
     warn_old_log(log)
@@ -229,7 +229,7 @@ def run(
     """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config, and TLC on the ci config where Java is present. Exit 1 if any step failed."""
     from .explore import explore as do_explore
     from .log import OutputError, check_output_file
-    from .log import replay as do_replay
+    from .replay import replay as do_replay
     from .sim import run_main_job
     from .sim.runner import main_job_log
 

@@ -1,8 +1,9 @@
-"""The digest sums of a `ClusterState`: one running sum per component of the state.
+"""The digest bookkeeping of a `ClusterState`: one running sum per component of the
+state, and the scalars that are hashed with them into the state's digest.
 
 `kvsm.digest` defines how an entry is hashed and how sums combine into a digest; this
-module says which parts of the state are components and how each is summed from
-scratch (`recompute_sums`). A transaction (`kvsm.tx`) keeps the sums up to date by
+module says which parts of the state are components, how each is summed from scratch
+(`recompute_sums`), and which scalars a digest covers (`digest_scalars`). A transaction (`kvsm.tx`) keeps the sums up to date by
 adding and subtracting the hashes of exactly the entries it writes; invariant 10
 compares those running sums with a recomputation.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .digest import MOD, content_hash, entry_hash, memo_hash
+from .digest import MOD, combine, content_hash, entry_hash, memo_hash
 
 # digest components: maps are summed incrementally, free sets by their deltas, and the
 # short sequences (bounded by caps) are re-summed when they change
@@ -75,3 +76,41 @@ def recompute_sums(s: Any) -> tuple[int, ...]:
         out.append(total % MOD)
     return tuple(out)
 
+
+
+def digest_scalars(s: Any, replicated_only: bool = False) -> dict[str, Any]:
+    """The scalars of state `s` that its digest covers (with `replicated_only`, those of
+    its replicated part)."""
+    out: dict[str, Any] = {
+        "next_id": s.next_id,
+        "clock": s.clock,
+        "next_rid": s.next_rid,
+    }
+    if not replicated_only:
+        out["write_done"] = s.write_done
+        # the newer local scalars count only when set, so that states which never use
+        # them keep the digests they had before these existed
+        if any(s.load_done):
+            out["load_done"] = s.load_done
+        if any(s.commit_round):
+            out["commit_round"] = s.commit_round
+        if s.config.L3:
+            out["spill_gathered"] = s.spill_gathered
+            out["spill_done"] = s.spill_done
+            out["reload_done"] = s.reload_done
+            out["disk_ok"] = s.disk_ok
+            out["disk_faults"] = s.disk_faults
+        if s.diverged is not None:
+            out["diverged"] = s.diverged
+    return out
+
+
+def state_digest(s: Any, sums: tuple[int, ...]) -> str:
+    """The digest of state `s` whose component sums are `sums`."""
+    return combine(digest_scalars(s), dict(zip(COMPONENTS, sums)))
+
+
+def replicated_digest(s: Any, sums: tuple[int, ...]) -> str:
+    """The digest of the replicated part of state `s` whose component sums are `sums`."""
+    replicated = {n: v for n, v in zip(COMPONENTS, sums) if n in REPLICATED_COMPONENTS}
+    return combine(digest_scalars(s, replicated_only=True), replicated)

@@ -22,19 +22,15 @@ from . import content
 from . import effects as fx
 from .digest_sums import recompute_sums
 from .state import (
-    ROUND_IDLE,
-    ROUND_IN,
-    ROUND_SKIPPED,
     MATCHED,
     PHASES,
     QUEUED,
     ROOT_ID,
     ClusterState,
-    backup_candidate,
-    dev_victim_key,
-    host_victim_key,
+    Round,
     lane_of,
 )
+from .victims import backup_candidate, dev_victim_key, host_victim_key
 
 NAMES = {
     1: "Tree",
@@ -375,10 +371,10 @@ def collectives_violations(rounds: tuple[int, ...], writes: tuple[int, ...]) -> 
     """Invariant 12 of a commit round (`commit_round`) with the backups in flight
     (`writes`): what is wrong, in words."""
     out = []
-    if any(c not in (ROUND_IDLE, ROUND_IN, ROUND_SKIPPED) for c in rounds):
+    if any(c not in tuple(Round) for c in rounds):
         out.append(f"commit round {list(rounds)} holds an unknown position")
-    entered = [r for r, c in enumerate(rounds) if c == ROUND_IN]
-    skipped = [r for r, c in enumerate(rounds) if c == ROUND_SKIPPED]
+    entered = [r for r, c in enumerate(rounds) if c == Round.IN]
+    skipped = [r for r, c in enumerate(rounds) if c == Round.SKIPPED]
     if entered and skipped:
         out.append(f"ranks {entered} entered the commit collective and ranks {skipped} returned early from the same call")
     if any(rounds) and not writes:

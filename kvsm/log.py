@@ -8,8 +8,8 @@ last line (format 2) is the end line: the number of transitions and the final di
 so that a log cut anywhere, even exactly at a line boundary, is detected.
 
 Reading is strict and streaming: a malformed line, an unknown transition, bad
-arguments, a missing end line, a rejected guard or a digest mismatch stops the reader
-with the line number and the reason (`LogError`). Logs of format 1 (no end line) are
+arguments or a missing end line stops the reader with the line number and the reason
+(`LogError`); replaying a log against the model is `kvsm.replay`'s. Logs of format 1 (no end line) are
 still read, and `old_format_note` says what they lack. Writing is atomic: a log is
 written to a temporary file beside its destination, ended, and renamed into place when
 complete, so a crash or an error never leaves a partial log, nor clobbers an existing one.
@@ -22,22 +22,18 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Iterator
 
 from .bounds import INT64_MAX, MAX_DEVICE_PAGES, MAX_LINE_BYTES
-from .checking import full_violations
 from .config import Config, ConfigError
-from .state import ClusterState, Rejected, initial_state
-from .transitions import REGISTRY, Transition, apply
+from .state import ClusterState
+from .transitions import REGISTRY, Transition
 
 # Format 2 added the end line. Format 1 logs are still read (without truncation
 # detection at a line boundary); see `old_format_note`.
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
 
-# The from-scratch check of `replay(check=True)` (`kvsm.checking` also checks each
-# transition's writes after it); looked up at each use, so that a test can replace it.
-check_invariants = full_violations
 SOURCES = ("walk", "sim", "tlc", "hand", "gpu")
 
 
@@ -209,7 +205,7 @@ def parse_header(path: str, text: str) -> Header:
     unknown = set(d) - {"kvsm_log", "source", "seed", "config", "initial_digest", "extra"}
     if unknown:
         raise LogError(path, 1, f"header has unknown field '{sorted(unknown)[0]}'")
-    return Header(cfg, d.get("seed"), d["source"], d["initial_digest"], extra, fmt)
+    return Header(config=cfg, seed=d.get("seed"), source=d["source"], initial_digest=d["initial_digest"], extra=extra, format=fmt)
 
 
 def _json_line(path: str, lineno: int, text: str) -> Any:
@@ -374,12 +370,6 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
     return header, lines()
 
 
-def _found(f: Any) -> list[dict[str, Any]]:
-    """A checker's finding as replay reports it; its label is (line, step index)."""
-    line, step = f.at
-    return [{"line": line, "step": step, "transition": str(f.transition), "violation": x} for x in f.violations]
-
-
 def old_format_note(path: str | Path, header: Header) -> str | None:
     """What a reader should tell its user about a log of an older format (None for the
     current one): it is read, but a cut exactly at a line boundary cannot be detected."""
@@ -403,116 +393,3 @@ def peek_header(path: str | Path) -> Header | None:
         return parse_header(p, _text(p, 1, first))
     except (OSError, LogError):
         return None
-
-
-@dataclass
-class ReplayResult:
-    transitions: int
-    final_digest: str
-    violations: list[dict[str, Any]]
-    first_mismatch: dict[str, Any] | None
-    final_state: ClusterState | None = None
-    malformed: bool = False  # first_mismatch is a defect of the file itself (LogError.malformed)
-    format: int | None = None  # the log's format version (None: the header could not be read)
-    bug: str = "none"  # the injected defect the log was replayed with
-    log_bug: str = "none"  # the one the log's header says it was written with
-
-    @property
-    def ok(self) -> bool:
-        return self.first_mismatch is None and not self.violations
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "transitions": self.transitions,
-            "final_digest": self.final_digest,
-            "violations": self.violations,
-            "first_mismatch": self.first_mismatch,
-            "malformed": self.malformed,
-            "format": self.format,
-        }
-        if self.bug != "none" or self.log_bug != "none":
-            d["bug"] = self.bug
-            d["log_bug"] = self.log_bug
-        return d
-
-
-def model_config(header: Header, bug: str | None, where: str) -> Config:
-    """The config a checker replays a log with: the header's, with the injected defect it
-    is asked for (`--bug`; none by default) whatever defect the header names. A log
-    written by a model with a defect says so in its header; it is not replayed with
-    that defect unless asked, so that the correct model rejects it where it deviates."""
-    want = bug or "none"
-    if header.config.bug == want:
-        return header.config
-    try:
-        return header.config.with_bug(want, where)
-    except ConfigError as e:
-        raise LogError(where, 0, str(e)) from None
-
-
-def replay(
-    path: str | Path,
-    check: bool = False,
-    on_step: Callable[[int], None] | None = None,
-    bug: str | None = None,
-) -> ReplayResult:
-    """Replay a log from its header's config with the injected defect `bug` (none by
-    default, see `model_config`), verifying every digest (and with `check` every
-    invariant after every transition, `kvsm.checking`) and its end line. Stops at the
-    first mismatch or violation; a mismatch names the step, its transition and why, a
-    violation the line of the first state that breaks it."""
-    from .checking import Checker
-
-    p = str(path)
-    count = 0
-    state: ClusterState | None = None
-    fmt: int | None = None
-    bugs = {"bug": bug or "none", "log_bug": "none"}
-    try:
-        header, stream = read_log(p)
-        fmt = header.format
-        bugs["log_bug"] = header.config.bug
-        state = initial_state(model_config(header, bug, p))
-        if state.digest() != header.initial_digest:
-            raise LogError(p, 1, f"initial digest {header.initial_digest} != {state.digest()} of the config's initial state", malformed=False)
-        checker = None
-        if check:
-            checker = Checker(state, full=lambda s: check_invariants(s))
-            found = checker.start(1)
-            if found is not None:
-                return ReplayResult(0, state.digest(), [{"line": 1, "violation": x} for x in found.violations], None, state, format=fmt, **bugs)
-        for lineno, i, t, digest in stream:
-            try:
-                nxt = apply(state, t)
-            except Rejected as e:
-                raise _StepError(p, lineno, f"{t} rejected: {e}", i, t) from None
-            got = nxt.digest()
-            if got != digest:
-                raise _StepError(p, lineno, f"digest mismatch after {t}: log has {digest}, replay gives {got}", i, t)
-            state = nxt
-            count += 1
-            if checker is not None:
-                found = checker.step(t, state, (lineno, i))
-                if found is not None:
-                    return ReplayResult(count, got, _found(found), None, state, format=fmt, **bugs)
-            if on_step is not None:
-                on_step(count)
-        if checker is not None:
-            found = checker.finish()
-            if found is not None:
-                return ReplayResult(count, state.digest(), _found(found), None, state, format=fmt, **bugs)
-    except LogError as e:
-        last = state.digest() if state is not None else ""
-        where: dict[str, Any] = {"line": e.line}
-        if isinstance(e, _StepError):
-            where |= {"step": e.step, "transition": str(e.transition)}
-        return ReplayResult(count, last, [], where | {"reason": e.reason}, state, e.malformed, fmt, **bugs)
-    return ReplayResult(count, state.digest(), [], None, state, format=fmt, **bugs)
-
-
-class _StepError(LogError):
-    """A logged step the model does not take as logged (rejected, or another digest)."""
-
-    def __init__(self, path: str, line: int, reason: str, step: int, t: Transition) -> None:
-        super().__init__(path, line, reason, malformed=False)
-        self.step, self.transition = step, t

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .config import Config
-from .state import ROOT_ID, Node, held_on_l1, lane_of, rank_order_key, victim_order
+from .state import ROOT_ID, Node, lane_of
+from .victims import held_on_l1, rank_order_key, victim_order
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Plan:
 
 class TreeView:
     """The planner's view of a tree: device-eviction eligibility exactly as the model
-    defines it (see `kvsm.state.dev_victim_key`), over any node lookup."""
+    defines it (see `kvsm.victims.dev_victim_key`), over any node lookup."""
 
     def __init__(self, get: Callable[[int], Node], is_pending: Callable[[int], bool], cfg: Config, view: int | None = None) -> None:
         self.get = get

@@ -14,9 +14,10 @@ it; `kvsm.transitions.apply`).
 
 Derived part, kept so that a transition costs time proportional to what it changes
 (invariant 10 recomputes each from scratch): `dev_index` and `host_index` (the device
-and host victim orders), `backup_index` (nodes a `Reserve` may take), `l3_used`, each
-node's `children`, `ondev` (children on L1) and `hashes`, and the digest sums
-(`kvsm.digest_sums`).
+and host victim orders), `backup_index` (nodes a `Reserve` may take; which nodes these
+indexes hold, in which order, is `kvsm.victims`), `l3_used`, each node's `children`,
+`ondev` (children on L1) and `hashes`, and the digest sums (`kvsm.digest_sums`, which
+also says which scalars a digest covers).
 
 Maps are `immutables.Map` (HAMT). Transitions never mutate a state; they open a
 transaction on it (`kvsm.tx.Tx`), which produces a new state. Every record type is a
@@ -26,14 +27,14 @@ frozen dataclass copied with `with_(**changes)`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from enum import IntEnum
+from typing import Any
 
 import immutables
 
 from . import content
 from .config import Config
-from .digest import combine
-from .digest_sums import COMPONENTS, REPLICATED_COMPONENTS, recompute_sums
+from .digest_sums import COMPONENTS, recompute_sums, replicated_digest, state_digest
 from .effects import Effect
 from .sortedset import PSortedSet, RunSet
 
@@ -43,9 +44,19 @@ NO_PARENT = -1
 QUEUED, MATCHED, DECODING = "queued", "matched", "decoding"
 PHASES = (QUEUED, MATCHED, DECODING)
 
-# Where a rank stands in the current round of the commit collective (`commit_round[r]`):
-# not at its call yet, entered (waiting in the MIN), or returned early without entering.
-ROUND_IDLE, ROUND_IN, ROUND_SKIPPED = 0, 1, 2
+
+
+class Round(IntEnum):
+    """Where a rank stands in the current round of the commit collective
+    (`commit_round[r]`): not at its call yet, entered (waiting in the MIN), or returned
+    early without entering. An int in every encoding (a log, a digest, a TLA+ value: the
+    spec's 0, 1, 2), and in its repr, so that a message listing a round reads as numbers."""
+
+    IDLE = 0
+    IN = 1
+    SKIPPED = 2
+
+    __repr__ = int.__repr__
 
 
 def lane_of(page: int, R: int) -> int:
@@ -246,8 +257,6 @@ def reload_object_key(key: int) -> int:
     return -(key + 1)
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     config: Config
@@ -282,7 +291,7 @@ class ClusterState:
     spill_staged: tuple[tuple[tuple[tuple[int, int | None], ...], ...], ...]  # ghost: per rank, gathered copies not yet written
     loads: tuple[LoadOp, ...]  # in-flight load-backs, issue order
     load_done: tuple[int, ...]  # local: loads at the head of `loads` rank r has copied
-    commit_round: tuple[int, ...]  # local: where rank r stands in the open commit round (ROUND_*)
+    commit_round: tuple[int, ...]  # local: where rank r stands in the open commit round (`Round`)
     dev_index: PSortedSet
     host_index: PSortedSet
     backup_index: PSortedSet
@@ -303,41 +312,18 @@ class ClusterState:
     def root(self) -> Node:
         return self.nodes[ROOT_ID]
 
-    def scalars(self, replicated_only: bool = False) -> dict[str, Any]:
-        s: dict[str, Any] = {
-            "next_id": self.next_id,
-            "clock": self.clock,
-            "next_rid": self.next_rid,
-        }
-        if not replicated_only:
-            s["write_done"] = self.write_done
-            # the newer local scalars count only when set, so that states which never use
-            # them keep the digests they had before these existed
-            if any(self.load_done):
-                s["load_done"] = self.load_done
-            if any(self.commit_round):
-                s["commit_round"] = self.commit_round
-            if self.config.L3:
-                s["spill_gathered"] = self.spill_gathered
-                s["spill_done"] = self.spill_done
-                s["reload_done"] = self.reload_done
-                s["disk_ok"] = self.disk_ok
-                s["disk_faults"] = self.disk_faults
-            if self.diverged is not None:
-                s["diverged"] = self.diverged
-        return s
-
     def digest(self) -> str:
+        """The digest of the whole state (`kvsm.digest_sums.state_digest`)."""
         # a memo of a pure function of this immutable value (it cannot drift)
         d = self._digest
         if d is None:
-            d = combine(self.scalars(), dict(zip(COMPONENTS, self.current_sums())))
+            d = state_digest(self, self.current_sums())
             object.__setattr__(self, "_digest", d)
         return d
 
     def replicated_digest(self) -> str:
-        sums = {n: v for n, v in zip(COMPONENTS, self.current_sums()) if n in REPLICATED_COMPONENTS}
-        return combine(self.scalars(replicated_only=True), sums)
+        """The digest of the replicated part alone: equal on ranks that agree."""
+        return replicated_digest(self, self.current_sums())
 
     def current_sums(self) -> tuple[int, ...]:
         """The digest sums: maintained per transition, or (untracked) summed over the whole
@@ -366,81 +352,6 @@ class ClusterState:
             out.append(nid)
             nid = self.nodes[nid].parent
         return out
-
-
-# ---- derived-part membership ---------------------------------------------------------------
-
-
-def victim_order(node: Node, cfg: Config) -> tuple:
-    """The replicated victim order (docs/model.md, Deterministic choices), for device and host victims and
-    the planner's ties: `(hits >= 2, touched, id)` under `eviction = "slru"` (nodes hit
-    twice or more go last), `(False, touched, id)` under `"lru"`."""
-    return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
-
-
-def rank_order_key(key: tuple, cfg: Config, view: int | None) -> tuple:
-    """Where a victim with replicated order key `key` stands in the order rank `view`
-    decides by (None: the replicated order itself)."""
-    if cfg.bug == "wallclock_tiebreak" and view is not None:
-        # The rank stamps an access with its own wall clock, which ticks once every two
-        # logical accesses at a phase of its own (rank r's reading of access t is
-        # (t + r) div 2): two accesses that share a tick tie there and fall to the node
-        # id, while on a rank whose tick falls between them they are ordered by time.
-        return (key[0], (key[1] + view) // 2, key[2])
-    return key
-
-
-def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> list[tuple]:
-    """Victim order keys (of an index, in replicated order) in the order rank `view`
-    takes them."""
-    if cfg.bug == "wallclock_tiebreak" and view is not None:
-        return sorted(keys, key=lambda k: rank_order_key(k, cfg, view))
-    return list(keys)
-
-
-def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:
-    """Whether something holds the node on L1: a lock (requests, its own pending backup)
-    or a backup in flight."""
-    if is_pending and cfg.bug == "evict_pending":
-        # the victim test does not see the backup in flight: neither that the node is
-        # pending nor the lock its backup holds on it, so the node is taken mid-backup
-        return node.lock > 1
-    return bool(node.lock) or is_pending
-
-
-def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
-    """Victim-order key of a node that `EvictDevice` may take now, else None.
-
-    Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
-    backed (it keeps its host copy) or, under write_through, unbacked with no
-    children at all (it is deleted; deleting one with host-only children would orphan
-    them, which the reference does: `unbacked_evict = "reference"` allows it). Under
-    write_back an unbacked leaf must be written back first (`Reserve`).
-    """
-    if node.id == ROOT_ID or not node.dev or node.ondev or held_on_l1(node, is_pending, cfg):
-        return None
-    if node.host is None and (
-        cfg.policy != "write_through" or (len(node.children) and cfg.unbacked_evict != "reference")
-    ):
-        return None
-    return victim_order(node, cfg)
-
-
-def host_victim_key(node: Node, cfg: Config) -> tuple | None:
-    """Victim-order key of a node that `EvictHost` may take now: evicted from L1, backed,
-    no children, not pinned by a spill."""
-    if node.id == ROOT_ID or node.dev or node.host is None or len(node.children) or node.pin or node.lock:
-        return None
-    return victim_order(node, cfg)
-
-
-def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
-    """Whether `Reserve` may start a backup of this node (before capacity is considered)."""
-    if node.id == ROOT_ID or not node.dev or node.host is not None or is_pending:
-        return False
-    if cfg.policy == "write_through":
-        return node.hits >= cfg.write_threshold
-    return node.lock == 0 and node.ondev == 0
 
 
 # ---- construction ---------------------------------------------------------------------------
@@ -495,7 +406,7 @@ def initial_state(cfg: Config) -> ClusterState:
         spill_staged=((),) * cfg.R,
         loads=(),
         load_done=(0,) * cfg.R,
-        commit_round=(ROUND_IDLE,) * cfg.R,
+        commit_round=(Round.IDLE,) * cfg.R,
         dev_index=PSortedSet(),
         host_index=PSortedSet(),
         backup_index=PSortedSet(),

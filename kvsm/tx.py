@@ -19,7 +19,8 @@ import immutables
 from .digest import MOD, content_hash, entry_hash, free_page_hash, memo_hash
 from .digest_sums import CONTENT_COMPONENTS, I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum, value_hash
 from . import effects as fx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, backup_candidate, dev_victim_key, host_victim_key, lane_of
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of
+from .victims import backup_candidate, dev_victim_key, host_victim_key
 
 _MISSING = object()
 

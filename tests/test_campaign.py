@@ -27,7 +27,7 @@ from kvsm.campaign.shrink import ddmin
 from kvsm.campaign.spec import SpaceError, command, derive, make_space, seeds_of
 from kvsm.campaign.store import Results, StoreError
 from kvsm.config import BUGS, ConfigError, load_config
-from kvsm.log import replay
+from kvsm.replay import replay
 from kvsm.sim.faults import KINDS
 from kvsm.transitions import REGISTRY
 from kvsm.tx import Tx

@@ -16,7 +16,8 @@ from kvsm.checking import Checker, holds
 from kvsm.config import load_config
 from kvsm.digest_sums import recompute_sums
 from kvsm.invariants import violations
-from kvsm.log import Header, LogWriter, read_log, replay
+from kvsm.log import Header, LogWriter, read_log
+from kvsm.replay import replay
 from kvsm.sim import SimOptions, simulate
 from kvsm.sim.scheduler import SimInvariantError
 from kvsm.state import ROOT_ID, Rejected, initial_state, lane_of

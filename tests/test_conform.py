@@ -14,7 +14,7 @@ from kvsm.cli import app
 from kvsm.config import load_config
 from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.tla.models import config_of_model
-from kvsm.tla.runner import model_paths
+from kvsm.tla.location import model_paths
 from kvsm.tla.view import stamp_view
 from kvsm.transitions import REGISTRY
 
@@ -161,7 +161,7 @@ def test_a_shipped_model_whose_node_ids_the_model_outgrows_is_refused_by_name(tm
 
     from kvsm.tla.conform import conform
     from kvsm.tla.errors import TLCError
-    from kvsm.tla.runner import spec_dir
+    from kvsm.tla.location import spec_dir
 
     for f in spec_dir().glob("*.tla"):
         shutil.copy(f, tmp_path / f.name)

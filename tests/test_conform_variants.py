@@ -15,7 +15,7 @@ import pytest
 from kvsm.tla.conform import conform
 from kvsm.explore import explore
 from kvsm.tla.models import config_of_model
-from kvsm.tla.runner import spec_dir
+from kvsm.tla.location import spec_dir
 
 pytestmark = pytest.mark.tlc
 

@@ -17,7 +17,8 @@ from kvsm.cli import app
 from kvsm.config import load_config
 from kvsm.corpus import CaseError, case_to_log, format_case, log_to_case, parse_case, parse_step, read_case, step_text, verify_case
 from kvsm.corpus.shrink import first_failure, shrink
-from kvsm.log import read_log, replay
+from kvsm.log import read_log
+from kvsm.replay import replay
 from kvsm.transitions import REGISTRY, Transition
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ import pytest
 from kvsm.config import BUGS, IMPLEMENTED_BUGS, Config, ConfigError, load_config
 from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, write_log
 from kvsm.invariants import violations
-from kvsm.log import replay
+from kvsm.replay import replay
 from kvsm.state import initial_state
 from kvsm.transitions import Transition, apply, successors
 

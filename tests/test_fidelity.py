@@ -171,7 +171,7 @@ def test_the_saved_finding_replays_to_invariant_12():
 def test_tlc_finds_the_early_return_of_the_reference_in_its_small_model(tmp_path):
     from kvsm.log import read_log
     from kvsm.tla.check import check
-    from kvsm.tla.runner import spec_dir
+    from kvsm.tla.location import spec_dir
 
     res = check(str(spec_dir() / "MC_commit_early_return.cfg"), log_path=tmp_path / "t.jsonl")
     assert res.tlc.violation is not None and res.tlc.violation.property == "Collectives"
@@ -184,7 +184,7 @@ def test_tlc_and_the_model_agree_on_the_loads_model_and_it_holds_every_invariant
     from kvsm.tla.check import check
     from kvsm.tla.conform import conform
 
-    from kvsm.tla.runner import spec_dir
+    from kvsm.tla.location import spec_dir
 
     cfg = str(spec_dir() / "MC_loads.cfg")
     res = conform(cfg, explored=loads_graph)
@@ -200,7 +200,7 @@ def test_the_loads_model_holds_both_liveness_properties():
     """(A minute of liveness checking; ci's constants' liveness, with two requests, is
     checked in the default run: tests/test_tla.py.)"""
     from kvsm.tla.check import check
-    from kvsm.tla.runner import spec_dir
+    from kvsm.tla.location import spec_dir
 
     res = check(str(spec_dir() / "MC_loads.cfg"))
     assert res.ok and res.tlc.violation is None, res.to_json()

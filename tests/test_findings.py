@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.explore import explore
-from kvsm.log import read_log, replay
+from kvsm.log import read_log
+from kvsm.replay import replay
 from kvsm.tla.models import config_of_model
-from kvsm.tla.runner import model_paths
+from kvsm.tla.location import model_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 # finding: (TLC model, the invariant its trace violates)

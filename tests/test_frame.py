@@ -6,7 +6,7 @@ set that is too large would let a wrong step through."""
 from __future__ import annotations
 
 from kvsm.tla.frame import conjuncts, definitions, frames, unchanged
-from kvsm.tla.runner import spec_dir
+from kvsm.tla.location import spec_dir
 from kvsm.tla.specmap import SPEC_VARIABLES
 from kvsm.tla.trace import SPEC_PARAMS
 

@@ -455,16 +455,16 @@ def test_plots_show_each_rank_the_whole_run_and_a_smoothed_hit_rate(tmp_path):
 
 
 def test_the_spec_an_installed_kvsm_carries_is_found_first(tmp_path, monkeypatch):
-    from kvsm.tla import runner as tla_runner
+    from kvsm.tla import location
     from kvsm.tla.errors import TLCError
 
     monkeypatch.delenv("KVSM_SPEC_DIR", raising=False)
     package = tmp_path / "site-packages" / "kvsm"
-    monkeypatch.setattr(tla_runner, "__file__", str(package / "tla" / "runner.py"))
+    monkeypatch.setattr(location, "__file__", str(package / "tla" / "location.py"))
     with pytest.raises(TLCError) as e:
-        tla_runner.spec_dir()
+        location.spec_dir()
     assert f"no KVCache.tla in {package / '_spec'} (an installed kvsm) nor in {tmp_path / 'site-packages' / 'spec'}" in str(e.value)
     for d in (package / "_spec", package.parent / "spec"):
         d.mkdir(parents=True)
         (d / "KVCache.tla").write_text("---- MODULE KVCache ----\n====\n")
-    assert tla_runner.spec_dir() == package / "_spec"
+    assert location.spec_dir() == package / "_spec"

@@ -57,7 +57,7 @@ def test_a_wheel_built_from_the_source_runs_the_main_job_from_a_fresh_environmen
 
     away = tmp_path / "elsewhere"
     away.mkdir()
-    where = _run([str(py), "-c", "import kvsm, kvsm.tla.runner as r; print(kvsm.__file__); print(r.spec_dir())"], env=env, cwd=away).stdout.split()
+    where = _run([str(py), "-c", "import kvsm, kvsm.tla.location as r; print(kvsm.__file__); print(r.spec_dir())"], env=env, cwd=away).stdout.split()
     assert where[0].startswith(str(site_dir)) and where[1] == str(site_dir / "kvsm" / "_spec"), where
 
     r = subprocess.run([str(venv / "bin" / "kvsm"), "run", "-n", "20", "--outdir", str(away / "out"), "--json"], capture_output=True, text=True, env=env, cwd=away, timeout=300)

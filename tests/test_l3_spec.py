@@ -15,7 +15,7 @@ from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.state import lane_of
 from kvsm.tx import Tx
 from kvsm.tla.models import CONSTANT_FIELDS, config_of_model
-from kvsm.tla.runner import model_paths
+from kvsm.tla.location import model_paths
 from kvsm.tla.view import stamp_view
 from kvsm.transitions import REGISTRY
 
@@ -355,7 +355,8 @@ def test_without_fairness_a_held_request_can_wait_forever(tmp_path):
     reload clock, TLC finds a request that a reload holds forever; it becomes a log that
     the model replays."""
     from kvsm.tla.check import check
-    from kvsm.log import read_log, replay
+    from kvsm.log import read_log
+    from kvsm.replay import replay
 
     cfg = _small_l3_model(tmp_path, "MC_unfair_l3", "SPECIFICATION Unfair\nPROPERTY HeldReleased\n")
     (tmp_path / "MC_unfair_l3.tla").write_text(

@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 
 from kvsm.config import load_config
-from kvsm.log import Header, LogError, LogWriter, OutputError, read_log, replay
+from kvsm.log import Header, LogError, LogWriter, OutputError, read_log
+from kvsm.replay import replay
 from kvsm.state import initial_state
 from kvsm.walk import walk
 
@@ -292,7 +293,7 @@ def test_validate_detects_a_cut_log_before_it_runs_tlc(log):
 def test_a_request_asking_more_output_pages_than_the_device_has_replays(tmp_path):
     # found by a campaign: the simulator logs such an Arrive (the request never fits and is
     # aborted); a reader that refused it would refuse a log the model produced
-    from kvsm.log import replay
+    from kvsm.replay import replay
     from kvsm.sim.options import SimOptions
     from kvsm.sim.runner import simulate
 

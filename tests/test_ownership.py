@@ -17,7 +17,7 @@ from kvsm.explore import explore
 from kvsm.invariants import step_violations, violations, violations_after
 from kvsm.state import lane_of
 from kvsm.transitions import REGISTRY
-from kvsm.transitions.base import rank_of
+from kvsm.transitions.registry import rank_of
 from kvsm.tx import Tx
 from kvsm.walk import walk
 

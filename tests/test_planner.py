@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsm.planner import TreeView, plan, plan_reference
-from kvsm.state import ROOT_ID, Node, dev_victim_key
+from kvsm.state import ROOT_ID, Node
+from kvsm.victims import dev_victim_key
 
 from .helpers import config
 

@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.log import replay
+from kvsm.replay import replay
 from kvsm.sim import run_main_job
 
 runner = CliRunner()

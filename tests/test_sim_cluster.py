@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsm.log import replay
+from kvsm.replay import replay
 from kvsm.sim import FaultSpecError, Faults, SimDivergence, SimError, SimOptions, simulate
 from kvsm.sim import procedures
 from kvsm.sim.cluster import View

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.log import replay
+from kvsm.replay import replay
 from kvsm.sim import FaultSpecError, SimDivergence, SimError, SimOptions, simulate
 from kvsm.sim import procedures
 from kvsm.sim.cluster import View

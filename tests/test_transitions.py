@@ -7,7 +7,7 @@ import pytest
 
 from kvsm import content
 from kvsm.invariants import violations
-from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected
+from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected, Round
 from kvsm.transitions import apply, enabled
 
 from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
@@ -237,7 +237,7 @@ def test_commit_calls_pair_up_and_block_replicated_steps():
     s = serve(fresh(R=2), 0, [1])
     a = node_by_key(s, (1,))
     s = run(s, T("Reserve", node=a, fits=True), T("CommitCall", rank=1))
-    assert s.commit_round == (0, 1)
+    assert s.commit_round == (Round.IDLE, Round.IN)
     rejects(s, T("CommitCall", rank=1), "already reached the commit call")
     # rank 1 waits in the collective: no replicated step until the round completes, and its
     # count of finished writes is the one it entered with
@@ -246,7 +246,7 @@ def test_commit_calls_pair_up_and_block_replicated_steps():
     rejects(s, T("WriteDone", rank=1), "waits in the commit collective")
     rejects(s, T("Commit"), "every rank has entered")
     s = run(s, T("WriteDone", rank=0), T("CommitCall", rank=0), T("Commit"))
-    assert s.commit_round == (0, 0) and a in s.pending and s.write_done == (1, 0)
+    assert s.commit_round == (Round.IDLE, Round.IDLE) and a in s.pending and s.write_done == (1, 0)
 
 
 def test_commit_call_needs_a_backup_in_flight():
@@ -261,7 +261,7 @@ def test_reference_commit_call_returns_early_on_an_empty_ack_queue():
     a = node_by_key(s, (1,))
     s = run(s, T("Reserve", node=a, fits=True), T("WriteDone", rank=0), T("CommitCall", rank=0))
     s = apply(s, T("CommitCall", rank=1))
-    assert s.commit_round == (1, 2)
+    assert s.commit_round == (Round.IN, Round.SKIPPED)
     assert violations(s) == ["12 Collectives: ranks [0] entered the commit collective and ranks [1] returned early from the same call"]
     rejects(s, T("Commit"), "every rank has entered")
 
@@ -270,9 +270,9 @@ def test_reference_commit_calls_that_all_return_early_issue_no_collective():
     s = serve(fresh(R=2, commit_call="reference"), 0, [1])
     a = node_by_key(s, (1,))
     s = run(s, T("Reserve", node=a, fits=True), T("CommitCall", rank=0))
-    assert s.commit_round == (2, 0)
+    assert s.commit_round == (Round.SKIPPED, Round.IDLE)
     s = run(s, T("CommitCall", rank=1))
-    assert s.commit_round == (0, 0)
+    assert s.commit_round == (Round.IDLE, Round.IDLE)
 
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checking import Checker, Finding
-from ..log import replay
+from ..replay import replay
 from ..sim import SimDivergence, simulate
 from ..state import ClusterState, initial_state
 from ..transitions import Transition

@@ -26,7 +26,8 @@ from .. import content
 from ..digest import MOD, free_page_hash, memo_hash, page_weight
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
 from ..invariants import NAMES, contract, prepared_ids, prepared_violations, violations
-from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key
+from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState
+from ..victims import backup_candidate, dev_victim_key, host_victim_key
 
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
 # the invariants of a state (every one but 11, Ownership, which is of a transition)

@@ -10,7 +10,8 @@ from typing import Any
 
 from .. import effects as fx
 from ..invariants import NAMES, agreement_violation, collectives_violations, contract, prepared_ids, prepared_violations
-from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, backup_candidate, dev_victim_key, host_victim_key, lane_of
+from ..state import MATCHED, QUEUED, ROOT_ID, ClusterState, lane_of
+from ..victims import backup_candidate, dev_victim_key, host_victim_key
 from .full import _chain
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from ..bounds import available_memory
 from ..config import Config
-from ..log import LogError, model_config, read_log
+from ..log import LogError, read_log
+from ..replay import model_config
 from .hooks import Hooks
 
 IO_MODES = ("auto", "direct", "staged")

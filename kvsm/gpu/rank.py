@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from ..config import RANK_VIEW_BUGS
-from ..log import LogError, model_config, read_log
+from ..log import LogError, read_log
+from ..replay import model_config
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import REGISTRY, apply
 from . import collectives

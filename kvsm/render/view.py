@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .. import content
-from ..state import ROOT_ID, ROUND_IN, ROUND_SKIPPED, ClusterState, Node
+from ..state import ROOT_ID, ClusterState, Node, Round
 
 # lists longer than this are clipped to their first few and last entries with a count
 CLIP = 8
@@ -331,8 +331,8 @@ def _host(s: ClusterState) -> Section:
 def _writes(s: ClusterState) -> Section:
     R = s.config.R
     # the open round of the commit collective: who has entered its call, who returned early
-    entered = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == ROUND_IN) or "-"
-    early = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == ROUND_SKIPPED) or "-"
+    entered = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == Round.IN) or "-"
+    early = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == Round.SKIPPED) or "-"
     items = [Item("writes", "", tuple(Field(f"r{r} done", str(d)) for r, d in enumerate(s.write_done))
                   + (Field("in the commit call", entered, "-"), Field("returned early", early, "-")))]
     for i, nid in enumerate(s.writes):

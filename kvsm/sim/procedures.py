@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..config import RANK_VIEW_BUGS
 from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
-from ..transitions.base import cluster_view
+from ..transitions.registry import cluster_view
 from ..transitions.evict import host_run
 from ..transitions.reload import reload_target
 from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits

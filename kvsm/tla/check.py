@@ -4,7 +4,7 @@ a kvsm log.
 
 The model is a shipped one (`ci`, `deep`, `l3`), a `.cfg` beside its module, or one
 generated from a kvsm config (a TOML path or a built-in config name,
-`kvsm.tla.runner.load_model`). A generated model bounds the node ids `Next`
+`kvsm.tla.models.load_model`). A generated model bounds the node ids `Next`
 quantifies over; when a state exceeds the bound (`MC_NodeIdsCovered`), the check is
 run again with twice the bound, so the bound never cuts the state space short.
 
@@ -38,8 +38,9 @@ from ..config import Config
 from ..log import Header, LogWriter, OutputError
 from ..state import initial_state
 from ..transitions import successors
-from .models import ModelConfig
-from .runner import TLCResult, Violation, load_model, run_tlc
+from .models import ModelConfig, load_model
+from .output import Violation
+from .runner import TLCResult, run_tlc
 from .specmap import canon_model, canon_spec
 
 NODE_IDS_INVARIANT = "MC_NodeIdsCovered"
@@ -109,7 +110,7 @@ def trace_to_log(violation: Violation, cfg: Config, path: Path, model: str) -> P
         extra["loops_back_to_step"] = violation.loop_to - 1
     if violation.stutters:
         extra["stutters_forever"] = True
-    header = Header(cfg, None, "tlc", state.digest(), extra)
+    header = Header(config=cfg, seed=None, source="tlc", initial_digest=state.digest(), extra=extra)
     with LogWriter(path, header) as w:
         for k, step in enumerate(trace[1:], start=1):
             target = canon_spec(step.state, cfg)
@@ -138,7 +139,7 @@ def check(
     bug: str | None = None,
     properties: bool = True,
 ) -> CheckResult:
-    """Run TLC on a model (see `kvsm.tla.runner.load_model`) with the invariants and
+    """Run TLC on a model (see `kvsm.tla.models.load_model`) with the invariants and
     properties it checks (with `properties=False`, its invariants only), or with
     `simulate` = {num, depth, seed} TLC's random simulation with its invariants; on a
     violation, write its trace as a log to `log_path` (default

@@ -24,8 +24,9 @@ from ..config import Config
 from ..explore import Graph, explore
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, module_definitions, read_cfg, with_bug
-from .runner import load_model, run_tlc, spec_dir
+from .location import spec_dir
+from .models import ModelConfig, load_model, module_definitions, read_cfg, with_bug
+from .runner import run_tlc
 from .trace import SPEC_PARAMS
 from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
 from .values import parse_value, state_parts

@@ -1,5 +1,7 @@
-"""TLC model configs (`.cfg`) in both directions: a model's constant bindings read
-as a kvsm `Config`, and a `Config` written as the spec's constants."""
+"""TLC models: model configs (`.cfg`) in both directions (a model's constant bindings
+read as a kvsm `Config`, a `Config` written as the spec's constants), the model
+generated from a kvsm config, and the model a user names (`load_model`: a shipped
+one, a `.cfg` path, or a kvsm config to generate one from)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, load_config
 from .errors import TLCError
+from .location import NAMED_MODELS, model_paths
 from .values import Record, TLAValueError, parse_value, to_tla
 
 _CFG_KEYWORDS = {
@@ -255,3 +258,85 @@ def generated_model(
     if properties:
         sections["PROPERTIES"] = list(properties)
     return module, ModelConfig(constants=consts, sections=sections)
+
+
+# ---- the model a user names ------------------------------------------------------------------
+
+
+@dataclass
+class Model:
+    """A model TLC can check: a shipped one (`ci`, ...), a `.cfg` beside its module, or
+    one generated from a kvsm config (a TOML path or a built-in config name)."""
+
+    label: str  # what the user named
+    config: Config  # its constants as a kvsm config
+    module: Path  # the module TLC runs (for a generated model, the name of a generated one)
+    cfg: Path | ModelConfig
+    extra_modules: dict[str, str]  # generated modules, name -> text
+    generated: bool = False
+    node_ids: int | None = None  # a generated model's bound on node ids
+
+    def model_config(self) -> ModelConfig:
+        return self.cfg if isinstance(self.cfg, ModelConfig) else read_cfg(self.cfg)
+
+
+# The spec's liveness properties, which a generated model checks (every shipped model
+# that checks liveness lists these; `ci` checks safety only, see spec/MC_ci.cfg)
+LIVENESS = ("BackupsResolve", "HeldReleased")
+
+
+def reference_checks() -> tuple[list[str], list[str]]:
+    """The invariants the `ci` model checks (spec/MC_ci.cfg) and the spec's liveness
+    properties: what a generated model checks."""
+    module, cfg = model_paths("ci")
+    return read_cfg(cfg).names("INVARIANTS"), list(LIVENESS)
+
+
+def is_config(name_or_path: str) -> bool:
+    """A kvsm config (a TOML path or a built-in config name) rather than a TLC model (a
+    shipped model's name or a .cfg path); `l3` is both, and names the shipped model."""
+    return name_or_path not in NAMED_MODELS and not name_or_path.endswith(".cfg")
+
+
+def load_model(name_or_path: str, *, properties: bool = True, node_ids: int | None = None,
+               depth: int | None = None, bug: str | None = None) -> Model:
+    """The model `name_or_path` names (see `Model`). A generated model checks the `ci`
+    model's invariants (and, with `properties`, its liveness properties) and bounds
+    the node ids by `node_ids` (default: three per request of the config). `depth`
+    bounds the behaviours (a simulation's): a config whose requests never stop
+    arriving is then bound to `depth` arrivals, which no such behaviour exceeds. `bug`
+    binds an injected defect (the spec's `Bug` constant and the config's field alike)."""
+    if not is_config(name_or_path):
+        module, cfg = model_paths(name_or_path)
+        config = config_of_model(module, cfg)
+        refuse_unmodelled(config, f"model '{name_or_path}'")
+        if bug is not None and bug != config.bug:
+            config = config_with_bug(config, bug, str(cfg))
+            return Model(label=name_or_path, config=config, module=module, cfg=with_bug(read_cfg(cfg), bug), extra_modules={})
+        return Model(label=name_or_path, config=config, module=module, cfg=cfg, extra_modules={})
+    try:
+        config = load_config(name_or_path)
+    except ConfigError as e:
+        raise TLCError(str(e)) from None
+    if bug is not None and bug != config.bug:
+        config = config_with_bug(config, bug, name_or_path)
+    refuse_unmodelled(config, f"config '{name_or_path}'")
+    max_requests = depth if config.max_requests == 0 and depth is not None else None
+    if config.max_requests == 0 and max_requests is None:
+        raise TLCError(
+            f"config '{name_or_path}': max_requests = 0 (requests arrive without end), so the state space is "
+            "infinite and TLC cannot exhaust it; give the config a max_requests, or explore it at random with "
+            "`kvsm check --simulate`"
+        )
+    invs, props = reference_checks()
+    bound = node_ids or max(1, 3 * (max_requests or config.max_requests))
+    text, mc = generated_model(config, bound, invs, props if properties else [], max_requests)
+    return Model(
+        label=name_or_path,
+        config=config,
+        module=Path(f"{GENERATED_MODULE}.tla"),
+        cfg=mc,
+        extra_modules={GENERATED_MODULE: text},
+        generated=True,
+        node_ids=bound,
+    )

@@ -99,7 +99,7 @@ class Canon(NamedTuple):
     spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
     loads: tuple  # (node, ((device page, host page), ...))
     load_done: tuple
-    commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early
+    commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early (`kvsm.state.Round`)
     prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
     diverged: tuple | None  # (transition name, ranks ascending) or None
 

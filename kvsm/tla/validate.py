@@ -28,13 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..log import LogError, model_config, read_log
+from ..log import LogError, read_log
+
+from ..replay import model_config
 from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
 from .models import ModelConfig, refuse_unmodelled
-from .runner import TLCResult, run_tlc, spec_dir
+from .location import spec_dir
+from .runner import TLCResult, run_tlc
 from .specmap import MappingError
-from .trace import MODULE, SPEC_PARAMS, Encoder, Tokens, module_text, step_record, trace_config
+from .compact import Tokens
+from .delta import DeltaEncoder
+from .trace import MODULE, SPEC_PARAMS, module_text, step_record, trace_config
 
 __all__ = ["SPEC_PARAMS", "ValidateResult", "TraceModules", "run_segment", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
 
@@ -182,7 +187,7 @@ class TraceModules:
         for _, _, t, _ in self.items:
             if t.name == "Arrive":
                 self.tok.add(tuple(t.arg("tokens")))
-        self.enc = Encoder(cfg, self.tok)
+        self.enc = DeltaEncoder(cfg, self.tok)
         self.config = trace_config(model_config(header, bug, path))
         self.plan = plan_segments([t.name for _, _, t, _ in self.items], workers, segments)
         self.steps: list[Transition] = []
@@ -197,7 +202,7 @@ class TraceModules:
         for index, (a, b) in enumerate(self.plan):
             m0 = time.perf_counter()
             tok.used = set()
-            seg = SegmentResult(index, a + 1, 0)
+            seg = SegmentResult(index=index, first_step=a + 1, steps=0)
             try:
                 init = enc.whole(state)
             except MappingError as e:

@@ -13,7 +13,8 @@ from typing import Iterator
 
 from ..config import RANK_VIEW_BUGS, Config
 from ..state import ClusterState, Rejected
-from .base import REGISTRY, Spec, Transition
+from .transition import Transition
+from .registry import REGISTRY, Spec
 from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
 # Order of the names by family, as docs/model.md lists them; also the order `enabled` reports them in.

@@ -10,7 +10,7 @@ every rank finished (possibly none); those backups become visible (committed obj
 `host` set, lock released) on every rank at once. Each round pairs call k of every
 rank; while a round is open no replicated step is taken (a rank in the collective
 waits there). Under `commit_call = "reference"` a rank whose own ack queue is empty
-returns early instead of entering (`ROUND_SKIPPED`): if another rank entered, the
+returns early instead of entering (`Round.SKIPPED`): if another rank entered, the
 calls no longer pair up (invariant 12); the injected defect `skip_collective` does the
 same under `fixed`. Under `commit_call = "atomic"` the collective is
 the one step `Commit` (every rank's call and the MIN at once, when the MIN is not 0): the
@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ROUND_IDLE, ROUND_IN, ROUND_SKIPPED, ClusterState, Rejected, lane_of
+from ..state import ClusterState, Rejected, Round, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, drop_write, enqueue_spill, rank_of, register
+from .transition import Transition
+from .registry import Spec, rank_of, register
+from .tree import drop_write, enqueue_spill
 
 
 def write_done(s: ClusterState, t: Transition) -> ClusterState:
@@ -39,7 +41,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
         # the reference's writing_check defers the ack of a prepared backup until its
         # insert attaches it (or rolls it back): it holds the commit frontier
         raise Rejected(f"rank {r}'s next write is node {nid}'s prepared backup, not attached yet")
-    if s.commit_round[r] == ROUND_IN:
+    if s.commit_round[r] == Round.IN:
         # its count went into the collective when it entered; a copy that completes
         # meanwhile counts in the next round (as if it had completed after this one)
         raise Rejected(f"rank {r} waits in the commit collective with its count of finished writes")
@@ -59,7 +61,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
 
 def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
     for r in range(s.config.R):
-        if s.write_done[r] < len(s.writes) and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != ROUND_IN:
+        if s.write_done[r] < len(s.writes) and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != Round.IN:
             yield Transition.make("WriteDone", rank=r)
 
 
@@ -75,7 +77,7 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
     r = rank_of(s, t)
     if s.config.commit_call == "atomic":
         raise Rejected("the commit collective is one step (Commit) under commit_call = atomic")
-    if s.commit_round[r] != ROUND_IDLE:
+    if s.commit_round[r] != Round.IDLE:
         raise Rejected(f"rank {r} has already reached the commit call of this round")
     if not s.writes:
         raise Rejected("no backup is in flight: every rank returns before the commit collective")
@@ -85,17 +87,17 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
         # a rank with nothing finished skips the MIN: it returns early while the others
         # enter, so the ranks' collective calls no longer pair up
         enters = False
-    tx.commit_round[r] = ROUND_IN if enters else ROUND_SKIPPED
-    if all(c == ROUND_SKIPPED for c in tx.commit_round):
+    tx.commit_round[r] = Round.IN if enters else Round.SKIPPED
+    if all(c == Round.SKIPPED for c in tx.commit_round):
         # every rank returned early: no collective was issued, the round is over
-        tx.commit_round = [ROUND_IDLE] * s.config.R
+        tx.commit_round = [Round.IDLE] * s.config.R
     return tx.commit()
 
 
 def commit_call_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.writes and s.config.commit_call != "atomic":
         for r in range(s.config.R):
-            if s.commit_round[r] == ROUND_IDLE:
+            if s.commit_round[r] == Round.IDLE:
                 yield Transition.make("CommitCall", rank=r)
 
 
@@ -104,10 +106,10 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
     if s.config.commit_call == "atomic":
         if m == 0:
             raise Rejected("no write is finished on every rank")
-    elif not all(c == ROUND_IN for c in s.commit_round):
+    elif not all(c == Round.IN for c in s.commit_round):
         raise Rejected(f"the commit collective completes when every rank has entered it (ranks: {list(s.commit_round)})")
     tx = Tx(s)
-    tx.commit_round = [ROUND_IDLE] * s.config.R
+    tx.commit_round = [Round.IDLE] * s.config.R
     for nid in s.writes[:m]:
         pend = tx.pending[nid]
         tx.pending.delete(nid)
@@ -125,7 +127,7 @@ def commit_candidates(s: ClusterState) -> Iterable[Transition]:
     if s.config.commit_call == "atomic":
         if s.writes and min(s.write_done) > 0:
             yield Transition.make("Commit")
-    elif all(c == ROUND_IN for c in s.commit_round):
+    elif all(c == Round.IN for c in s.commit_round):
         yield Transition.make("Commit")
 
 
@@ -156,7 +158,7 @@ def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("Rollback", node=nid)
 
 
-register(Spec("WriteDone", "commit", write_done, write_done_candidates, {}, per_rank=True))
-register(Spec("CommitCall", "commit", commit_call, commit_call_candidates, {}, per_rank=True))
-register(Spec("Commit", "commit", commit, commit_candidates, {}, agreement=True, in_round=True))
-register(Spec("Rollback", "commit", rollback, rollback_candidates, {"node": "int"}))
+register(Spec(name="WriteDone", family="commit", apply=write_done, candidates=write_done_candidates, args={}, per_rank=True))
+register(Spec(name="CommitCall", family="commit", apply=commit_call, candidates=commit_call_candidates, args={}, per_rank=True))
+register(Spec(name="Commit", family="commit", apply=commit, candidates=commit_candidates, args={}, agreement=True, in_round=True))
+register(Spec(name="Rollback", family="commit", apply=rollback, candidates=rollback_candidates, args={"node": "int"}))

@@ -16,9 +16,12 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..planner import TreeView, plan
-from ..state import MATCHED, ClusterState, LoadOp, Rejected, in_rank_order, lane_of
+from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
+from ..victims import in_rank_order
 from ..tx import Tx
-from .base import Spec, Transition, cluster_view, evict_device_node, evict_host_node, first_victim, rank_of, register
+from .transition import Transition
+from .registry import Spec, cluster_view, rank_of, register
+from .eviction import evict_device_node, evict_host_node, first_victim
 from .request import match_key, request_in
 
 
@@ -174,7 +177,7 @@ def load_done_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("LoadDone", rank=r)
 
 
-register(Spec("EvictDevice", "evict", evict_device, evict_device_candidates, {"node": "int"}, decides=True))
-register(Spec("EvictHost", "evict", evict_host, evict_host_candidates, {"node": "int"}, decides=True))
-register(Spec("LoadBack", "evict", load_back, load_back_candidates, {"rid": "int"}, decides=True))
-register(Spec("LoadDone", "evict", load_done, load_done_candidates, {}, per_rank=True))
+register(Spec(name="EvictDevice", family="evict", apply=evict_device, candidates=evict_device_candidates, args={"node": "int"}, decides=True))
+register(Spec(name="EvictHost", family="evict", apply=evict_host, candidates=evict_host_candidates, args={"node": "int"}, decides=True))
+register(Spec(name="LoadBack", family="evict", apply=load_back, candidates=load_back_candidates, args={"rid": "int"}, decides=True))
+register(Spec(name="LoadDone", family="evict", apply=load_done, candidates=load_done_candidates, args={}, per_rank=True))

@@ -7,7 +7,8 @@ from typing import Iterable
 
 from ..state import ClusterState, Rejected
 from ..tx import Tx
-from .base import Spec, Transition, rank_of, register
+from .transition import Transition
+from .registry import Spec, rank_of, register
 from .spill import need_l3
 
 
@@ -49,5 +50,5 @@ def disk_recover_candidates(s: ClusterState) -> Iterable[Transition]:
                 yield Transition.make("DiskRecover", rank=r)
 
 
-register(Spec("DiskFail", "fault", disk_fail, disk_fail_candidates, {}, per_rank=True))
-register(Spec("DiskRecover", "fault", disk_recover, disk_recover_candidates, {}, per_rank=True))
+register(Spec(name="DiskFail", family="fault", apply=disk_fail, candidates=disk_fail_candidates, args={}, per_rank=True))
+register(Spec(name="DiskRecover", family="fault", apply=disk_recover, candidates=disk_recover_candidates, args={}, per_rank=True))

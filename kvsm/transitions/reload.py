@@ -27,7 +27,10 @@ import immutables
 from .. import content
 from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejected, ReloadOp, lane_of, reload_object_key
 from ..tx import Tx
-from .base import Spec, Transition, evict_host_to_fit, rank_of, register, walk_key
+from .transition import Transition
+from .registry import Spec, rank_of, register
+from .tree import walk_key
+from .eviction import evict_host_to_fit
 from .spill import need_l3
 
 
@@ -237,8 +240,8 @@ def reload_expire_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("ReloadExpire")
 
 
-register(Spec("ReloadMark", "reload", reload_mark, reload_mark_candidates, {"rid": "int"}))
-register(Spec("ReloadReserve", "reload", reload_reserve, reload_reserve_candidates, {"rid": "int"}, decides=True))
-register(Spec("ReloadDone", "reload", reload_done, reload_done_candidates, {"ok": "bool"}, per_rank=True))
-register(Spec("ReloadAdmit", "reload", reload_admit, reload_admit_candidates, {}, agreement=True))
-register(Spec("ReloadExpire", "reload", reload_expire, reload_expire_candidates, {}))
+register(Spec(name="ReloadMark", family="reload", apply=reload_mark, candidates=reload_mark_candidates, args={"rid": "int"}))
+register(Spec(name="ReloadReserve", family="reload", apply=reload_reserve, candidates=reload_reserve_candidates, args={"rid": "int"}, decides=True))
+register(Spec(name="ReloadDone", family="reload", apply=reload_done, candidates=reload_done_candidates, args={"ok": "bool"}, per_rank=True))
+register(Spec(name="ReloadAdmit", family="reload", apply=reload_admit, candidates=reload_admit_candidates, args={}, agreement=True))
+register(Spec(name="ReloadExpire", family="reload", apply=reload_expire, candidates=reload_expire_candidates, args={}))

@@ -14,7 +14,10 @@ import immutables
 from .. import content
 from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Pending, Rejected, Request, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, device_victims, drop_write, evict_device_node, register, split_node, unsplittable, walk_key
+from .transition import Transition
+from .registry import Spec, register
+from .tree import drop_write, split_node, unsplittable, walk_key
+from .eviction import device_victims, evict_device_node
 
 
 def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
@@ -291,8 +294,8 @@ def abort_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("Abort", rid=rid)
 
 
-register(Spec("Arrive", "request", arrive, arrive_candidates, {"rid": "int", "tokens": "ints", "out_pages": "int"}))
-register(Spec("Match", "request", match, match_candidates, {"rid": "int"}))
-register(Spec("Insert", "request", insert, insert_candidates, {"rid": "int"}, decides=True))
-register(Spec("Finish", "request", finish, finish_candidates, {"rid": "int"}))
-register(Spec("Abort", "request", abort, abort_candidates, {"rid": "int"}))
+register(Spec(name="Arrive", family="request", apply=arrive, candidates=arrive_candidates, args={"rid": "int", "tokens": "ints", "out_pages": "int"}))
+register(Spec(name="Match", family="request", apply=match, candidates=match_candidates, args={"rid": "int"}))
+register(Spec(name="Insert", family="request", apply=insert, candidates=insert_candidates, args={"rid": "int"}, decides=True))
+register(Spec(name="Finish", family="request", apply=finish, candidates=finish_candidates, args={"rid": "int"}))
+register(Spec(name="Abort", family="request", apply=abort, candidates=abort_candidates, args={"rid": "int"}))

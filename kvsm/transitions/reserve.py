@@ -31,7 +31,10 @@ from typing import Iterable
 
 from ..state import MATCHED, ClusterState, Obj, Pending, Rejected
 from ..tx import Tx
-from .base import Spec, Transition, cluster_view, evict_host_to_fit, register, walk_key
+from .transition import Transition
+from .registry import Spec, cluster_view, register
+from .tree import walk_key
+from .eviction import evict_host_to_fit
 
 
 def _eligible(s: ClusterState, nid: int) -> None:
@@ -133,5 +136,5 @@ def prepare_candidates(s: ClusterState) -> Iterable[Transition]:
             yield Transition.make("Prepare", rid=rid, fits=prepare_fits(s, rid))
 
 
-register(Spec("Reserve", "reserve", reserve, reserve_candidates, {"node": "int", "fits": "bool"}, decides=True))
-register(Spec("Prepare", "reserve", prepare, prepare_candidates, {"rid": "int", "fits": "bool"}))
+register(Spec(name="Reserve", family="reserve", apply=reserve, candidates=reserve_candidates, args={"node": "int", "fits": "bool"}, decides=True))
+register(Spec(name="Prepare", family="reserve", apply=prepare, candidates=prepare_candidates, args={"rid": "int", "fits": "bool"}))

@@ -16,7 +16,8 @@ from typing import Iterable
 
 from ..state import ClusterState, Rejected, SpillOp, lane_of
 from ..tx import Tx
-from .base import Spec, Transition, rank_of, register
+from .transition import Transition
+from .registry import Spec, rank_of, register
 
 
 def _spillable(tx: Tx, nid: int) -> bool:
@@ -157,7 +158,7 @@ def spill_ack_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("SpillAck")
 
 
-register(Spec("SpillSubmit", "spill", spill_submit, spill_submit_candidates, {}))
-register(Spec("SpillGathered", "spill", spill_gathered, spill_gathered_candidates, {}, per_rank=True))
-register(Spec("SpillDone", "spill", spill_done, spill_done_candidates, {"ok": "bool"}, per_rank=True))
-register(Spec("SpillAck", "spill", spill_ack, spill_ack_candidates, {}, agreement=True))
+register(Spec(name="SpillSubmit", family="spill", apply=spill_submit, candidates=spill_submit_candidates, args={}))
+register(Spec(name="SpillGathered", family="spill", apply=spill_gathered, candidates=spill_gathered_candidates, args={}, per_rank=True))
+register(Spec(name="SpillDone", family="spill", apply=spill_done, candidates=spill_done_candidates, args={"ok": "bool"}, per_rank=True))
+register(Spec(name="SpillAck", family="spill", apply=spill_ack, candidates=spill_ack_candidates, args={}, agreement=True))

@@ -13,7 +13,9 @@ from typing import Iterable
 
 from ..state import MATCHED, QUEUED, ClusterState, Rejected
 from ..tx import Tx
-from .base import Spec, Transition, register, split_blocked_by_backup, split_node, walk_key
+from .transition import Transition
+from .registry import Spec, register
+from .tree import split_blocked_by_backup, split_node, walk_key
 from .request import match_key
 
 
@@ -46,4 +48,4 @@ def split_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("Split", node=nid, at=at)
 
 
-register(Spec("Split", "split", split, split_candidates, {"node": "int", "at": "int"}))
+register(Spec(name="Split", family="split", apply=split, candidates=split_candidates, args={"node": "int", "at": "int"}))

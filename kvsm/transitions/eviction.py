@@ -1,0 +1,102 @@
+"""Evicting victims, shared by the transitions that evict (`EvictDevice`, `EvictHost`)
+and those that make room as they go (`Insert`, `Reserve`, the L3 reload): dropping a
+device or host victim, the victim order a rank takes them in, and evicting host leaves
+until an object fits."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Iterator
+
+import immutables
+
+from ..config import Config
+from ..state import ROOT_ID
+from ..tx import Tx
+from ..victims import dev_victim_key, in_rank_order, rank_order_key
+
+
+def evict_device_node(tx: Tx, nid: int) -> None:
+    """Drop a device victim: a backed node keeps its host copy, an unbacked one is
+    deleted. An unbacked one with (L2-only) children is a victim only under
+    `unbacked_evict = "reference"`: like the reference's `_delete_leaf`, it detaches
+    the node, and the subtree below it is unreachable from then on; it leaves the tree
+    while its L2 objects stay allocated, owned by no node (leaked)."""
+    n = tx.node(nid)
+    tx.free_dev(n.dev)
+    if n.host is not None:
+        tx.set_dev(nid, ())
+    elif len(n.children):
+        orphans = [nid]
+        i = 0
+        while i < len(orphans):
+            orphans.extend(tx.node(orphans[i]).children.values())
+            i += 1
+        tx.put(n.with_(children=immutables.Map()))
+        tx.remove_leaf(nid)
+        for o in orphans[1:]:
+            tx.nodes.delete(o)
+    else:
+        tx.remove_leaf(nid)
+
+
+def evict_host_node(tx: Tx, nid: int) -> None:
+    """Drop a host victim: free its object and remove the node."""
+    n = tx.node(nid)
+    tx.free_object(n.host)
+    tx.remove_leaf(nid)
+
+
+def first_victim(index: Any, cfg: Config, view: int | None) -> int:
+    """The first node of a (non-empty) victim index in the order rank `view` decides by."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        return min(index, key=lambda k: rank_order_key(k, cfg, view))[2]
+    return index.first()[2]
+
+
+def device_victims(tx: Tx, exclude: frozenset[int] = frozenset(), view: int | None = None) -> Iterator[int]:
+    """Device victims in victim order (rank `view`'s), re-checked against the
+    transaction as it goes: a parent that becomes an evictable leaf while the caller
+    evicts joins the order. The caller must evict each id it receives before asking
+    for the next."""
+    cfg = tx.cfg
+    base = iter(in_rank_order(tx.s.dev_index, cfg, view))
+    head = next(base, None)
+    extra: list[tuple] = []  # (rank order key, replicated key)
+    while True:
+        if extra and (head is None or extra[0][0] < rank_order_key(head, cfg, view)):
+            key = heapq.heappop(extra)[1]
+        elif head is not None:
+            key, head = head, next(base, None)
+        else:
+            return
+        nid = key[2]
+        node = tx.nodes.get(nid)
+        if nid in exclude or node is None or dev_victim_key(node, nid in tx.pending, cfg) != key:
+            continue
+        parent_id = node.parent
+        yield nid
+        if parent_id != ROOT_ID and parent_id not in exclude:
+            p = tx.nodes.get(parent_id)
+            pk = dev_victim_key(p, parent_id in tx.pending, cfg) if p is not None else None
+            if pk is not None:
+                heapq.heappush(extra, (rank_order_key(pk, cfg, view), pk))
+
+
+def evict_host_to_fit(tx: Tx, length: int, view: int | None = None) -> int | None:
+    """The base of a free host run of `length` pages, evicting host leaves to make one:
+    a snapshot of the host victim order (rank `view`'s) taken before the first
+    eviction, released one at a time with a retry after each (a parent that becomes a
+    host leaf meanwhile is not added). None when the snapshot runs out; the evictions
+    made stay in `tx`."""
+    need = length
+    if tx.cfg.bug == "local_host_alloc" and view is not None:
+        # the rank sizes the room it needs from its own view: the pages of the object it
+        # owns itself (index i mod R), not the whole object every rank shares
+        need = len(tx.owned_indices(view, length))
+    if need and tx.first_fit(need) is None:
+        for victim in [k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)]:
+            evict_host_node(tx, victim)
+            if tx.first_fit(need) is not None:
+                break
+    return tx.first_fit(length)

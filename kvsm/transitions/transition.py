@@ -1,0 +1,46 @@
+"""`Transition`: one step of the model as a value, with its arguments, as a log line
+holds it and as a message names it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One transition with its arguments. `rank` is set for per-rank transitions."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()
+    rank: int | None = None
+
+    @staticmethod
+    def make(name: str, rank: int | None = None, **args: Any) -> "Transition":
+        return Transition(name=name, args=tuple(sorted((k, _freeze(v)) for k, v in args.items())), rank=rank)
+
+    def arg(self, key: str) -> Any:
+        for k, v in self.args:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.args)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.rank is not None:
+            d["rank"] = self.rank
+        d["args"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.args}
+        return d
+
+    def __str__(self) -> str:
+        parts = [f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.args]
+        if self.rank is not None:
+            parts.insert(0, f"r={self.rank}")
+        return f"{self.name}({', '.join(parts)})"
+
+
+def _freeze(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v

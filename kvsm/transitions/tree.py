@@ -1,0 +1,122 @@
+"""The tree operations more than one transition family performs: walking a key,
+splitting a node, queueing a committed object for spilling, dropping a write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import immutables
+
+from ..config import Config
+from ..state import ROOT_ID, Node, Rejected, lane_of
+from ..tx import Tx
+
+
+@dataclass(frozen=True)
+class KeyWalk:
+    """Where a key leads: the nodes it covers whole (root to leaf), how many pages they
+    cover, and where it diverges inside a node (`cut` = (node id, pages in common))."""
+
+    full: tuple[int, ...]
+    covered: int
+    cut: tuple[int, int] | None
+
+
+def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0) -> KeyWalk:
+    full: list[int] = []
+    i = offset
+    cur = nodes[start]
+    cut = None
+    while i < len(tokens):
+        cid = cur.children.get(tokens[i])
+        if cid is None:
+            break
+        child = nodes[cid]
+        key = child.key
+        n = 1
+        limit = min(len(key), len(tokens) - i)
+        while n < limit and key[n] == tokens[i + n]:
+            n += 1
+        if n == len(key):
+            full.append(cid)
+            i += n
+            cur = child
+            continue
+        cut = (cid, n)
+        break
+    return KeyWalk(full=tuple(full), covered=i, cut=cut)
+
+
+def enqueue_spill(tx: Tx, nid: int) -> None:
+    """Queue a just-committed object for spilling to L3 (dropped when the queue is full)."""
+    if tx.cfg.L3 and len(tx.spill_queue) < tx.cfg.spill_queue_cap:
+        tx.spill_queue = tx.spill_queue + (nid,)
+
+
+def split_blocked_by_backup(cfg: Config, nid: int, pending: Any) -> bool:
+    """Whether a pending backup keeps node `nid` from being split."""
+    if cfg.bug == "split_pending":
+        # the split does not look for a backup in flight: the node is split under it
+        return False
+    return nid in pending
+
+
+def unsplittable(tx: Tx, nid: int) -> bool:
+    """A node whose backup is pending: the reference refuses to split it (a node an
+    in-flight spill pins is split like any other)."""
+    return split_blocked_by_backup(tx.cfg, nid, tx.pending)
+
+
+def split_node(tx: Tx, nid: int, at: int) -> int:
+    """Split `nid` after `at` pages, as the reference does: a new upper node (fresh id)
+    takes the first `at` pages, their device pages, their L2 pages as a new object and
+    their hashes, and the lower part's `lock`, `hits` and stamp; it is neither pinned
+    nor durable (a new node of the reference starts without either). The lower part
+    keeps its id, stamp, object key and pin (an in-flight spill of it still reads the
+    host pages it pinned, see `spill_base`). Its durable flag: under
+    `durable_split = "fixed"` it stays durable only if `at` is a multiple of R (else its
+    pages' owners are not the ranks that wrote them to disk); the reference keeps it.
+    A backed node's new upper object is queued for spilling. Returns the upper id."""
+    n = tx.node(nid)
+    if split_blocked_by_backup(tx.cfg, nid, tx.pending):
+        raise Rejected(f"node {nid} has a pending backup and cannot be split")
+    if not 0 < at < n.pages:
+        raise Rejected(f"node {nid} has {n.pages} pages; cannot split after {at}")
+    uid = tx.new_id()
+    upper = Node(
+        id=uid,
+        parent=n.parent,
+        key=n.key[:at],
+        dev=n.dev[:at],
+        host=uid if n.host is not None else None,
+        durable=False,
+        lock=n.lock,
+        pin=0,
+        hits=n.hits,
+        touched=n.touched,
+        children=immutables.Map({n.key[at]: nid}),
+        ondev=1 if n.dev else 0,
+        hashes=n.hashes[:at],
+    )
+    parent = tx.node(n.parent)
+    tx.put(parent.with_(children=parent.children.set(n.key[0], uid)))
+    tx.put(upper)
+    keep = tx.cfg.durable_split == "reference" or lane_of(at, tx.cfg.R) == 0
+    tx.put(n.with_(parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
+                   durable=n.durable and keep))
+    if n.host is not None:
+        obj = tx.objects[n.host]
+        tx.objects.set(uid, obj.with_(length=at, owner=uid))
+        tx.objects.set(n.host, obj.with_(base=obj.base + at, length=obj.length - at))
+        enqueue_spill(tx, uid)
+    return uid
+
+
+def drop_write(tx: Tx, nid: int) -> None:
+    """Take node id `nid`'s write out of `writes` (a rank that finished it counts one
+    less) and free its object: a rollback, of a pending or of a prepared backup."""
+    j = tx.writes.index(nid)
+    tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
+    tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
+    tx.free_object(nid)

@@ -1,0 +1,86 @@
+"""The victim policy: which nodes the derived victim indexes of a `ClusterState` hold
+(`dev_index`, `host_index`, `backup_index`) and in which order a rank takes them.
+
+A node is a device victim, a host victim or a backup candidate by its own fields and
+whether a backup of it is pending; `kvsm.tx` keeps the indexes up to date as it writes
+nodes, and invariant 10 recomputes them from scratch with the same functions.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .config import Config
+from .state import ROOT_ID, Node
+
+
+def victim_order(node: Node, cfg: Config) -> tuple:
+    """The replicated victim order (docs/model.md, Deterministic choices), for device and host victims and
+    the planner's ties: `(hits >= 2, touched, id)` under `eviction = "slru"` (nodes hit
+    twice or more go last), `(False, touched, id)` under `"lru"`."""
+    return (cfg.eviction == "slru" and node.hits >= 2, node.touched, node.id)
+
+
+def rank_order_key(key: tuple, cfg: Config, view: int | None) -> tuple:
+    """Where a victim with replicated order key `key` stands in the order rank `view`
+    decides by (None: the replicated order itself)."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        # The rank stamps an access with its own wall clock, which ticks once every two
+        # logical accesses at a phase of its own (rank r's reading of access t is
+        # (t + r) div 2): two accesses that share a tick tie there and fall to the node
+        # id, while on a rank whose tick falls between them they are ordered by time.
+        return (key[0], (key[1] + view) // 2, key[2])
+    return key
+
+
+def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> list[tuple]:
+    """Victim order keys (of an index, in replicated order) in the order rank `view`
+    takes them."""
+    if cfg.bug == "wallclock_tiebreak" and view is not None:
+        return sorted(keys, key=lambda k: rank_order_key(k, cfg, view))
+    return list(keys)
+
+
+def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:
+    """Whether something holds the node on L1: a lock (requests, its own pending backup)
+    or a backup in flight."""
+    if is_pending and cfg.bug == "evict_pending":
+        # the victim test does not see the backup in flight: neither that the node is
+        # pending nor the lock its backup holds on it, so the node is taken mid-backup
+        return node.lock > 1
+    return bool(node.lock) or is_pending
+
+
+def dev_victim_key(node: Node, is_pending: bool, cfg: Config) -> tuple | None:
+    """Victim-order key of a node that `EvictDevice` may take now, else None.
+
+    Evictable from L1: on L1, unlocked, no pending backup, no child on L1, and either
+    backed (it keeps its host copy) or, under write_through, unbacked with no
+    children at all (it is deleted; deleting one with host-only children would orphan
+    them, which the reference does: `unbacked_evict = "reference"` allows it). Under
+    write_back an unbacked leaf must be written back first (`Reserve`).
+    """
+    if node.id == ROOT_ID or not node.dev or node.ondev or held_on_l1(node, is_pending, cfg):
+        return None
+    if node.host is None and (
+        cfg.policy != "write_through" or (len(node.children) and cfg.unbacked_evict != "reference")
+    ):
+        return None
+    return victim_order(node, cfg)
+
+
+def host_victim_key(node: Node, cfg: Config) -> tuple | None:
+    """Victim-order key of a node that `EvictHost` may take now: evicted from L1, backed,
+    no children, not pinned by a spill."""
+    if node.id == ROOT_ID or node.dev or node.host is None or len(node.children) or node.pin or node.lock:
+        return None
+    return victim_order(node, cfg)
+
+
+def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
+    """Whether `Reserve` may start a backup of this node (before capacity is considered)."""
+    if node.id == ROOT_ID or not node.dev or node.host is not None or is_pending:
+        return False
+    if cfg.policy == "write_through":
+        return node.hits >= cfg.write_threshold
+    return node.lock == 0 and node.ondev == 0
