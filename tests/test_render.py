@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvsm.render import Names, diff, show, styled
-from kvsm.render.story import read_run, tail_story
+from kvsm.corpus.run import read_run
+from kvsm.render.story import tail_story
 from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY
 

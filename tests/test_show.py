@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.render.html import data
-from kvsm.render.story import read_run
+from kvsm.corpus.run import read_run
 from kvsm.transitions import REGISTRY
 
 runner = CliRunner()

@@ -34,7 +34,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config import BUGS, Config, ConfigError, builtin_names, load_config
-from ..transitions import REGISTRY, Transition
+from ..render import SECTIONS
+from ..steptext import StepError, step_text
+from ..steptext import parse_step as read_step
+from ..transitions import Transition
 
 DIRECTIVES = ("show", "diff", "rejects")
 SEPARATOR = "----"
@@ -52,83 +55,12 @@ class CaseError(ValueError):
 # ---- steps -----------------------------------------------------------------------------------
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (tuple, list)):
-        return "[" + ",".join(str(x) for x in v) + "]"
-    return str(v)
-
-
-def step_text(t: Transition) -> str:
-    """A transition in the corpus's step syntax: its name, `r=RANK` for a per-rank step,
-    then its arguments in the order the log format lists them."""
-    spec = REGISTRY.get(t.name)
-    parts = [t.name]
-    if t.rank is not None:
-        parts.append(f"r={t.rank}")
-    args = dict(t.args)
-    order = list(spec.args) if spec is not None else []
-    for k in order + sorted(k for k in args if k not in order):
-        if k in args:
-            parts.append(f"{k}={_value(args[k])}")
-    return " ".join(parts)
-
-
-_ARG = re.compile(r"(\w+)=(\[[^\]]*\]|\S+)")
-_INT = re.compile(r"-?\d+")
-
-
 def parse_step(text: str, path: str = "<step>", line: int = 0) -> Transition:
     """A step line -> Transition; the errors say which argument is wrong and why."""
-    head, _, rest = text.strip().partition(" ")
-    spec = REGISTRY.get(head)
-    if spec is None:
-        raise CaseError(path, line, f"unknown transition or directive '{head}'")
-    args: dict[str, Any] = {}
-    rank = None
-    pos = 0
-    rest = rest.strip()
-    while pos < len(rest):
-        m = _ARG.match(rest, pos)
-        if m is None:
-            raise CaseError(path, line, f"{head}: cannot read '{rest[pos:]}' (arguments are name=value)")
-        k, v = m.group(1), m.group(2)
-        pos = m.end()
-        while pos < len(rest) and rest[pos] == " ":
-            pos += 1
-        if k == "r":
-            if not spec.per_rank:
-                raise CaseError(path, line, f"{head} is not a per-rank transition but has r={v}")
-            if not _INT.fullmatch(v):
-                raise CaseError(path, line, f"{head}: the rank r must be an integer, got '{v}'")
-            rank = int(v)
-            continue
-        typ = spec.args.get(k)
-        if typ is None:
-            raise CaseError(path, line, f"{head} has no argument '{k}' (it takes {', '.join(spec.args) or 'none'})")
-        if k in args:
-            raise CaseError(path, line, f"{head}: argument '{k}' is given twice")
-        if typ == "int":
-            if not _INT.fullmatch(v):
-                raise CaseError(path, line, f"{head} argument '{k}' must be an integer, got '{v}'")
-            args[k] = int(v)
-        elif typ == "bool":
-            if v not in ("true", "false"):
-                raise CaseError(path, line, f"{head} argument '{k}' must be true or false, got '{v}'")
-            args[k] = v == "true"
-        else:
-            inner = v[1:-1].strip() if v.startswith("[") and v.endswith("]") else None
-            items = [x.strip() for x in inner.split(",")] if inner else []
-            if inner is None or not all(_INT.fullmatch(x) for x in items):
-                raise CaseError(path, line, f"{head} argument '{k}' must be a list of integers like [1,2], got '{v}'")
-            args[k] = [int(x) for x in items]
-    if spec.per_rank and rank is None:
-        raise CaseError(path, line, f"{head} needs its rank (r=N)")
-    missing = [k for k in spec.args if k not in args]
-    if missing:
-        raise CaseError(path, line, f"{head} needs argument '{missing[0]}'")
-    return Transition.make(head, rank=rank, **args)
+    try:
+        return read_step(text)
+    except StepError as e:
+        raise CaseError(path, line, str(e)) from None
 
 
 # ---- configs ----------------------------------------------------------------------------------
@@ -374,8 +306,6 @@ def parse_case(text: str, path: str = "<case>") -> Case:
                 need(bool(rest), ln, "rejects needs the step it expects the model to refuse")
                 e = Entry("rejects", ln, step=parse_step(rest, path, ln))
             else:
-                from ..render import SECTIONS
-
                 args = tuple(rest.split())
                 bad = [a for a in args if a not in SECTIONS]
                 need(not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")

@@ -14,7 +14,9 @@ from typing import Any, Iterable
 
 from ..config import Config
 from ..invariants import violations as check_invariants
+from ..log import read_log
 from ..state import ClusterState, initial_state
+from ..steptext import step_text
 from ..transitions import Rejected, Transition, apply
 from .text import render, render_diff
 from .view import Names, View, build
@@ -65,8 +67,7 @@ class Run:
 
 
 def step_line(t: Transition) -> str:
-    from ..corpus.format import step_text  # the corpus's step syntax, one way to write a step
-
+    """A step as the corpus writes it (kvsm.steptext)."""
     return step_text(t)
 
 
@@ -119,19 +120,10 @@ def run_steps(
     return run
 
 
-def read_run(path: str | Path) -> Run:
-    """Step through a log (JSONL) or a corpus case (`.txt`: its steps; a `rejects`
-    directive applies nothing)."""
+def read_log_run(path: str | Path) -> Run:
+    """Step through a kvsm log (JSONL). A corpus case is read by kvsm.corpus.run.read_run,
+    which reads either."""
     p = str(path)
-    if _is_case(p):
-        from ..corpus.format import read_case
-
-        case = read_case(p)
-        run = run_steps(case.config, ((e.line, e.step, None) for e in case.script if e.kind == "step"), p)
-        run.about.append(f"case {case.name}: {' '.join(case.shows.split())}")
-        return run
-    from ..log import read_log
-
     header, stream = read_log(p)
     run = run_steps(header.config, ((ln, t, d) for ln, _, t, d in stream), p, header.initial_digest)
     ex = header.extra
@@ -145,18 +137,6 @@ def read_run(path: str | Path) -> Run:
     elif "case" in ex and isinstance(ex["case"], dict):
         run.about.append(f"case {ex['case'].get('name')}")
     return run
-
-
-def _is_case(path: str) -> bool:
-    if path.endswith(".jsonl"):
-        return False
-    if path.endswith(".txt"):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return not f.read(1).startswith(b"{")
-    except OSError:
-        return False
 
 
 def config_line(cfg: Config) -> str:
@@ -221,7 +201,7 @@ def tail_story(path: str | Path, last: int = 6, until: int | None = None, html_h
     its first violation, else where replay stopped, else its end), the state after
     them, and the commands that open the whole of it. What `kvsm sim` prints when a run
     stops, and what `kvsm check` and `kvsm validate` print for a counterexample."""
-    run = read_run(path)
+    run = read_log_run(path)
     end = until
     if end is None:
         # the first violation; a long log (a simulator run) is only checked at its end,
