@@ -20,9 +20,13 @@ A case is a header, a blank line, and a script:
       ...
 
 The script's lines are steps in the log's transition syntax (`Insert rid=0`,
-`WriteDone r=1`, `SpillDone r=0 ok=true`), comments (`#`), blank lines, and the
-directives `show [SECTION...]`, `diff [SECTION...]` and `rejects STEP`, each followed
-by a `----` line and its expected output up to the next blank line (or the end).
+`WriteDone r=1`, `SpillDone r=0 ok=true`, kvsm.steptext), each followed by its
+effects indented by two spaces (what the step asks the world to do, one line per
+batch, kvsm.render.effects: `  fill p0(l0)←[1] p1(l1)←[1,2]`), comments (`#`), blank
+lines, and the directives `show [SECTION...]`, `diff [SECTION...]` and `rejects
+STEP`, each followed by a `----` line and its expected output up to the next blank
+line (or the end). A step's effect lines and a directive's output are what the
+renderer printed; `kvsm corpus verify --rewrite` writes them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..transitions import Transition
 
 DIRECTIVES = ("show", "diff", "rejects")
 SEPARATOR = "----"
+EFFECT_INDENT = "  "  # a step's effect lines, under it
 ORIGIN_DEFAULT = {"source": "hand", "seed": None, "extra": {}}
 
 
@@ -143,6 +148,7 @@ class Entry:
     text: str = ""  # a comment's or blank line's text
     step: Transition | None = None  # a step, or the step a `rejects` names
     args: tuple[str, ...] = ()  # a show or diff's section names
+    # a directive's expected output; a step's expected effect lines ("": none)
     expected: str | None = None
 
     def head(self) -> str:
@@ -195,7 +201,11 @@ def format_case(case: Case, outputs: dict[int, str] | None = None) -> str:
     n = len(case.script)
     for i, e in enumerate(case.script):
         lines.append(e.head())
-        if e.kind in DIRECTIVES:
+        if e.kind == "step":
+            out = outputs.get(i, e.expected) if outputs is not None else e.expected
+            if out:
+                lines += [EFFECT_INDENT + x for x in out.split("\n")]
+        elif e.kind in DIRECTIVES:
             out = outputs.get(i, e.expected) if outputs is not None else e.expected
             if out is not None:
                 lines.append(SEPARATOR)
@@ -299,6 +309,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             case.script.append(Entry("comment", ln, text=raw))
             i += 1
             continue
+        need(not raw.startswith(EFFECT_INDENT), ln, "an indented line here is under no step (a step's effect lines follow it directly)")
         need(s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
         word, _, rest = s.partition(" ")
         if word in DIRECTIVES:
@@ -322,8 +333,14 @@ def parse_case(text: str, path: str = "<case>") -> Case:
                 e.expected = "\n".join(out)
             case.script.append(e)
             continue
-        case.script.append(Entry("step", ln, step=parse_step(s, path, ln)))
+        e = Entry("step", ln, step=parse_step(s, path, ln))
         i += 1
+        effects: list[str] = []
+        while i < len(lines) and lines[i].startswith(EFFECT_INDENT) and lines[i].strip():
+            effects.append(lines[i][len(EFFECT_INDENT):])
+            i += 1
+        e.expected = "\n".join(effects)
+        case.script.append(e)
     return case
 
 

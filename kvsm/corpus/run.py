@@ -25,6 +25,7 @@ from ..config import Config, ConfigError
 from ..invariants import violations as check_invariants
 from ..log import Header, LogWriter, read_log
 from ..render import Names, View, build, render, render_diff
+from ..render.effects import effect_lines
 from ..render.story import Run, read_log_run, run_steps
 from ..state import ClusterState, initial_state
 from ..steptext import step_text
@@ -91,6 +92,7 @@ def play(case: Case, cfg: Config) -> Played:
                 return out
             out.states.append(s)
             out.lines.append(e.line)
+            out.outputs[i] = "\n".join(effect_lines(s.effects, names, cfg.R))
             bad = check_invariants(s)
             if bad:
                 out.violated.append((e.line, step_text(t), bad))
@@ -117,6 +119,9 @@ def _compare(case: Case, played: Played) -> list[Failure]:
         if i not in played.outputs:
             continue
         got = played.outputs[i]
+        if e.kind == "step":
+            fails += _compare_effects(case, e, got)
+            continue
         if e.expected is None:
             fails.append(Failure(case.path, e.line, f"{e.head()} has no expected output yet (kvsm corpus verify --rewrite writes it)", output=True))
             continue
@@ -129,6 +134,19 @@ def _compare(case: Case, played: Played) -> list[Failure]:
         detail = "\n".join(difflib.unified_diff(want_lines, got_lines, "expected", "renderer", lineterm="", n=2))
         fails.append(Failure(case.path, e.line + 2 + k, f"{e.head()}: expected '{want.strip()}', the renderer prints '{have.strip()}'", detail, True))
     return fails
+
+
+def _compare_effects(case: Case, e: Entry, got: str) -> list[Failure]:
+    """A step's effect lines against what its step asked for ("": nothing)."""
+    want = e.expected or ""
+    if got == want:
+        return []
+    want_lines, got_lines = want.split("\n") if want else [], got.split("\n") if got else []
+    k = next((j for j in range(min(len(want_lines), len(got_lines))) if want_lines[j] != got_lines[j]), min(len(want_lines), len(got_lines)))
+    listed = f"'{want_lines[k]}'" if k < len(want_lines) else "no more effects"
+    asked = f"'{got_lines[k]}'" if k < len(got_lines) else "no more"
+    detail = "\n".join(difflib.unified_diff(want_lines, got_lines, "expected", "the step's effects", lineterm="", n=2))
+    return [Failure(case.path, e.line + 1 + k, f"{e.head()}: the case lists {listed}, the step asks {asked}", detail, True)]
 
 
 def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int, str] | None]:

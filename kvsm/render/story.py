@@ -18,6 +18,7 @@ from ..log import read_log
 from ..state import ClusterState, initial_state
 from ..steptext import step_text
 from ..transitions import Rejected, Transition, apply
+from .effects import effect_lines
 from .text import render, render_diff
 from .view import Names, View, build
 
@@ -155,11 +156,14 @@ def _indent(text: str, by: str = "  ") -> str:
 
 
 def step_story(run: Run, n: int, before: View | None = None, after: View | None = None) -> str:
-    """Step `n`: its transition, what it changed, and any violation after it."""
+    """Step `n`: its transition, what it asked the world to do (its effects, one line per
+    batch), what it changed, and any violation after it."""
     st = run.steps[n - 1]
     a = before if before is not None else run.view(n - 1)
     b = after if after is not None else run.view(n)
-    lines = [f"step {n}  {step_line(st.transition)}", _indent(render_diff(a, b))]
+    lines = [f"step {n}  {step_line(st.transition)}"]
+    lines += [f"  {x}" for x in effect_lines(st.state.effects, run.names, run.config.R)]
+    lines.append(_indent(render_diff(a, b)))
     lines += [f"  violation {v}" for v in run.violations(n)]
     return "\n".join(lines)
 
