@@ -229,8 +229,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
     violations: list[str] = []
 
     def need(cond: bool, line: int, reason: str) -> None:
-        if not cond:
-            raise CaseError(path, line, reason)
+        _need(path, cond, line, reason)
 
     def block(start: int) -> tuple[list[str], int]:
         """The indented lines after line `start` (0-based), dedented by two spaces."""
@@ -296,30 +295,42 @@ def parse_case(text: str, path: str = "<case>") -> Case:
         origin=hdr.get("origin", dict(ORIGIN_DEFAULT)),
         lines=at,
     )
-    i += 1  # the blank line that ends the header
+    case.script = _script(lines, i + 1, path)  # after the blank line that ends the header
+    return case
+
+
+def _need(path: str, cond: bool, line: int, reason: str) -> None:
+    if not cond:
+        raise CaseError(path, line, reason)
+
+
+def _script(lines: list[str], i: int, path: str) -> list[Entry]:
+    """The script from line index `i` on: its steps (each with its effect lines), comments,
+    blank lines and directives (each with its output)."""
+    script: list[Entry] = []
     while i < len(lines):
         raw = lines[i]
         ln = i + 1
         s = raw.strip()
         if not s:
-            case.script.append(Entry("blank", ln, text=""))
+            script.append(Entry("blank", ln, text=""))
             i += 1
             continue
         if s.startswith("#"):
-            case.script.append(Entry("comment", ln, text=raw))
+            script.append(Entry("comment", ln, text=raw))
             i += 1
             continue
-        need(not raw.startswith(EFFECT_INDENT), ln, "an indented line here is under no step (a step's effect lines follow it directly)")
-        need(s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
+        _need(path, not raw.startswith(EFFECT_INDENT), ln, "an indented line here is under no step (a step's effect lines follow it directly)")
+        _need(path, s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
         word, _, rest = s.partition(" ")
         if word in DIRECTIVES:
             if word == "rejects":
-                need(bool(rest), ln, "rejects needs the step it expects the model to refuse")
+                _need(path, bool(rest), ln, "rejects needs the step it expects the model to refuse")
                 e = Entry("rejects", ln, step=parse_step(rest, path, ln))
             else:
                 args = tuple(rest.split())
                 bad = [a for a in args if a not in SECTIONS]
-                need(not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")
+                _need(path, not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")
                 e = Entry(word, ln, args=args)
             i += 1
             if i < len(lines) and lines[i] == SEPARATOR:
@@ -331,7 +342,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
                 if i < len(lines):
                     i += 1  # the blank line that ends the output
                 e.expected = "\n".join(out)
-            case.script.append(e)
+            script.append(e)
             continue
         e = Entry("step", ln, step=parse_step(s, path, ln))
         i += 1
@@ -340,8 +351,8 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             effects.append(lines[i][len(EFFECT_INDENT):])
             i += 1
         e.expected = "\n".join(effects)
-        case.script.append(e)
-    return case
+        script.append(e)
+    return script
 
 
 def read_case(path: str) -> Case:
