@@ -465,7 +465,7 @@ InsertTo(s) ==
 InsertAlong(rid, lay) ==
     /\ InsertFits(lay)
     /\ InsertTo(Decided("Insert", [v \in Views |-> LET l == IF v = ClusterView THEN lay ELSE InsertLayout(State, rid, v)
-                                                 IN IF InsertFits(l) THEN Inserted(State, rid, l) ELSE NoOutcome]))
+                                                   IN IF InsertFits(l) THEN Inserted(State, rid, l) ELSE NoOutcome]))
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
@@ -606,7 +606,7 @@ Reserve(n, fits) ==
     /\ fits = HostRoomFor(Len(nodes[n].key), ClusterView)
     /\ ~fits => HostVictims(State) # {}
     /\ ReserveTo(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) = fits
-                                                 THEN Reserved(State, n, fits, v) ELSE NoOutcome]))
+                                                    THEN Reserved(State, n, fits, v) ELSE NoOutcome]))
 
 (* Prepared write-through backups (PreparedBackups, the reference's production
    path, prepare_write_backups_for_reqs): before a matched request's forward
@@ -781,7 +781,7 @@ EvictDevice(n) ==
     /\ n \in DOMAIN nodes
     /\ IsDeviceVictim(n, ClusterView)
     /\ EvictDeviceTo(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
-                                                     ELSE NoOutcome]))
+                                                            ELSE NoOutcome]))
 
 \* EvictHost's effect: the node and its object gone.
 EvictHostTo(s) ==
@@ -798,7 +798,7 @@ EvictHost(n) ==
     /\ n \in DOMAIN nodes
     /\ IsHostVictim(n, ClusterView)
     /\ EvictHostTo(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
-                                                   ELSE NoOutcome]))
+                                                        ELSE NoOutcome]))
 
 \* The pages of the L2-only nodes below request rid's lock, along its key.
 HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
@@ -848,9 +848,9 @@ LoadBackTo(s) ==
 LoadBackAlong(rid, plan) ==
     /\ LoadBackFits(plan)
     /\ LoadBackTo(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
-                                                           ELSE LoadBackPlan(State, requests[rid], v)
-                                                   IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
-                                                      ELSE NoOutcome]))
+                                                               ELSE LoadBackPlan(State, requests[rid], v)
+                                                       IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
+                                                          ELSE NoOutcome]))
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
