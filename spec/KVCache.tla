@@ -258,10 +258,12 @@ Decided(name, out) ==
 -----------------------------------------------------------------------------
 (* Actions. Each is its enabling condition, as named conjuncts in the order in
    which the Python transition checks them (each check there is a `Rejected`
-   with its reason), followed by its effect. Effects that split, evict or
-   allocate are computed by a pure operator over State (see KVTree): TLC
-   caches the definitions of a LET inside an operator, where it re-evaluates a
-   LET written directly in an action at every use.
+   with its reason), followed by its effect: the variables it changes primed,
+   the others UNCHANGED (by group). Effects that split, evict or allocate are
+   computed by a pure operator over State (see KVTree) and taken by the
+   action's To operator: TLC caches the definitions of a LET inside an
+   operator, where it re-evaluates a LET written directly in an action at
+   every use.
 
    A guard that is a disjunction (or an \E) is, for TLC, one branch of the
    step per true disjunct, each generating the same successor again. Guards
@@ -655,9 +657,9 @@ Prepare(rid, fits) ==
     /\ fits = HostRoomFor(PrepareLen(State, rid), NoView)
     /\ PrepareTo(Prepared(State, rid, fits))
 
-(* The rank steps, WriteDone and Commit, assign the variables directly: they are
-   what the fairness of the liveness property ranges over, and TLC evaluates
-   them once per edge and per property branch. *)
+(* The rank steps, WriteDone and Commit, compute their effect in the action,
+   without a state record: they are what the fairness of the liveness property
+   ranges over, and TLC evaluates them once per edge and per property branch. *)
 
 \* Host content once rank r has copied the pages of write n that sit in its lane.
 Stored(r, n) ==
