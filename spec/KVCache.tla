@@ -109,15 +109,24 @@ VARIABLES
     diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
                     \* (only under a defect in RankViewBugs): [action, ranks]
 
-l3vars == <<spills, reload_candidates, reloads, spill_gathered, spill_done, reload_done,
-            disk_ok, disk_faults, l3, spill_staged>>
+(* The variables in named groups, each the state of one part of the cluster. An
+   action assigns the variables it changes and names the rest UNCHANGED, by group
+   where it keeps a whole group (kvsm/tla/frame.py reads these lists: `kvsm
+   validate` compares after a step only the variables its action may change). *)
+treeVars    == <<nodes, next_id, clock>>                \* the radix tree, its ids and its clock
+requestVars == <<next_rid, requests, prepared>>         \* the requests and their prepared backups
+deviceVars  == <<dev_free, dev_content>>                \* L1: the lanes' pages
+hostVars    == <<l2_free, objects, host_content>>       \* L2: the host pool and its objects
+backupVars  == <<pending, writes, write_done, commit_round>>  \* backups in flight, the commit collective
+loadVars    == <<loads, load_done>>                     \* load-backs in flight
+spillVars   == <<spills, spill_gathered, spill_done, spill_staged>>  \* spills in flight (not their queue)
+reloadVars  == <<reload_candidates, reloads, reload_done>>
+diskVars    == <<disk_ok, disk_faults, l3>>             \* L3: each rank's disk
+l3Vars      == <<spillVars, reloadVars, diskVars>>      \* every L3 variable but the spill queue
 
-\* the asynchronous load-back and the commit collective's round
-roundvars == <<loads, load_done, commit_round>>
-
-vars == <<nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-          writes, requests, write_done, dev_content, host_content, spill_queue, l3vars, roundvars, prepared,
-          diverged>>
+\* every variable: the groups, the spill queue (fed by commits, drained by spills) and
+\* the ghost `diverged`
+vars == <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue, l3Vars, diverged>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -207,8 +216,11 @@ Init ==
 -----------------------------------------------------------------------------
 (* The whole state as one record, the `s` of KVTree's operators. An action
    that splits, evicts or allocates computes the record after it with a pure
-   operator named for what it yields (Inserted, Reserved, ...) and takes it
-   with Become. *)
+   operator named for what it yields (Inserted, Reserved, ...), and its effect
+   is an operator of that record, named for the action with `To` (MatchTo(s),
+   ...), which assigns the variables the action changes from the record and
+   keeps the others UNCHANGED: the record is the operator's argument, which TLC
+   evaluates once (a LET in an action it evaluates at every use). *)
 
 State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> next_rid,
           dev_free |-> dev_free, l2_free |-> l2_free, objects |-> objects,
@@ -220,37 +232,6 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
           l3 |-> l3, spill_staged |-> spill_staged, loads |-> loads, load_done |-> load_done,
           commit_round |-> commit_round, prepared |-> prepared, diverged |-> diverged]
-
-Become(s) ==
-    /\ nodes' = s.nodes
-    /\ next_id' = s.next_id
-    /\ clock' = s.clock
-    /\ next_rid' = s.next_rid
-    /\ dev_free' = s.dev_free
-    /\ l2_free' = s.l2_free
-    /\ objects' = s.objects
-    /\ pending' = s.pending
-    /\ writes' = s.writes
-    /\ requests' = s.requests
-    /\ write_done' = s.write_done
-    /\ dev_content' = s.dev_content
-    /\ host_content' = s.host_content
-    /\ spill_queue' = s.spill_queue
-    /\ spills' = s.spills
-    /\ reload_candidates' = s.reload_candidates
-    /\ reloads' = s.reloads
-    /\ spill_gathered' = s.spill_gathered
-    /\ spill_done' = s.spill_done
-    /\ reload_done' = s.reload_done
-    /\ disk_ok' = s.disk_ok
-    /\ disk_faults' = s.disk_faults
-    /\ l3' = s.l3
-    /\ spill_staged' = s.spill_staged
-    /\ loads' = s.loads
-    /\ load_done' = s.load_done
-    /\ commit_round' = s.commit_round
-    /\ prepared' = s.prepared
-    /\ diverged' = s.diverged
 
 (* A deciding action (its victims, its host room, its L3 claim) is decided by
    every rank from its own replica. `out` is each view's successor, NoOutcome
@@ -277,10 +258,12 @@ Decided(name, out) ==
 -----------------------------------------------------------------------------
 (* Actions. Each is its enabling condition, as named conjuncts in the order in
    which the Python transition checks them (each check there is a `Rejected`
-   with its reason), followed by its effect. Effects that split, evict or
-   allocate are computed by a pure operator over State (see KVTree): TLC
-   caches the definitions of a LET inside an operator, where it re-evaluates a
-   LET written directly in an action at every use.
+   with its reason), followed by its effect: the variables it changes primed,
+   the others UNCHANGED (by group). Effects that split, evict or allocate are
+   computed by a pure operator over State (see KVTree) and taken by the
+   action's To operator: TLC caches the definitions of a LET inside an
+   operator, where it re-evaluates a LET written directly in an action at
+   every use.
 
    A guard that is a disjunction (or an \E) is, for TLC, one branch of the
    step per true disjunct, each generating the same successor again. Guards
@@ -311,8 +294,8 @@ Arrive(rid, tokens, out_pages) ==
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
                             node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content, spill_queue, l3vars, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, prepared, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   l3Vars, diverged>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
@@ -335,6 +318,17 @@ Matched(s, rid) ==
     IN [s1 EXCEPT !.nodes = LockPath(@, last, 1),
                   !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]
 
+\* Match's effect: a split, the stamps, the lock and the request.
+MatchTo(s) ==
+    /\ nodes' = s.nodes
+    /\ next_id' = s.next_id
+    /\ clock' = s.clock
+    /\ objects' = s.objects
+    /\ requests' = s.requests
+    /\ spill_queue' = s.spill_queue
+    /\ UNCHANGED <<next_rid, prepared, deviceVars, l2_free, host_content, backupVars, loadVars,
+                   l3Vars, diverged>>
+
 (* Match the longest cached prefix (L1 or L2) of the request's key but its last
    page (MatchKey), splitting the node the match ends inside (not when it is
    unsplittable: the match then stops above it); touch the matched nodes root
@@ -344,7 +338,7 @@ Match(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "queued")
     /\ ~AwaitsReload(rid)
-    /\ Become(Matched(State, rid))
+    /\ MatchTo(Matched(State, rid))
 
 \* Take write n out of `writes` (a rank that finished it counts one less) and free
 \* its object: a rollback, of a pending or of a prepared backup.
@@ -447,14 +441,33 @@ Inserted(s, rid, lay) ==
                                         !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]],
                rid, IF attach THEN prep ELSE NoNode)
 
+\* Insert's effect: the split, the evictions, the pages taken, the request, its prepared backup settled.
+InsertTo(s) ==
+    /\ nodes' = s.nodes
+    /\ next_id' = s.next_id
+    /\ clock' = s.clock
+    /\ dev_free' = s.dev_free
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ pending' = s.pending
+    /\ writes' = s.writes
+    /\ requests' = s.requests
+    /\ write_done' = s.write_done
+    /\ dev_content' = s.dev_content
+    /\ host_content' = s.host_content
+    /\ spill_queue' = s.spill_queue
+    /\ prepared' = s.prepared
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_rid, commit_round, loadVars, l3Vars>>
+
 (* Insert with the cluster's layout `lay`: the layout (the key's walk and the room
    it needs) is the costly part, so it is an argument, which TLC evaluates once
    (it evaluates a LET of an action at every use); each other rank's view under
    a defect has its own. *)
 InsertAlong(rid, lay) ==
     /\ InsertFits(lay)
-    /\ Become(Decided("Insert", [v \in Views |-> LET l == IF v = ClusterView THEN lay ELSE InsertLayout(State, rid, v)
-                                                 IN IF InsertFits(l) THEN Inserted(State, rid, l) ELSE NoOutcome]))
+    /\ InsertTo(Decided("Insert", [v \in Views |-> LET l == IF v = ClusterView THEN lay ELSE InsertLayout(State, rid, v)
+                                                   IN IF InsertFits(l) THEN Inserted(State, rid, l) ELSE NoOutcome]))
 
 (* After the forward pass, cache the request's pages: whole nodes on L1 are hits,
    whole nodes only on L2 get device pages back (their content recomputed), the
@@ -479,16 +492,33 @@ Released(s, rid) ==
                      !.reloads = [j \in DOMAIN s.reloads |->
                                     [s.reloads[j] EXCEPT !.waiters = Without(@, rid)]]]
 
+\* Finish's and Abort's effect: what the request held released.
+ReleaseTo(s) ==
+    /\ nodes' = s.nodes
+    /\ dev_free' = s.dev_free
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ writes' = s.writes
+    /\ requests' = s.requests
+    /\ write_done' = s.write_done
+    /\ dev_content' = s.dev_content
+    /\ host_content' = s.host_content
+    /\ reload_candidates' = s.reload_candidates
+    /\ reloads' = s.reloads
+    /\ prepared' = s.prepared
+    /\ UNCHANGED <<next_id, clock, next_rid, pending, commit_round, loadVars, spill_queue,
+                   spillVars, reload_done, diskVars, diverged>>
+
 Finish(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "decoding")
-    /\ Become(Released(State, rid))
+    /\ ReleaseTo(Released(State, rid))
 
 \* A request may be aborted in any phase.
 Abort(rid) ==
     /\ RoundClosed
     /\ rid \in DOMAIN requests
-    /\ Become(Released(State, rid))
+    /\ ReleaseTo(Released(State, rid))
 
 -----------------------------------------------------------------------------
 (* Split is demand-driven: a queued request's match key, or a matched request's
@@ -503,11 +533,20 @@ IsDemandedSplit(n, at) ==
     /\ ~Unsplittable(State, n)
     /\ <<n, at>> \in LiveKeyCuts
 
+\* Split's effect: the two parts, and the upper object when the node is backed.
+SplitTo(s) ==
+    /\ nodes' = s.nodes
+    /\ next_id' = s.next_id
+    /\ objects' = s.objects
+    /\ spill_queue' = s.spill_queue
+    /\ UNCHANGED <<clock, requestVars, deviceVars, l2_free, host_content, backupVars, loadVars,
+                   l3Vars, diverged>>
+
 Split(n, at) ==
     /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDemandedSplit(n, at)
-    /\ Become(SplitNode(State, n, at))
+    /\ SplitTo(SplitNode(State, n, at))
 
 -----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
@@ -550,14 +589,26 @@ Reserved(s, n, fits, v) ==
                   !.writes = Append(@, n),
                   !.nodes[n].lock = @ + 1]
 
+\* Reserve's effect: the host victims released and the object reserved.
+ReserveTo(s) ==
+    /\ nodes' = s.nodes
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ pending' = s.pending
+    /\ writes' = s.writes
+    /\ host_content' = s.host_content
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, write_done, commit_round, loadVars,
+                   spill_queue, l3Vars>>
+
 Reserve(n, fits) ==
     /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
     /\ fits = HostRoomFor(Len(nodes[n].key), ClusterView)
     /\ ~fits => HostVictims(State) # {}
-    /\ Become(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) = fits
-                                                 THEN Reserved(State, n, fits, v) ELSE NoOutcome]))
+    /\ ReserveTo(Decided("Reserve", [v \in Views |-> IF HostRoomFor(Len(nodes[n].key), v) = fits
+                                                    THEN Reserved(State, n, fits, v) ELSE NoOutcome]))
 
 (* Prepared write-through backups (PreparedBackups, the reference's production
    path, prepare_write_backups_for_reqs): before a matched request's forward
@@ -585,6 +636,18 @@ Prepared(s, rid, fits) ==
                        !.prepared = (rid :> u) @@ @,
                        !.writes = Append(@, u)]
 
+\* Prepare's effect: the host victims released, the id taken and the object reserved.
+PrepareTo(s) ==
+    /\ nodes' = s.nodes
+    /\ next_id' = s.next_id
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ writes' = s.writes
+    /\ host_content' = s.host_content
+    /\ prepared' = s.prepared
+    /\ UNCHANGED <<clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
+                   loadVars, spill_queue, l3Vars, diverged>>
+
 Prepare(rid, fits) ==
     /\ RoundClosed
     /\ PreparedBackups /\ WriteThrough
@@ -592,11 +655,11 @@ Prepare(rid, fits) ==
     /\ rid \notin DOMAIN prepared
     /\ PrepareLen(State, rid) > 0
     /\ fits = HostRoomFor(PrepareLen(State, rid), NoView)
-    /\ Become(Prepared(State, rid, fits))
+    /\ PrepareTo(Prepared(State, rid, fits))
 
-(* The rank steps, WriteDone and Commit, assign the variables directly: they are
-   what the fairness of the liveness property ranges over, and TLC evaluates
-   them once per edge and per property branch. *)
+(* The rank steps, WriteDone and Commit, compute their effect in the action,
+   without a state record: they are what the fairness of the liveness property
+   ranges over, and TLC evaluates them once per edge and per property branch. *)
 
 \* Host content once rank r has copied the pages of write n that sit in its lane.
 Stored(r, n) ==
@@ -620,8 +683,8 @@ WriteDone(r) ==
     /\ commit_round[r] # 1
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + (IF Bug = "duplicate_ack" /\ @ + 1 < Len(writes) THEN 2 ELSE 1)]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, dev_content, spill_queue, l3vars, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, pending, writes,
+                   commit_round, loadVars, spill_queue, l3Vars, diverged>>
 
 \* Every rank has finished the write at the head of `writes`.
 WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
@@ -638,8 +701,8 @@ CommitFirst(m, done) ==
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ commit_round' = [r \in Ranks |-> 0]
-    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, requests, dev_content,
-                   host_content, l3vars, loads, load_done, diverged>>
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, l2_free, host_content, loadVars, l3Vars,
+                   diverged>>
 
 \* Rank r reaches the commit collective's call (the reference's writing_check MIN
 \* all-reduce) while a backup is in flight. It enters, or under "reference", when
@@ -655,9 +718,8 @@ CommitCall(r) ==
     /\ LET c1 == [commit_round EXCEPT ![r] =
                      IF (CommitEntry = "fixed" /\ Bug # "skip_collective") \/ write_done[r] > 0 THEN 1 ELSE 2]
        IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, write_done, dev_content, host_content, spill_queue, l3vars,
-                   loads, load_done, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
+                   loadVars, spill_queue, l3Vars, diverged>>
 
 \* The agreement: the commit collective completes once every rank entered it
 \* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
@@ -677,10 +739,22 @@ RolledBack(s, n) ==
          IN [s EXCEPT !.l2_free = @ \cup gone, !.host_content = [h \in gone |-> NoContent] @@ @]
     ELSE [DropWrite(s, n) EXCEPT !.pending = @ \ {n}, !.nodes[n].lock = @ - 1]
 
+\* Rollback's effect: the write and its object dropped.
+RollbackTo(s) ==
+    /\ nodes' = s.nodes
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ pending' = s.pending
+    /\ writes' = s.writes
+    /\ write_done' = s.write_done
+    /\ host_content' = s.host_content
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, commit_round, loadVars, spill_queue,
+                   l3Vars, diverged>>
+
 Rollback(n) ==
     /\ RoundClosed
     /\ n \in pending
-    /\ Become(RolledBack(State, n))
+    /\ RollbackTo(RolledBack(State, n))
 
 -----------------------------------------------------------------------------
 (* Eviction: the victim is the first of its tier's order; the argument names it
@@ -695,19 +769,38 @@ IsHostVictim(n, v) ==
     /\ HostEvictable(State, n)
     /\ n = FirstVictimAs(nodes, HostVictims(State), v)
 
+\* EvictDevice's effect: the node off L1.
+EvictDeviceTo(s) ==
+    /\ nodes' = s.nodes
+    /\ dev_free' = s.dev_free
+    /\ dev_content' = s.dev_content
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, requestVars, hostVars, backupVars, loadVars, spill_queue,
+                   l3Vars>>
+
 EvictDevice(n) ==
     /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsDeviceVictim(n, ClusterView)
-    /\ Become(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
-                                                     ELSE NoOutcome]))
+    /\ EvictDeviceTo(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
+                                                            ELSE NoOutcome]))
+
+\* EvictHost's effect: the node and its object gone.
+EvictHostTo(s) ==
+    /\ nodes' = s.nodes
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ host_content' = s.host_content
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
+                   l3Vars>>
 
 EvictHost(n) ==
     /\ RoundClosed
     /\ n \in DOMAIN nodes
     /\ IsHostVictim(n, ClusterView)
-    /\ Become(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
-                                                   ELSE NoOutcome]))
+    /\ EvictHostTo(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
+                                                        ELSE NoOutcome]))
 
 \* The pages of the L2-only nodes below request rid's lock, along its key.
 HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
@@ -740,15 +833,26 @@ LoadedBack(s, rid, lp) ==
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
           !.requests[rid].node = last]
 
+\* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved.
+LoadBackTo(s) ==
+    /\ nodes' = s.nodes
+    /\ dev_free' = s.dev_free
+    /\ requests' = s.requests
+    /\ dev_content' = s.dev_content
+    /\ loads' = s.loads
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, next_rid, prepared, hostVars, backupVars, load_done, spill_queue,
+                   l3Vars>>
+
 (* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is
    an argument, which TLC evaluates once (it evaluates a LET of an action at every
    use); each other rank's view under a defect has its own. *)
 LoadBackAlong(rid, plan) ==
     /\ LoadBackFits(plan)
-    /\ Become(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
-                                                           ELSE LoadBackPlan(State, requests[rid], v)
-                                                   IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
-                                                      ELSE NoOutcome]))
+    /\ LoadBackTo(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
+                                                               ELSE LoadBackPlan(State, requests[rid], v)
+                                                       IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
+                                                          ELSE NoOutcome]))
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
@@ -787,8 +891,7 @@ LoadDone(r) ==
                        ELSE IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes
           /\ loads' = IF pop THEN Tail(loads) ELSE loads
           /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
-    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending,
-                   writes, requests, write_done, host_content, spill_queue, l3vars, commit_round,
+    /\ UNCHANGED <<next_id, clock, requestVars, dev_free, hostVars, backupVars, spill_queue, l3Vars,
                    diverged>>
 
 -----------------------------------------------------------------------------
@@ -823,13 +926,12 @@ SpillSubmit ==
     /\ SpillSlotFree
     /\ LET sub == SubmitFrom(spill_queue)
        IN /\ spill_queue' = sub.rest
-          /\ IF sub.node = NoNode THEN UNCHANGED <<prepared, nodes, spills>>
+          /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
              ELSE /\ nodes' = [nodes EXCEPT ![sub.node].pin = @ + 1]
                   /\ spills' = Append(spills, [node |-> sub.node, hashes |-> NodeHashes(nodes, sub.node),
                                                pinned |-> TRUE])
-    /\ UNCHANGED <<prepared, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes, requests,
-                   write_done, dev_content, host_content, reload_candidates, reloads, spill_gathered,
-                   spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
+                   spill_gathered, spill_done, spill_staged, reloadVars, diskVars, diverged>>
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
@@ -849,9 +951,8 @@ SpillGathered(r) ==
                              Append(@, [k \in DOMAIN own |-> <<op.hashes[own[k] + 1],
                                                                host_content[base + own[k]]>>])]
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_done, reload_done, disk_ok, disk_faults, l3, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   spills, spill_done, reloadVars, diskVars, diverged>>
 
 \* Rank r has a gathered spill it has not written.
 SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
@@ -874,9 +975,8 @@ SpillDone(r, ok) ==
                 ELSE l3
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, reload_done, disk_ok, disk_faults, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   spills, spill_gathered, reloadVars, disk_ok, disk_faults, diverged>>
 
 \* The ops every rank has gathered, and those every rank has written.
 SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
@@ -909,6 +1009,15 @@ SpillAcked(s) ==
                  !.spill_gathered = [r \in Ranks |-> s.spill_gathered[r] - d],
                  !.spill_done = [r \in Ranks |-> SubSeq(s.spill_done[r], d + 1, Len(s.spill_done[r]))]]
 
+\* SpillAck's effect: pins released, nodes durable, acked spills gone.
+SpillAckTo(s) ==
+    /\ nodes' = s.nodes
+    /\ spills' = s.spills
+    /\ spill_gathered' = s.spill_gathered
+    /\ spill_done' = s.spill_done
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
+                   spill_queue, spill_staged, reloadVars, diskVars, diverged>>
+
 (* The agreement of spills: the MIN over ranks of the ops gathered releases
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
    durable the nodes whose pages every owner wrote. After a split the node keeps
@@ -920,7 +1029,7 @@ SpillAck ==
     /\ L3 > 0
     /\ spills # <<>>
     /\ SpillAckDue
-    /\ Become(SpillAcked(State))
+    /\ SpillAckTo(SpillAcked(State))
 
 (* Reloads. A queued request whose key misses the tree at a node boundary below
    its deepest whole match (the anchor) may be marked, once, as a candidate for
@@ -936,9 +1045,8 @@ ReloadMark(rid) ==
     /\ HasReloadTarget(rid)
     /\ reload_candidates' = (rid :> ReloadTarget(nodes, requests[rid])) @@ reload_candidates
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   write_done, dev_content, host_content, spill_queue, spills, reloads,
-                   spill_gathered, spill_done, reload_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, next_rid, prepared, deviceVars, hostVars, backupVars, loadVars,
+                   spill_queue, spillVars, reloads, reload_done, diskVars, diverged>>
 
 \* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
@@ -976,11 +1084,23 @@ ReloadReserved(s, rid, v) ==
                                       waiters |-> <<rid>>, ttl |-> ReloadTTL,
                                       base |-> base, length |-> c])]
 
+\* ReloadReserve's effect: the mark dropped, the host victims released, the reload joined or reserved.
+ReloadReserveTo(s) ==
+    /\ nodes' = s.nodes
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ host_content' = s.host_content
+    /\ reload_candidates' = s.reload_candidates
+    /\ reloads' = s.reloads
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
+                   spillVars, reload_done, diskVars>>
+
 ReloadReserve(rid) ==
     /\ RoundClosed
     /\ L3 > 0
     /\ rid \in DOMAIN reload_candidates
-    /\ Become(Decided("ReloadReserve", [v \in Views |-> ReloadReserved(State, rid, v)]))
+    /\ ReloadReserveTo(Decided("ReloadReserve", [v \in Views |-> ReloadReserved(State, rid, v)]))
 
 \* Rank r has a reload in flight it has not read.
 ReloadToRead(r) == Len(reload_done[r]) < Len(reloads)
@@ -1001,9 +1121,8 @@ ReloadDone(r, ok) ==
                                         l3[r][op.hashes[h - op.base + 1]]] @@ host_content
                           ELSE host_content
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, spill_queue, spills, reload_candidates,
-                   reloads, spill_gathered, spill_done, disk_ok, disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, backupVars, loadVars,
+                   spill_queue, spillVars, reload_candidates, reloads, diskVars, diverged>>
 
 \* Every rank has read the reload at the head of `reloads`.
 HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
@@ -1031,15 +1150,14 @@ ReloadAdmit ==
                                           owner |-> next_id]) @@ objects
                /\ next_id' = next_id + 1
                /\ clock' = clock + 1
-               /\ UNCHANGED <<prepared, l2_free, host_content>>
+               /\ UNCHANGED <<l2_free, host_content>>
           ELSE /\ l2_free' = l2_free \cup pages
                /\ host_content' = [h \in pages |-> NoContent] @@ host_content
-               /\ UNCHANGED <<prepared, nodes, objects, next_id, clock>>
+               /\ UNCHANGED <<nodes, objects, next_id, clock>>
     /\ reloads' = Tail(reloads)
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
-    /\ UNCHANGED <<prepared, next_rid, dev_free, pending, writes, requests, write_done, dev_content,
-                   spill_queue, spills, reload_candidates, spill_gathered, spill_done, disk_ok,
-                   disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<requestVars, deviceVars, backupVars, loadVars, spill_queue, spillVars,
+                   reload_candidates, diskVars, diverged>>
 
 \* Some reload holds a request: the reload clock has something to release.
 SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
@@ -1053,10 +1171,8 @@ ReloadExpire ==
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, spill_gathered, spill_done, reload_done, disk_ok,
-                   disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   spillVars, reload_candidates, reload_done, diskVars, diverged>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
@@ -1070,20 +1186,16 @@ DiskFail(r) ==
     /\ FaultsLeft
     /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
     /\ disk_faults' = disk_faults + 1
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, spill_done, reload_done, l3,
-                   spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   spillVars, reloadVars, l3, diverged>>
 
 DiskRecover(r) ==
     /\ L3 > 0
     /\ r \in Ranks
     /\ ~disk_ok[r]
     /\ disk_ok' = [disk_ok EXCEPT ![r] = TRUE]
-    /\ UNCHANGED <<prepared, nodes, next_id, clock, next_rid, dev_free, l2_free, objects, pending, writes,
-                   requests, write_done, dev_content, host_content, spill_queue, spills,
-                   reload_candidates, reloads, spill_gathered, spill_done, reload_done,
-                   disk_faults, l3, spill_staged, roundvars, diverged>>
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+                   spillVars, reloadVars, disk_faults, l3, diverged>>
 
 -----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,

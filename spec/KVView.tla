@@ -40,6 +40,6 @@ StampView ==
              Rank(x) == Cardinality({y \in values : y < x})
          IN <<[n \in DOMAIN nodes |-> [nodes[n] EXCEPT !.touched = Rank(@),
                                                     !.hits = IF @ > HitCap THEN HitCap ELSE @]],
-              next_id, Rank(clock), next_rid, dev_free, l2_free, objects, pending, writes, requests,
-              write_done, dev_content, host_content, spill_queue, l3vars, roundvars, prepared, diverged>>
+              next_id, Rank(clock), requestVars, deviceVars, hostVars, backupVars, loadVars,
+              spill_queue, l3Vars, diverged>>
 =============================================================================

@@ -80,6 +80,7 @@ def test_a_bad_step_is_refused_with_its_line_and_reason(text, reason):
     ("case x\nshows s\nconfig\nwhat\n", 4, "unknown header field 'what'"),
     ("case x\nshows s\nconfig\n\n----\n", 5, "a ---- line must follow a show, diff or rejects directive"),
     ("case x\nshows s\nconfig\n\nshow nosuch\n", 5, "show: unknown section 'nosuch'"),
+    ("case x\nshows s\nconfig\n\n# c\n  fill p0(l0)←[1]\n", 6, "an indented line here is under no step"),
 ])
 def test_a_bad_case_is_refused_with_its_line_and_reason(text, line, reason):
     with pytest.raises(CaseError) as e:
@@ -186,6 +187,24 @@ def test_rewrite_fills_in_missing_outputs(tmp_path):
     assert p.read_text().endswith("show requests\n----\nrequests\n  r0  queued  [1]\n\nrejects Insert rid=0\n----\nrequest 0 is queued, not matched\n")
 
 
+def test_a_step_s_effects_are_the_indented_lines_under_it_and_verify_compares_them(tmp_path):
+    steps = "Arrive rid=0 tokens=[1,2] out_pages=0\nMatch rid=0\nInsert rid=0\n"
+    case = parse_case(_case(steps + "  fill p0(l0)←[1] p1(l1)←[9]\n"), "x.txt")
+    assert [e.expected for e in case.script] == ["", "", "fill p0(l0)←[1] p1(l1)←[9]"]
+    p = _write(tmp_path, "x", _case(steps + "  fill p0(l0)←[1] p1(l1)←[9]\n"))
+    res = runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--json"])
+    assert json.loads(res.stdout)["failed"] == [{
+        "file": str(p), "line": 8,
+        "why": "Insert rid=0: the case lists 'fill p0(l0)←[1] p1(l1)←[9]', the step asks 'fill p0(l0)←[1] p1(l1)←[1,2]'",
+    }]
+    # a step without its effect lines fails too, and --rewrite writes them under it
+    p.write_text(_case(steps))
+    res = runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--json"])
+    assert [f["why"] for f in json.loads(res.stdout)["failed"]] == ["Insert rid=0: the case lists no more effects, the step asks 'fill p0(l0)←[1] p1(l1)←[1,2]'"]
+    assert runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--rewrite"]).exit_code == 0
+    assert p.read_text().endswith("Insert rid=0\n  fill p0(l0)←[1] p1(l1)←[1,2]\n")
+
+
 def test_a_step_the_model_refuses_or_a_violation_fails_the_case(tmp_path):
     _write(tmp_path, "refused", _case("Arrive rid=0 tokens=[1] out_pages=0\nInsert rid=0\n", "case refused\nshows s\nconfig small\n"))
     _write(tmp_path, "accepted", _case("Arrive rid=0 tokens=[1] out_pages=0\nrejects Match rid=0\n----\nno\n", "case accepted\nshows s\nconfig small\n"))
@@ -230,8 +249,9 @@ def test_a_bug_case_must_pass_without_its_bug(tmp_path, monkeypatch):
                                     "violation 4 Pending: rank 1 has finished 1 of 0 writes\n"))
     fails, _ = verify_case(read_case(str(p)))
     # the patched Commit is wrong with and without the "bug": the buggy run is as the case
-    # says, but the run without the bug violates too, which the verifier names
-    assert [(f.line, f.why.split(":")[0]) for f in fails] == [(16, "without bug double_free the model still violates an invariant after Commit")]
+    # says, but the run without the bug violates too, which the verifier names (the steps'
+    # effect lines, not written here, are outputs)
+    assert [(f.line, f.why.split(":")[0]) for f in fails if not f.output] == [(16, "without bug double_free the model still violates an invariant after Commit")]
 
 
 # ---- add -------------------------------------------------------------------------------------------------
@@ -330,7 +350,8 @@ def test_tlc_names_the_step_of_a_case_the_spec_does_not_allow(tmp_path, monkeypa
     monkeypatch.setitem(REGISTRY, "Finish", replace(right, apply=lambda s, t: replace(right.apply(s, t), clock=s.clock + 1, _digest=None)))
     p = _write(tmp_path, "x", _case("Arrive rid=0 tokens=[1] out_pages=0\nMatch rid=0\nInsert rid=0\nFinish rid=0\n"))
     fails, _ = verify_case(read_case(str(p)), tlc=True)
-    assert [(f.line, f.why) for f in fails] == [(8, "TLC: the spec does not allow step 4, Finish(rid=0) (after 3 matched steps)")]
+    # (the steps' effect lines, not written here, are outputs)
+    assert [(f.line, f.why) for f in fails if not f.output] == [(8, "TLC: the spec does not allow step 4, Finish(rid=0) (after 3 matched steps)")]
 
 
 def test_shrinking_re_resolves_the_nodes_and_requests_later_steps_refer_to(monkeypatch):

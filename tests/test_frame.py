@@ -5,7 +5,7 @@ set that is too large would let a wrong step through."""
 
 from __future__ import annotations
 
-from kvsm.tla.frame import conjuncts, definitions, frames, unchanged
+from kvsm.tla.frame import conjuncts, definitions, frames, groups, spec_groups, unchanged
 from kvsm.tla.location import spec_dir
 from kvsm.tla.specmap import SPEC_VARIABLES
 from kvsm.tla.trace import SPEC_PARAMS
@@ -25,9 +25,31 @@ def test_the_spec_s_frames_leave_each_action_the_variables_it_assigns():
     assert may["Arrive"] == {"next_rid", "requests"}
     # Commit's frame is that of CommitFirst, the operator its last conjunct applies
     assert may["Commit"] == {"commit_round", "nodes", "objects", "pending", "spill_queue", "write_done", "writes"}
-    # actions that take a whole computed state (Become) keep nothing by a conjunct
-    for a in ("Match", "Insert", "Finish", "Reserve", "LoadBack", "EvictDevice", "Split"):
-        assert not f[a], a
+    # an action that computes the record after it takes its frame from its To-operator
+    assert may["Match"] == {"nodes", "next_id", "clock", "objects", "requests", "spill_queue"}
+    assert may["EvictDevice"] == {"nodes", "dev_free", "dev_content", "diverged"}
+    assert may["SpillAck"] == {"nodes", "spills", "spill_gathered", "spill_done"}
+    # and none of them may change every variable
+    assert all(f[a] for a in f), [a for a in f if not f[a]]
+
+
+def test_the_spec_s_groups_partition_its_variables():
+    g = spec_groups(spec_dir(), SPEC_VARIABLES)
+    parts = ("treeVars", "requestVars", "deviceVars", "hostVars", "backupVars", "loadVars", "spillVars", "reloadVars", "diskVars")
+    seen = [v for p in parts for v in g[p]]
+    assert len(seen) == len(set(seen)), "a variable is in two groups"
+    assert set(SPEC_VARIABLES) - set(seen) == {"spill_queue", "diverged"}
+    assert g["vars"] == frozenset(SPEC_VARIABLES)
+    assert g["l3Vars"] == g["spillVars"] | g["reloadVars"] | g["diskVars"]
+    assert g["hostVars"] == {"l2_free", "objects", "host_content"}
+
+
+def test_groups_are_tuples_of_variables_and_groups_expanded():
+    text = "ab == <<a, b>>\nabc == <<ab, c>>\nK == <<1, 2>>\nM == <<ab, K>>\nN == a\n"
+    got = groups(definitions([text]), VARS)
+    # a tuple of constants, or of a group and a tuple of constants, is no group
+    assert got == {"ab": {"a", "b"}, "abc": {"a", "b", "c"}, "N": {"a"}}
+    assert _unchanged(text + "A ==\n    /\\ d' = 1\n    /\\ UNCHANGED <<abc>>\n") == {"a", "b", "c"}
 
 
 def test_a_top_level_unchanged_conjunct_is_read_and_its_tuples_expanded():

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvsm.render import Names, diff, show, styled
-from kvsm.render.story import read_run, tail_story
+from kvsm.corpus.run import read_run
+from kvsm.render.story import tail_story
 from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY
 
@@ -169,3 +170,37 @@ def test_tail_story_ends_where_replay_stops(tmp_path):
     append_steps(log, last.replace('"i":2', '"i":3').replace('"Match"', '"Finish"'))
     text = tail_story(log)
     assert "step 3  Finish rid=0\n  stopped at line 4: rejected: request 0 is matched, not decoding" in text
+
+
+def test_effects_are_one_line_per_batch_of_a_kind_in_the_view_s_words():
+    from kvsm.effects import Fill, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
+    from kvsm.render.effects import effect_lines
+
+    names = Names([(1, 2)])
+    one, two = sorted(names.names, key=lambda c: len(names.names[c]))
+    effects = [
+        PoisonDev(3), Fill(0, one), Fill(3, two), Store(0, 0, 4), Store(0, 3, 5), PoisonHost(0, 2), PoisonHost(6, 1),
+        SpillGather(1, 4, ((5, two),)), SpillGather(0, 4, ()), SpillWrite(1, (two,), False), ReloadRead(0, 2, ((one, 2),), True),
+    ]
+    assert effect_lines(effects, names, 2) == [
+        "poison p3(l1)",
+        "fill p0(l0)←[1] p3(l1)←[1,2]",
+        # a copy by another rank than the page's owner (a defect) says who
+        "store h4←p0(l0) h5←p3(l1) by r0",
+        "poison h0..1 h6",
+        "gather r1 [1,2]←h5",
+        "gather r0 nothing",
+        "disk write r1 [1,2] failed",
+        "disk read r0 h2←[1]",
+    ]
+    assert effect_lines([], names, 2) == []
+
+
+def test_a_story_shows_each_step_s_effects_under_it(tmp_path):
+    from kvsm.render.story import run_steps, story
+
+    steps = [T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0)]
+    r = run_steps(fresh().config, ((0, t, None) for t in steps))
+    text = story(r, with_states=False)
+    assert "step 2  Match rid=0\n  requests\n" in text  # no effect, no line
+    assert "step 3  Insert rid=0\n  fill p0(l0)←[1] p1(l1)←[1,2]\n  clock 0 → 1" in text

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.render.html import data
-from kvsm.render.story import read_run
+from kvsm.corpus.run import read_run
 from kvsm.transitions import REGISTRY
 
 runner = CliRunner()
@@ -102,7 +102,7 @@ def test_show_names_the_line_of_a_log_it_cannot_read(tmp_path):
 def test_the_viewer_holds_each_step_s_changes_and_violations(tmp_path, monkeypatch):
     d = data(read_run(ANCHOR), "anchor")
     assert len(d["steps"]) == 45 and len(d["patches"]) == 44
-    assert d["steps"][17]["t"] == "Insert rid=1" and d["steps"][17]["line"] == 29
+    assert d["steps"][17]["t"] == "Insert rid=1" and d["steps"][17]["line"] == 36
     # step 16 (Match rid=1) splits #1: it adds #2 and changes #1, removes nothing
     p = d["patches"][15]
     assert {it["k"] for it in p["set"]} >= {"node 2", "node 1"} and p["del"] == []

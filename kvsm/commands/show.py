@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         from ..log import LogError
         from ..corpus.format import CaseError
         from ..render import SECTIONS, render, render_diff
-        from ..render.story import config_line, read_run, story
+        from ..corpus.run import read_run
+        from ..render.story import config_line, story
 
         if at is not None and every:
             err.print("[red]error:[/red] --at and --all are alternatives", soft_wrap=True)

@@ -20,9 +20,13 @@ A case is a header, a blank line, and a script:
       ...
 
 The script's lines are steps in the log's transition syntax (`Insert rid=0`,
-`WriteDone r=1`, `SpillDone r=0 ok=true`), comments (`#`), blank lines, and the
-directives `show [SECTION...]`, `diff [SECTION...]` and `rejects STEP`, each followed
-by a `----` line and its expected output up to the next blank line (or the end).
+`WriteDone r=1`, `SpillDone r=0 ok=true`, kvsm.steptext), each followed by its
+effects indented by two spaces (what the step asks the world to do, one line per
+batch, kvsm.render.effects: `  fill p0(l0)←[1] p1(l1)←[1,2]`), comments (`#`), blank
+lines, and the directives `show [SECTION...]`, `diff [SECTION...]` and `rejects
+STEP`, each followed by a `----` line and its expected output up to the next blank
+line (or the end). A step's effect lines and a directive's output are what the
+renderer printed; `kvsm corpus verify --rewrite` writes them.
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config import BUGS, Config, ConfigError, builtin_names, load_config
-from ..transitions import REGISTRY, Transition
+from ..render import SECTIONS
+from ..steptext import StepError, step_text
+from ..steptext import parse_step as read_step
+from ..transitions import Transition
 
 DIRECTIVES = ("show", "diff", "rejects")
 SEPARATOR = "----"
+EFFECT_INDENT = "  "  # a step's effect lines, under it
 ORIGIN_DEFAULT = {"source": "hand", "seed": None, "extra": {}}
 
 
@@ -52,83 +60,12 @@ class CaseError(ValueError):
 # ---- steps -----------------------------------------------------------------------------------
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (tuple, list)):
-        return "[" + ",".join(str(x) for x in v) + "]"
-    return str(v)
-
-
-def step_text(t: Transition) -> str:
-    """A transition in the corpus's step syntax: its name, `r=RANK` for a per-rank step,
-    then its arguments in the order the log format lists them."""
-    spec = REGISTRY.get(t.name)
-    parts = [t.name]
-    if t.rank is not None:
-        parts.append(f"r={t.rank}")
-    args = dict(t.args)
-    order = list(spec.args) if spec is not None else []
-    for k in order + sorted(k for k in args if k not in order):
-        if k in args:
-            parts.append(f"{k}={_value(args[k])}")
-    return " ".join(parts)
-
-
-_ARG = re.compile(r"(\w+)=(\[[^\]]*\]|\S+)")
-_INT = re.compile(r"-?\d+")
-
-
 def parse_step(text: str, path: str = "<step>", line: int = 0) -> Transition:
     """A step line -> Transition; the errors say which argument is wrong and why."""
-    head, _, rest = text.strip().partition(" ")
-    spec = REGISTRY.get(head)
-    if spec is None:
-        raise CaseError(path, line, f"unknown transition or directive '{head}'")
-    args: dict[str, Any] = {}
-    rank = None
-    pos = 0
-    rest = rest.strip()
-    while pos < len(rest):
-        m = _ARG.match(rest, pos)
-        if m is None:
-            raise CaseError(path, line, f"{head}: cannot read '{rest[pos:]}' (arguments are name=value)")
-        k, v = m.group(1), m.group(2)
-        pos = m.end()
-        while pos < len(rest) and rest[pos] == " ":
-            pos += 1
-        if k == "r":
-            if not spec.per_rank:
-                raise CaseError(path, line, f"{head} is not a per-rank transition but has r={v}")
-            if not _INT.fullmatch(v):
-                raise CaseError(path, line, f"{head}: the rank r must be an integer, got '{v}'")
-            rank = int(v)
-            continue
-        typ = spec.args.get(k)
-        if typ is None:
-            raise CaseError(path, line, f"{head} has no argument '{k}' (it takes {', '.join(spec.args) or 'none'})")
-        if k in args:
-            raise CaseError(path, line, f"{head}: argument '{k}' is given twice")
-        if typ == "int":
-            if not _INT.fullmatch(v):
-                raise CaseError(path, line, f"{head} argument '{k}' must be an integer, got '{v}'")
-            args[k] = int(v)
-        elif typ == "bool":
-            if v not in ("true", "false"):
-                raise CaseError(path, line, f"{head} argument '{k}' must be true or false, got '{v}'")
-            args[k] = v == "true"
-        else:
-            inner = v[1:-1].strip() if v.startswith("[") and v.endswith("]") else None
-            items = [x.strip() for x in inner.split(",")] if inner else []
-            if inner is None or not all(_INT.fullmatch(x) for x in items):
-                raise CaseError(path, line, f"{head} argument '{k}' must be a list of integers like [1,2], got '{v}'")
-            args[k] = [int(x) for x in items]
-    if spec.per_rank and rank is None:
-        raise CaseError(path, line, f"{head} needs its rank (r=N)")
-    missing = [k for k in spec.args if k not in args]
-    if missing:
-        raise CaseError(path, line, f"{head} needs argument '{missing[0]}'")
-    return Transition.make(head, rank=rank, **args)
+    try:
+        return read_step(text)
+    except StepError as e:
+        raise CaseError(path, line, str(e)) from None
 
 
 # ---- configs ----------------------------------------------------------------------------------
@@ -211,6 +148,7 @@ class Entry:
     text: str = ""  # a comment's or blank line's text
     step: Transition | None = None  # a step, or the step a `rejects` names
     args: tuple[str, ...] = ()  # a show or diff's section names
+    # a directive's expected output; a step's expected effect lines ("": none)
     expected: str | None = None
 
     def head(self) -> str:
@@ -263,7 +201,11 @@ def format_case(case: Case, outputs: dict[int, str] | None = None) -> str:
     n = len(case.script)
     for i, e in enumerate(case.script):
         lines.append(e.head())
-        if e.kind in DIRECTIVES:
+        if e.kind == "step":
+            out = outputs.get(i, e.expected) if outputs is not None else e.expected
+            if out:
+                lines += [EFFECT_INDENT + x for x in out.split("\n")]
+        elif e.kind in DIRECTIVES:
             out = outputs.get(i, e.expected) if outputs is not None else e.expected
             if out is not None:
                 lines.append(SEPARATOR)
@@ -287,8 +229,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
     violations: list[str] = []
 
     def need(cond: bool, line: int, reason: str) -> None:
-        if not cond:
-            raise CaseError(path, line, reason)
+        _need(path, cond, line, reason)
 
     def block(start: int) -> tuple[list[str], int]:
         """The indented lines after line `start` (0-based), dedented by two spaces."""
@@ -354,31 +295,42 @@ def parse_case(text: str, path: str = "<case>") -> Case:
         origin=hdr.get("origin", dict(ORIGIN_DEFAULT)),
         lines=at,
     )
-    i += 1  # the blank line that ends the header
+    case.script = _script(lines, i + 1, path)  # after the blank line that ends the header
+    return case
+
+
+def _need(path: str, cond: bool, line: int, reason: str) -> None:
+    if not cond:
+        raise CaseError(path, line, reason)
+
+
+def _script(lines: list[str], i: int, path: str) -> list[Entry]:
+    """The script from line index `i` on: its steps (each with its effect lines), comments,
+    blank lines and directives (each with its output)."""
+    script: list[Entry] = []
     while i < len(lines):
         raw = lines[i]
         ln = i + 1
         s = raw.strip()
         if not s:
-            case.script.append(Entry("blank", ln, text=""))
+            script.append(Entry("blank", ln, text=""))
             i += 1
             continue
         if s.startswith("#"):
-            case.script.append(Entry("comment", ln, text=raw))
+            script.append(Entry("comment", ln, text=raw))
             i += 1
             continue
-        need(s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
+        _need(path, not raw.startswith(EFFECT_INDENT), ln, "an indented line here is under no step (a step's effect lines follow it directly)")
+        _need(path, s != SEPARATOR, ln, "a ---- line must follow a show, diff or rejects directive")
         word, _, rest = s.partition(" ")
         if word in DIRECTIVES:
             if word == "rejects":
-                need(bool(rest), ln, "rejects needs the step it expects the model to refuse")
+                _need(path, bool(rest), ln, "rejects needs the step it expects the model to refuse")
                 e = Entry("rejects", ln, step=parse_step(rest, path, ln))
             else:
-                from ..render import SECTIONS
-
                 args = tuple(rest.split())
                 bad = [a for a in args if a not in SECTIONS]
-                need(not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")
+                _need(path, not bad, ln, f"{word}: unknown section '{bad[0] if bad else ''}' (sections: {', '.join(SECTIONS)})")
                 e = Entry(word, ln, args=args)
             i += 1
             if i < len(lines) and lines[i] == SEPARATOR:
@@ -390,11 +342,17 @@ def parse_case(text: str, path: str = "<case>") -> Case:
                 if i < len(lines):
                     i += 1  # the blank line that ends the output
                 e.expected = "\n".join(out)
-            case.script.append(e)
+            script.append(e)
             continue
-        case.script.append(Entry("step", ln, step=parse_step(s, path, ln)))
+        e = Entry("step", ln, step=parse_step(s, path, ln))
         i += 1
-    return case
+        effects: list[str] = []
+        while i < len(lines) and lines[i].startswith(EFFECT_INDENT) and lines[i].strip():
+            effects.append(lines[i][len(EFFECT_INDENT):])
+            i += 1
+        e.expected = "\n".join(effects)
+        script.append(e)
+    return script
 
 
 def read_case(path: str) -> Case:

@@ -23,11 +23,15 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from ..invariants import violations as check_invariants
+from ..log import Header, LogWriter, read_log
+from ..render import Names, View, build, render, render_diff
+from ..render.effects import effect_lines
+from ..render.story import Run, read_log_run, run_steps
 from ..state import ClusterState, initial_state
+from ..steptext import step_text
 from ..transitions import Rejected, Transition, apply
-from ..render import build, render, render_diff
-from ..render.view import Names, View
-from .format import ORIGIN_DEFAULT, Case, CaseError, Entry, best_base, format_case, step_text
+from .format import ORIGIN_DEFAULT, Case, CaseError, Entry, best_base, format_case, parse_case, read_case
+from .shrink import shrink
 
 
 @dataclass
@@ -88,6 +92,7 @@ def play(case: Case, cfg: Config) -> Played:
                 return out
             out.states.append(s)
             out.lines.append(e.line)
+            out.outputs[i] = "\n".join(effect_lines(s.effects, names, cfg.R))
             bad = check_invariants(s)
             if bad:
                 out.violated.append((e.line, step_text(t), bad))
@@ -114,6 +119,9 @@ def _compare(case: Case, played: Played) -> list[Failure]:
         if i not in played.outputs:
             continue
         got = played.outputs[i]
+        if e.kind == "step":
+            fails += _compare_effects(case, e, got)
+            continue
         if e.expected is None:
             fails.append(Failure(case.path, e.line, f"{e.head()} has no expected output yet (kvsm corpus verify --rewrite writes it)", output=True))
             continue
@@ -126,6 +134,19 @@ def _compare(case: Case, played: Played) -> list[Failure]:
         detail = "\n".join(difflib.unified_diff(want_lines, got_lines, "expected", "renderer", lineterm="", n=2))
         fails.append(Failure(case.path, e.line + 2 + k, f"{e.head()}: expected '{want.strip()}', the renderer prints '{have.strip()}'", detail, True))
     return fails
+
+
+def _compare_effects(case: Case, e: Entry, got: str) -> list[Failure]:
+    """A step's effect lines against what its step asked for ("": nothing)."""
+    want = e.expected or ""
+    if got == want:
+        return []
+    want_lines, got_lines = want.split("\n") if want else [], got.split("\n") if got else []
+    k = next((j for j in range(min(len(want_lines), len(got_lines))) if want_lines[j] != got_lines[j]), min(len(want_lines), len(got_lines)))
+    listed = f"'{want_lines[k]}'" if k < len(want_lines) else "no more effects"
+    asked = f"'{got_lines[k]}'" if k < len(got_lines) else "no more"
+    detail = "\n".join(difflib.unified_diff(want_lines, got_lines, "expected", "the step's effects", lineterm="", n=2))
+    return [Failure(case.path, e.line + 1 + k, f"{e.head()}: the case lists {listed}, the step asks {asked}", detail, True)]
 
 
 def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int, str] | None]:
@@ -237,8 +258,6 @@ def case_info(case: Case) -> dict[str, Any]:
 def case_to_log(case: Case, path: str | Path, with_bug: bool = True) -> Path:
     """The case as a kvsm log (source and seed from its origin, `hand` by default). With
     `with_bug` and a case that names a bug, the log is the run with the defect."""
-    from ..log import Header, LogWriter
-
     cfg = case.config
     if with_bug and case.bug is not None:
         cfg = config_with_bug(cfg, case.bug)
@@ -260,8 +279,6 @@ def case_to_log(case: Case, path: str | Path, with_bug: bool = True) -> Path:
 
 
 def _entry(text: str, line: int, path: str) -> Entry:
-    from .format import parse_case
-
     # one script line read the way parse_case reads it (a one-line script after a minimal header)
     probe = parse_case(f"case x\nshows x\nconfig\n\n{text}\n", path)
     e = probe.script[0]
@@ -278,8 +295,6 @@ def log_to_case(
     """A log as a case (its expected outputs not yet filled in). A log made from a case
     gives that case back; any other log gives its steps, each followed by `diff`, and a
     final `show`. `steps` replaces the log's transitions (a shrunk run)."""
-    from ..log import read_log
-
     p = str(path)
     header, stream = read_log(p)
     transitions = steps if steps is not None else [t for _, _, t, _ in stream]
@@ -334,10 +349,6 @@ def case_from_log(
     `diff`, a refused last step becomes a `rejects`, and a final `show` ends it. A log
     whose digests the model does not reproduce is refused (CaseError): a case keeps
     steps, not digests, so that divergence would be lost."""
-    from ..log import read_log
-    from ..render.story import run_steps
-    from .shrink import shrink
-
     p = str(log)
     header, stream = read_log(p)
     transitions = [t for _, _, t, _ in stream]
@@ -372,3 +383,30 @@ def case_from_log(
                     "`kvsm corpus verify` fails on it until the model is fixed"
                 )
     return rewritten(case, play(case, cfg).outputs), notes
+
+
+# ---- a log or a case stepped through -------------------------------------------------------------
+
+
+def read_run(path: str | Path) -> Run:
+    """Step through a log (JSONL) or a corpus case (`.txt`: its steps; a `rejects`
+    directive applies nothing)."""
+    p = str(path)
+    if not _is_case(p):
+        return read_log_run(p)
+    case = read_case(p)
+    run = run_steps(case.config, ((e.line, e.step, None) for e in case.script if e.kind == "step"), p)
+    run.about.append(f"case {case.name}: {' '.join(case.shows.split())}")
+    return run
+
+
+def _is_case(path: str) -> bool:
+    if path.endswith(".jsonl"):
+        return False
+    if path.endswith(".txt"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return not f.read(1).startswith(b"{")
+    except OSError:
+        return False

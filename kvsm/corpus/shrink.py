@@ -26,7 +26,7 @@ from ..config import Config
 from ..invariants import violations as check_invariants
 from ..state import ClusterState, initial_state
 from ..transitions import REGISTRY, Rejected, Transition, apply
-from ..render.view import node_paths
+from ..render.names import node_paths
 
 
 @dataclass(frozen=True)

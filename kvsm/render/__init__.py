@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from ..state import ClusterState
 from .text import render, render_diff, styled
-from .view import SECTIONS, Names, View, build
+from .items import SECTIONS, View
+from .names import Names
+from .view import build
 
 
 def show(s: ClusterState, names: Names | None = None, sections: tuple[str, ...] | None = None) -> str:

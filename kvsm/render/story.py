@@ -14,8 +14,11 @@ from typing import Any, Iterable
 
 from ..config import Config
 from ..invariants import violations as check_invariants
+from ..log import read_log
 from ..state import ClusterState, initial_state
+from ..steptext import step_text
 from ..transitions import Rejected, Transition, apply
+from .effects import effect_lines
 from .text import render, render_diff
 from .view import Names, View, build
 
@@ -65,8 +68,7 @@ class Run:
 
 
 def step_line(t: Transition) -> str:
-    from ..corpus.format import step_text  # the corpus's step syntax, one way to write a step
-
+    """A step as the corpus writes it (kvsm.steptext)."""
     return step_text(t)
 
 
@@ -119,19 +121,10 @@ def run_steps(
     return run
 
 
-def read_run(path: str | Path) -> Run:
-    """Step through a log (JSONL) or a corpus case (`.txt`: its steps; a `rejects`
-    directive applies nothing)."""
+def read_log_run(path: str | Path) -> Run:
+    """Step through a kvsm log (JSONL). A corpus case is read by kvsm.corpus.run.read_run,
+    which reads either."""
     p = str(path)
-    if _is_case(p):
-        from ..corpus.format import read_case
-
-        case = read_case(p)
-        run = run_steps(case.config, ((e.line, e.step, None) for e in case.script if e.kind == "step"), p)
-        run.about.append(f"case {case.name}: {' '.join(case.shows.split())}")
-        return run
-    from ..log import read_log
-
     header, stream = read_log(p)
     run = run_steps(header.config, ((ln, t, d) for ln, _, t, d in stream), p, header.initial_digest)
     ex = header.extra
@@ -145,18 +138,6 @@ def read_run(path: str | Path) -> Run:
     elif "case" in ex and isinstance(ex["case"], dict):
         run.about.append(f"case {ex['case'].get('name')}")
     return run
-
-
-def _is_case(path: str) -> bool:
-    if path.endswith(".jsonl"):
-        return False
-    if path.endswith(".txt"):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return not f.read(1).startswith(b"{")
-    except OSError:
-        return False
 
 
 def config_line(cfg: Config) -> str:
@@ -175,11 +156,14 @@ def _indent(text: str, by: str = "  ") -> str:
 
 
 def step_story(run: Run, n: int, before: View | None = None, after: View | None = None) -> str:
-    """Step `n`: its transition, what it changed, and any violation after it."""
+    """Step `n`: its transition, what it asked the world to do (its effects, one line per
+    batch), what it changed, and any violation after it."""
     st = run.steps[n - 1]
     a = before if before is not None else run.view(n - 1)
     b = after if after is not None else run.view(n)
-    lines = [f"step {n}  {step_line(st.transition)}", _indent(render_diff(a, b))]
+    lines = [f"step {n}  {step_line(st.transition)}"]
+    lines += [f"  {x}" for x in effect_lines(st.state.effects, run.names, run.config.R)]
+    lines.append(_indent(render_diff(a, b)))
     lines += [f"  violation {v}" for v in run.violations(n)]
     return "\n".join(lines)
 
@@ -221,7 +205,7 @@ def tail_story(path: str | Path, last: int = 6, until: int | None = None, html_h
     its first violation, else where replay stopped, else its end), the state after
     them, and the commands that open the whole of it. What `kvsm sim` prints when a run
     stops, and what `kvsm check` and `kvsm validate` print for a counterexample."""
-    run = read_run(path)
+    run = read_log_run(path)
     end = until
     if end is None:
         # the first violation; a long log (a simulator run) is only checked at its end,

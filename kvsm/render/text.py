@@ -7,7 +7,7 @@ items in the view's order, so the same state always prints the same bytes.
 
 from __future__ import annotations
 
-from .view import Item, Section, View
+from .items import Item, Section, View
 
 ARROW = "→"
 

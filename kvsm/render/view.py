@@ -1,9 +1,5 @@
-"""A cluster state as a list of sections of labelled items: what the text, the diff and
-the HTML viewer all print.
-
-Every item has a key unique in the view (`node 3`, `request 2`, `lane 0`, ...), a
-label (`#3`, `r2`, `l0`) and named fields whose values are short strings. A diff of two
-states compares items by key and fields by name, so it shows exactly what changed.
+"""A cluster state as a list of sections of labelled items (kvsm.render.items): what the
+text, the diff and the HTML viewer all print.
 
 The view reads the state's fields by name and never trusts them to be consistent: a
 state that violates an invariant (a missing parent, a page held twice, a page holding
@@ -14,201 +10,13 @@ stand for, where `Names` knows it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from .. import content
 from ..state import ROOT_ID, ClusterState, Node, Round
+from .items import SECTIONS, Field, Item, Section, View
+from .names import Names, clip, host_range, names_of, node_label, page, page_list, ranges, symbols
 
-# lists longer than this are clipped to their first few and last entries with a count
-CLIP = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One fact about an item. `kind`: `named` prints `name value`, `bare` prints the
-    value alone, `flag` prints the name when the value is `yes`, `hidden` is not printed
-    in a state (the layout shows it, e.g. a node's parent) but is compared in a diff.
-    A field whose value equals `default` is not printed in a state."""
-
-    name: str
-    value: str
-    default: str | None = None
-    kind: str = "named"
-
-    @property
-    def shown(self) -> bool:
-        return self.kind != "hidden" and self.value != self.default
-
-    def text(self) -> str:
-        if self.kind == "flag":
-            return self.name
-        if self.kind == "bare":
-            return self.value
-        return f"{self.name} {self.value}"
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    key: str
-    label: str
-    fields: tuple[Field, ...]
-    parent: str | None = None  # tree items: the key of the parent item
-    order: tuple = ()  # where it goes among its section's items (the tree: among its siblings)
-
-    def field(self, name: str) -> Field | None:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        return None
-
-    def line(self) -> str:
-        parts = [self.label] if self.label else []
-        parts += [f.text() for f in self.fields if f.shown]
-        return "  ".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    name: str  # what `show NAME` selects
-    title: str
-    items: tuple[Item, ...]
-
-
-View = tuple[Section, ...]
-
-SECTIONS = (
-    "clock", "tree", "lanes", "host", "writes", "loads", "disks", "spill-queue", "spills",
-    "reload-candidates", "reloads", "requests", "content",
-)
-
-
-class Names:
-    """Content identity -> the prefix of page symbols it is the identity of, for every
-    prefix of the token sequences it has been told about. It only grows: an identity
-    names one prefix for ever, so one `Names` serves every state of a log."""
-
-    def __init__(self, token_seqs: Iterable[tuple[int, ...]] = ()) -> None:
-        self.names: dict[int, tuple[int, ...]] = {}
-        self._seen: set[tuple[int, ...]] = set()
-        # What was rendered of the values of earlier states, keyed by the identity of those
-        # values: a log's states share every value a step did not change, so a view of the
-        # next state recomputes only what changed. Each entry keeps its values alive, so an
-        # identity is never reused for another value while it is here.
-        self.memo: dict[tuple, tuple] = {}
-        for t in token_seqs:
-            self.add(t)
-
-    def add(self, tokens: tuple[int, ...], prev: int = content.ROOT, before: tuple[int, ...] = ()) -> None:
-        """The prefixes of `before + tokens`, whose identities chain from `prev`."""
-        whole = before + tuple(tokens)
-        if whole in self._seen:
-            return
-        self._seen.add(whole)
-        for k, c in enumerate(content.chain(prev, tokens), start=1):
-            if c not in self.names:
-                self.names[c] = before + tuple(tokens[:k])
-
-    def known(self, c: int, prefix: tuple[int, ...]) -> None:
-        if c not in self.names:
-            self.names[c] = prefix
-
-    def show(self, c: int | None) -> str:
-        if c is None:
-            return "garbage"
-        p = self.names.get(c)
-        return symbols(p) if p is not None else f"?{c:016x}"
-
-
-def clip(parts: list[str], limit: int = CLIP) -> str:
-    if len(parts) <= limit:
-        return " ".join(parts)
-    return " ".join(parts[: limit - 2] + ["…", parts[-1]]) + f" ({len(parts)})"
-
-
-def symbols(seq: Iterable[int]) -> str:
-    seq = list(seq)
-    if len(seq) <= CLIP:
-        return "[" + ",".join(map(str, seq)) + "]"
-    return "[" + ",".join(map(str, seq[: CLIP - 2])) + f",…,{seq[-1]}]({len(seq)})"
-
-
-def _ranges(values: list[int], step: int, prefix: str) -> str:
-    """Sorted values as `p1 p3..p9`: a run `a..b` is every value from a to b in `step`s."""
-    out: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + step:
-            j += 1
-        if j - i >= 2:
-            out.append(f"{prefix}{values[i]}..{prefix}{values[j]}")
-        else:
-            out.extend(f"{prefix}{v}" for v in values[i : j + 1])
-        i = j + 1
-    return clip(out) if out else "-"
-
-
-def _pages(pages: Iterable[int], R: int) -> str:
-    return clip([f"p{p}(l{p % R})" for p in pages]) or "-"
-
-
-def _host_range(base: int, length: int) -> str:
-    return f"h{base}" if length == 1 else f"h{base}..{base + length - 1}"
-
-
-def _nid(nid: int) -> str:
-    return f"#{nid}"
-
-
-def node_paths(s: ClusterState) -> dict[int, tuple[int, ...]]:
-    """Each node's prefix (the page symbols from the root to its end), where its parent
-    chain reaches the root."""
-    out: dict[int, tuple[int, ...]] = {ROOT_ID: ()}
-    nodes = s.nodes
-
-    for nid in nodes.keys():
-        if nid not in out:
-            # iterative over the chain's depth: walk up first, then fill down
-            chain, cur, seen = [], nid, set()
-            while cur not in out and cur in nodes and cur not in seen:
-                seen.add(cur)
-                chain.append(cur)
-                cur = nodes[cur].parent
-            if cur in out:
-                for c in reversed(chain):
-                    out[c] = out[nodes[c].parent] + tuple(nodes[c].key)
-    return out
-
-
-def names_of(s: ClusterState, names: Names | None = None) -> Names:
-    """`names` (a new one if None), completed with every prefix the state spells out: its
-    nodes (through their page hashes), requests, reload candidates and reloads."""
-    n = names if names is not None else Names()
-    fresh = [node for node in s.nodes.values() if node.hashes and n.memo.get(("named", id(node)), (None,))[0] is not node]
-    if fresh:
-        paths = node_paths(s)
-        for node in fresh:
-            p = paths.get(node.id)
-            if p is None:
-                continue
-            start = len(p) - len(node.key)
-            for i, h in enumerate(node.hashes):
-                n.known(h, p[: start + i + 1])
-            n.memo[("named", id(node))] = (node,)
-    for req in s.requests.values():
-        n.add(tuple(req.tokens))
-    ops = list(s.reload_candidates.values()) + list(s.reloads)
-    paths = node_paths(s) if ops else {}
-    for cand in ops:
-        a = paths.get(cand.anchor)
-        anchor = s.nodes.get(cand.anchor)
-        if a is not None and anchor is not None:
-            n.add(tuple(cand.tokens), anchor.last_content, a)
-    return n
-
-
-# ---- the sections --------------------------------------------------------------------------------
+__all__ = ["SECTIONS", "Field", "Item", "Names", "Section", "View", "build"]
 
 
 def _node_item(s: ClusterState, n: Node, parent: str | None, memo: dict) -> Item:
@@ -228,11 +36,11 @@ def _node_item_of(s: ClusterState, n: Node, parent: str | None) -> Item:
     l2 = "-"
     if n.host is not None:
         obj = s.objects.get(n.host)
-        where = "" if n.host == n.id else f"obj {_nid(n.host)} "
-        l2 = f"{where}missing" if obj is None else where + _host_range(obj.base, obj.length) + ("" if obj.committed else " uncommitted")
+        where = "" if n.host == n.id else f"obj {node_label(n.host)} "
+        l2 = f"{where}missing" if obj is None else where + host_range(obj.base, obj.length) + ("" if obj.committed else " uncommitted")
     elif pend is not None:
         obj = s.objects.get(pend.obj)
-        rng = "missing" if obj is None else _host_range(obj.base, obj.length)
+        rng = "missing" if obj is None else host_range(obj.base, obj.length)
         l2 = f"{rng} writing" + ("" if pend.locked else ", unlocked")
     if n.id == ROOT_ID:
         key = "root"
@@ -240,11 +48,11 @@ def _node_item_of(s: ClusterState, n: Node, parent: str | None) -> Item:
         key = symbols(n.key) if n.key else "[]"
     return Item(
         f"node {n.id}",
-        _nid(n.id),
+        node_label(n.id),
         (
             Field("key", key, kind="bare"),
-            Field("parent", _nid(n.parent), kind="hidden"),
-            Field("L1", _pages(n.dev, R), "-"),
+            Field("parent", node_label(n.parent), kind="hidden"),
+            Field("L1", page_list(n.dev, R), "-"),
             Field("L2", l2, "-"),
             Field("durable", "yes" if n.durable else "", "", "flag"),
             Field("pinned", str(n.pin), "0"),
@@ -290,7 +98,7 @@ def _tree(s: ClusterState, memo: dict) -> Section:
             at = len(items)
             visit(n, None)
             it = items[at]
-            items[at] = Item(it.key, it.label, it.fields + (Field("unreachable from the root, parent", _nid(n.parent)),), None)
+            items[at] = Item(it.key, it.label, it.fields + (Field("unreachable from the root, parent", node_label(n.parent)),), None)
     return Section("tree", "tree", tuple(items))
 
 
@@ -306,7 +114,7 @@ def _lanes(s: ClusterState, memo: dict) -> Section:
         item = Item(
             f"lane {lane}",
             f"l{lane}",
-            (Field("used", f"{cfg.L1 - len(free_pages)}/{cfg.L1}"), Field("free", _ranges(free_pages, cfg.R, "p"), "-")),
+            (Field("used", f"{cfg.L1 - len(free_pages)}/{cfg.L1}"), Field("free", ranges(free_pages, cfg.R, "p"), "-")),
             order=(lane,),
         )
         memo[("lane", lane)] = (free, item)
@@ -318,12 +126,12 @@ def _host(s: ClusterState) -> Section:
     L2 = s.config.L2
     runs = sorted(s.l2_free[0]) if s.l2_free else []
     free = sum(n for _, n in runs)
-    text = clip([_host_range(b, n) for b, n in runs]) or "-"
+    text = clip([host_range(b, n) for b, n in runs]) or "-"
     fields = [Field("used", f"{L2 - free}/{L2}"), Field("free", text, "-")]
     # payload regions are allocated in lockstep: one that differs is worth seeing
     for i, r in enumerate(s.l2_free[1:], start=1):
         if sorted(r) != runs:
-            other = clip([_host_range(b, n) for b, n in sorted(r)]) or "-"
+            other = clip([host_range(b, n) for b, n in sorted(r)]) or "-"
             fields.append(Field(f"free in {s.config.payloads[i]}", other, "-"))
     return Section("host", "host", (Item("host", "", tuple(fields)),))
 
@@ -341,9 +149,9 @@ def _writes(s: ClusterState) -> Section:
         items.append(
             Item(
                 f"write {nid}",
-                _nid(nid),
+                node_label(nid),
                 (
-                    Field("L2", "missing" if obj is None else _host_range(obj.base, obj.length), kind="bare"),
+                    Field("L2", "missing" if obj is None else host_range(obj.base, obj.length), kind="bare"),
                     Field("done by", " ".join(by) if by else "-", "-"),
                 ),
                 order=(i,),
@@ -358,11 +166,11 @@ def _loads(s: ClusterState) -> Section:
     R = s.config.R
     items = []
     for i, op in enumerate(s.loads):
-        fields = [Field("copies", clip([f"p{p}(l{p % R})←h{h}" for p, h in op.pages]) or "-", kind="bare")]
+        fields = [Field("copies", clip([f"{page(p, R)}←h{h}" for p, h in op.pages]) or "-", kind="bare")]
         for r in range(R):
             fields.append(Field(f"r{r}", "done" if s.load_done[r] > i else "-"))
         key = f"load {op.node} {op.pages[0][0] if op.pages else ''}"
-        items.append(Item(key, _nid(op.node), tuple(fields), order=(i,)))
+        items.append(Item(key, node_label(op.node), tuple(fields), order=(i,)))
     return Section("loads", "loads", tuple(items))
 
 
@@ -394,7 +202,7 @@ def _disks(s: ClusterState, names: Names) -> Section:
 
 
 def _spill_queue(s: ClusterState) -> Section:
-    q = clip([_nid(n) for n in s.spill_queue]) or "-"
+    q = clip([node_label(n) for n in s.spill_queue]) or "-"
     return Section("spill-queue", "spill queue", (Item("spill queue", "", (Field("queue", q, kind="bare"),)),))
 
 
@@ -416,14 +224,14 @@ def _spills(s: ClusterState, names: Names) -> Section:
         for r in range(R):
             done = s.spill_done[r]
             fields.append(Field(f"r{r}", _progress(s.spill_gathered[r] > i, done[i] if len(done) > i else None, "written")))
-        label = _nid(op.node) + ("" if op.obj == op.node else f" obj {_nid(op.obj)}")
+        label = node_label(op.node) + ("" if op.obj == op.node else f" obj {node_label(op.obj)}")
         items.append(Item(f"spill {op.obj}", label, tuple(fields), order=(i,)))
     return Section("spills", "spills", tuple(items))
 
 
 def _candidates(s: ClusterState) -> Section:
     items = [
-        Item(f"candidate {rid}", f"r{rid}", (Field("below", _nid(c.anchor)), Field("pages", symbols(c.tokens), kind="bare")), order=(rid,))
+        Item(f"candidate {rid}", f"r{rid}", (Field("below", node_label(c.anchor)), Field("pages", symbols(c.tokens), kind="bare")), order=(rid,))
         for rid, c in sorted(s.reload_candidates.items())
     ]
     return Section("reload-candidates", "reload candidates", tuple(items))
@@ -435,8 +243,8 @@ def _reloads(s: ClusterState, names: Names) -> Section:
     for i, op in enumerate(s.reloads):
         obj = s.objects.get(op.obj)
         fields = [
-            Field("below", _nid(op.anchor)),
-            Field("into", "missing" if obj is None else _host_range(obj.base, obj.length)),
+            Field("below", node_label(op.anchor)),
+            Field("into", "missing" if obj is None else host_range(obj.base, obj.length)),
             Field("waiters", " ".join(f"r{w}" for w in op.waiters) or "-"),
             Field("ttl", str(op.ttl)),
         ]
@@ -453,7 +261,7 @@ def _prepared(s: ClusterState, rid: int) -> str:
     if rid not in s.prepared:
         return ""
     nid = s.prepared[rid]
-    return "prepared backup did not fit" if nid is None else f"prepared backup {_nid(nid)}"
+    return "prepared backup did not fit" if nid is None else f"prepared backup {node_label(nid)}"
 
 
 def _requests(s: ClusterState) -> Section:
@@ -469,8 +277,8 @@ def _requests(s: ClusterState) -> Section:
                     Field("phase", q.phase, kind="bare"),
                     Field("tokens", symbols(q.tokens), kind="bare"),
                     Field("out", str(q.out_pages), "0"),
-                    Field("at", _nid(q.node), _nid(ROOT_ID)),
-                    Field("holds", _pages(q.pages, R), "-"),
+                    Field("at", node_label(q.node), node_label(ROOT_ID)),
+                    Field("holds", page_list(q.pages, R), "-"),
                     Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
                     Field("held by a reload", "yes" if rid in held else "", "", "flag"),
                     Field("prepared backup", _prepared(s, rid), "", "bare"),
@@ -540,7 +348,7 @@ def build(s: ClusterState, names: Names | None = None) -> View:
     scalars = Item(
         "clock",
         "",
-        (Field("clock", str(s.clock)), Field("next node", _nid(s.next_id)), Field("next request", f"r{s.next_rid}")),
+        (Field("clock", str(s.clock)), Field("next node", node_label(s.next_id)), Field("next request", f"r{s.next_rid}")),
     )
     sections = [Section("clock", "", (scalars,)), _tree(s, nm.memo), _lanes(s, nm.memo), _host(s), _writes(s)]
     if s.loads:

@@ -6,7 +6,7 @@ An action defined as a list of conjuncts
     A(x) ==
         /\\ guard
         /\\ v' = ...
-        /\\ UNCHANGED <<w, tuple>>
+        /\\ UNCHANGED <<w, hostVars>>
 
 takes only steps in which every variable of that UNCHANGED conjunct keeps its
 value: the spec itself says so, whatever else the action does. `kvsm validate`
@@ -15,13 +15,18 @@ a default-config variable such as the 4,096 host pages' contents costs TLC more 
 most actions do) while still rejecting a step in which the model changed one that
 A leaves unchanged.
 
+The spec names its variables in groups (`treeVars == <<nodes, next_id, clock>>`,
+`l3Vars == <<spillVars, reloadVars, diskVars>>`, `vars`): a definition whose body is
+a tuple of variables and groups is a group (`groups`), and a name inside UNCHANGED
+is a variable or a group, expanded to its variables.
+
 The reading is conservative, so that the sets it gives are never too large: only
 conjuncts of the definition's top-level conjunction list count (a conjunct at the
 column of the list's first `/\\`), and a conjunct that applies an operator whose own
 definition is such a list counts with that operator's frame (CommitFirst in Commit,
-say). An UNCHANGED inside an IF, a CASE, a LET, a disjunction or a quantifier says
-nothing about every step of the action and is not read. A name inside UNCHANGED is
-a variable or a definition that is a tuple of such names (`vars`, `l3vars`), expanded.
+MatchTo(Matched(State, rid)) in Match). An UNCHANGED inside an IF, a CASE, a LET, a
+disjunction or a quantifier says nothing about every step of the action and is not
+read.
 """
 
 from __future__ import annotations
@@ -101,7 +106,23 @@ def _expand(name: str, defs: dict[str, str], variables: frozenset[str], seen: fr
         names = _tuple_names(defs[name])
         if names is not None:
             return set().union(*(_expand(n, defs, variables, seen | {name}) for n in names))
-    raise ValueError(f"UNCHANGED names {name!r}, which is neither a variable nor a tuple of variables")
+    raise ValueError(f"UNCHANGED names {name!r}, which is neither a variable nor a group of variables")
+
+
+def groups(defs: dict[str, str], variables: frozenset[str]) -> dict[str, frozenset[str]]:
+    """The named groups of variables: each definition whose body is a tuple of variables
+    and groups (`treeVars == <<nodes, next_id, clock>>`, `vars == <<treeVars, ...>>`),
+    with the variables it stands for."""
+    out = {}
+    for name, body in defs.items():
+        names = _tuple_names(body)
+        if names is None or name in variables or not all(n in variables or n in defs for n in names):
+            continue
+        try:
+            out[name] = frozenset(_expand(name, defs, variables))
+        except ValueError:
+            continue  # a tuple of other things (constants, operators): not a group
+    return out
 
 
 def unchanged(name: str, defs: dict[str, str], variables: frozenset[str], seen: frozenset[str] = frozenset()) -> frozenset[str]:
@@ -147,12 +168,21 @@ def _applied(part: str) -> str | None:
     return None
 
 
+def _spec_defs(spec: Path) -> dict[str, str]:
+    return definitions([(spec / f).read_text() for f in ("KVCache.tla", "KVTree.tla")])
+
+
+def spec_groups(spec: Path, variables: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """The named groups of variables of the spec in `spec` (the directory of KVCache.tla
+    and the modules it extends)."""
+    return groups(_spec_defs(spec), frozenset(variables))
+
+
 @lru_cache(maxsize=4)
 def frames(spec: Path, actions: tuple[str, ...], variables: tuple[str, ...]) -> dict[str, frozenset[str]]:
     """For each action of the spec in `spec` (the directory of KVCache.tla and the
     modules it extends), the variables it leaves unchanged."""
-    texts = [(spec / f).read_text() for f in ("KVCache.tla", "KVTree.tla")]
-    defs = definitions(texts)
+    defs = _spec_defs(spec)
     vs = frozenset(variables)
     out = {}
     for a in actions:
