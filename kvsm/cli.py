@@ -15,7 +15,12 @@ import typer
 from rich.table import Table
 
 from .bounds import available_memory
-from .commands import register_all
+from .commands import campaign as campaign_commands
+from .commands import corpus as corpus_commands
+from .commands import gpu as gpu_commands
+from .commands import show as show_commands
+from .commands import sim as sim_commands
+from .commands import tla as tla_commands
 from .commands.common import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -330,7 +335,14 @@ def main() -> None:  # pragma: no cover - console entry point
     app(prog_name="kvsm")  # also under `python -m kvsm.cli`, so messages say `kvsm walk`
 
 
-register_all(app)
+# The commands that live beside their feature: each module's `register(app)` adds its
+# commands to the app, one line a module (`kvsm --help` lists them in this order).
+campaign_commands.register(app)  # campaign
+corpus_commands.register(app)  # corpus verify, corpus add
+gpu_commands.register(app)  # gpu replay
+show_commands.register(app)  # show
+sim_commands.register(app)  # sim
+tla_commands.register(app)  # check, conform, validate
 unwrap_help(app)
 
 

@@ -3,7 +3,7 @@ convention, progress (a bar on a terminal, a line every few seconds elsewhere), 
 output, loading a config or exiting with its error, and the command group that turns
 usage errors, SIGINT, SIGTERM and running out of memory into one error line and a
 documented exit code (README, "Errors and exit codes"). Not a command module itself
-(`register_all` skips it).
+(it has no `register`; `kvsm/cli.py` registers the others).
 
 A command adopts all of it by printing through `console`/`err`, reporting with
 `print_error`/`fail`, and showing progress with `progress()`; the group (`KvsmGroup`,
