@@ -4,13 +4,22 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 
-from .common import EXIT_FAILED, EXIT_ENVIRONMENT, console, emit_json, err, fail, progress as make_progress
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, progress as make_progress
+
+# PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
+_ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+# how long a campaign waits for its cluster: a local one starts in seconds, a scheduler
+# that does not answer is reported instead of waited on
+CONNECT_SECONDS = 10.0
+PLOTS = ("coverage.png", "failures.png")
 
 
 def _fail(msg: str, code: int | None = None) -> None:
@@ -54,7 +63,7 @@ def register(app: typer.Typer) -> None:
         from ..campaign.spec import SpaceError, make_space, seeds_of
         from ..campaign.store import Results, StoreError
         from ..campaign.summary import render, summarize, write_plots
-        from ..log import OutputError, check_output_file
+        from ..output import OutputError, check_output_file
 
         if workers is not None and scheduler is not None:
             _fail("give --workers or --scheduler, not both")
@@ -63,18 +72,22 @@ def register(app: typer.Typer) -> None:
             space = make_space([c for c in configs.split(",") if c], tiers, faults, bug, _range(requests, "--requests"))
         except SpaceError as e:
             _fail(str(e))
+        if scheduler is not None and not _ADDRESS.fullmatch(scheduler):
+            _fail(f"--scheduler {scheduler}: not a scheduler address (PROTOCOL://HOST:PORT, such as tcp://10.0.0.5:8786)")
         if plot is not None:
             try:
-                check_output_file(plot / "coverage.png")
+                for name in PLOTS:
+                    check_output_file(plot / name)
             except OutputError as e:
-                _fail(str(e))
+                _fail(f"--plot {plot}: {e}")
         budget = Budget(run_seconds, run_transitions, shrink_seconds)
+        choices = {"space": space.to_json(), "budget": budget.to_json()}
         store = Results(outdir)
-        try:
-            store.open({"space": space.to_json(), "budget": budget.to_json()}, resume)
+        try:  # nothing is written, nor a cluster started, for a directory that cannot be used
+            store.check(choices, resume)
             todo = plan(space, numbers, store)
-        except (StoreError, OSError) as e:
-            _fail(str(e))
+        except (StoreError, OutputError) as e:
+            _fail(f"-o {outdir}: {e}")
         n_workers = workers or os.cpu_count() or 1
         t0 = time.perf_counter()
         session = None
@@ -83,10 +96,17 @@ def register(app: typer.Typer) -> None:
         progress = make_progress("{task.description}")
         try:
             if todo:
+                where = f"the Dask scheduler {scheduler}" if scheduler is not None else f"a local Dask cluster of {n_workers} workers"
+                err.print(f"kvsm: campaign: starting {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
                 try:
-                    session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
+                    session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler, timeout=CONNECT_SECONDS)
                 except (OSError, ConnectionError, TimeoutError, ValueError) as e:
                     _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+            try:
+                store.open(choices, resume)
+            except (StoreError, OutputError) as e:
+                _fail(f"-o {outdir}: {e}")
+            if todo:
                 with progress:
                     task = progress.add_task("campaign", total=len(todo))
 
@@ -99,9 +119,10 @@ def register(app: typer.Typer) -> None:
 
                     execute_plan(session, todo, budget, store, on_progress)
                 n_workers = len(session.seen_workers) or n_workers
-        except KeyboardInterrupt:
-            err.print(f"[yellow]interrupted[/yellow]: {stats['done']} runs recorded in {store.path}; --resume continues")
-            raise typer.Exit(130) from None
+        except (KeyboardInterrupt, Interrupted) as e:
+            # the group prints the one `interrupted:` line and exits 130 or 143
+            err.print(f"kvsm: campaign: {stats['done']} runs recorded in {store.path}; --resume continues", highlight=False, soft_wrap=True)
+            raise e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT) from None
         finally:
             lost = list(session.lost_workers) if session is not None else []
             if session is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
     failures' details and the files rewritten."""
     from ..corpus.format import CaseError, read_case
     from ..corpus.run import Failure, rewritten, verify_case
+    from ..output import write_atomic
 
     files = _case_files(paths)
     failed: list[Failure] = []
@@ -56,7 +58,7 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
         if rewrite and outputs is not None:
             text = rewritten(case, outputs)
             if text != f.read_text(encoding="utf-8"):
-                f.write_text(text, encoding="utf-8")
+                write_atomic(f, text)
                 wrote.append(str(f))
                 # the outputs are now the renderer's: only the other failures remain
                 fails = [x for x in fails if not x.output]
@@ -110,6 +112,7 @@ def add(
     from ..corpus.format import _NAME, CaseError, read_case
     from ..corpus.run import case_from_log
     from ..log import LogError
+    from ..output import OutputError, check_output_file, write_atomic
 
     if not _NAME.fullmatch(name):
         err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'", soft_wrap=True)
@@ -122,16 +125,20 @@ def add(
             in_use.setdefault(read_case(str(p)).name, p)
         except CaseError:
             pass
-    if dest.exists() or name in in_use:
+    if os.path.lexists(dest) or name in in_use:
         err.print(f"[red]error:[/red] a case named '{escape(name)}' exists: {escape(str(in_use.get(name, dest)))}", soft_wrap=True)
         raise typer.Exit(2)
+    try:  # before the shrinking (up to --seconds): the case must have somewhere to go
+        check_output_file(dest)
+    except OutputError as e:
+        err.print(f"[red]error:[/red] --dir {escape(str(directory))}: {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     try:
         text, notes = case_from_log(log, name, dest, bug=bug, shows=shows, seconds=seconds)
-    except (LogError, CaseError, ConfigError) as e:
+        write_atomic(dest, text)
+    except (LogError, CaseError, ConfigError, OutputError) as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    directory.mkdir(parents=True, exist_ok=True)
-    dest.write_text(text, encoding="utf-8")
     console.print(f"wrote {escape(str(dest))}" + (f": {'; '.join(notes)}" if notes else ""), highlight=False, soft_wrap=True)
 
 

@@ -1,7 +1,7 @@
 """Plots (PNG, matplotlib's headless Agg backend) and a self-contained HTML report.
 
-Every file is written beside its destination and renamed into place, so a failure
-leaves no partial file and never clobbers an existing one half-way.
+Every file is written through kvsm/output.py: beside its destination and renamed into
+place, so a failure leaves no partial file and never clobbers an existing one half-way.
 """
 
 from __future__ import annotations
@@ -9,37 +9,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..log import OutputError
+from ..output import write_atomic
 from .runner import SimResult
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a hidden temporary file beside it; an error names
-    `path` (never the temporary file, which is removed) and is an `OutputError`."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise OutputError(path, e.strerror or str(e)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # mkstemp creates the file private; give it the permissions a plain open would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise OutputError(path, e.strerror or str(e)) from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
+PLOTS = ("hit_rate.png", "occupancy.png", "lanes.png")  # what `write_plots` writes
 
 
 def _axis(result: SimResult) -> tuple[list[float], str, float]:
@@ -165,7 +141,7 @@ def write_plots(result: SimResult, directory: str | Path) -> list[Path]:
     paths = []
     for name, data in render_plots(result).items():
         p = d / name
-        _atomic_write(p, data)
+        write_atomic(p, data)
         paths.append(p)
     return paths
 
@@ -304,5 +280,5 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 
 def write_report(result: SimResult, path: str | Path) -> Path:
     p = Path(path)
-    _atomic_write(p, render_html(result).encode())
+    write_atomic(p, render_html(result).encode())
     return p
