@@ -230,7 +230,9 @@ def grouped_tables(summary: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     return out
 
 
-def render_html(result: SimResult) -> str:
+def render_html(result: SimResult, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> str:
+    """The report: headline, plots, the summary's tables; with `steps` ((step, result,
+    time) rows, as `kvsm run` has them), a table of them first."""
     s = result.summary
     plots = render_plots(result)
     captions = {
@@ -249,7 +251,12 @@ def render_html(result: SimResult) -> str:
         + "\n</table></section>"
         for title, rows in grouped_tables(s)
     )
-    title = f"kvsm sim: {s['workload']['name']}, seed {s['seed']}"
+    title = title or f"kvsm sim: {s['workload']['name']}, seed {s['seed']}"
+    step_table = "" if not steps else (
+        "<h2>Steps</h2>\n<table>\n<tr><th>step</th><th>result</th><th>time</th></tr>\n"
+        + "\n".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>" for a, b, c in steps)
+        + "\n</table>"
+    )
     l3 = f" + L3 {s['pages_hit_l3']}" if s["config"]["L3"] else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -268,6 +275,7 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 <p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests on {s['config']['R']} ranks,
 {s['transitions']} transitions, {s['simulated_ms'] / 1000:.1f} s simulated in {s['seconds']} s.</p>
+{step_table}
 <h2>Plots</h2>
 {imgs}
 <h2>Summary</h2>
@@ -278,7 +286,5 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 """
 
 
-def write_report(result: SimResult, path: str | Path) -> Path:
-    p = Path(path)
-    write_atomic(p, render_html(result).encode())
-    return p
+def write_report(result: SimResult, path: str | Path, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> Path:
+    return write_atomic(path, render_html(result, steps, title).encode())
