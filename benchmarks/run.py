@@ -62,7 +62,8 @@ def main() -> None:
         print(json.dumps(res))
         return
     for s in res["steps"]:
-        print(f"{s['step']:<32} {'-' if s['seconds'] is None else f'{s['seconds']:6.1f} s'}")
+        took = "     -" if s["seconds"] is None else f"{s['seconds']:6.1f} s"
+        print(f"{s['step']:<32} {took}")
     print(f"{'total (wall, with start-up)':<32} {res['wall_seconds']:6.1f} s")
     print(f"{'CPU, every process':<32} {res['cpu_seconds']:6.1f} s on {res['cpus']} CPUs")
     print(f"load average before / after: {res['load_before']} / {res['load_after']} (target: {TARGET_SECONDS:.0f} s on a quiet 2-core machine)")

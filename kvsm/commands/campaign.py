@@ -20,6 +20,7 @@ _ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-
 # that does not answer is reported instead of waited on
 CONNECT_SECONDS = 10.0
 PLOTS = ("coverage.png", "failures.png")
+PIPE_TABLE_WIDTH = 120
 
 
 def _fail(msg: str, code: int | None = None) -> None:
@@ -134,7 +135,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(summary)
         else:
-            console.print(render(summary, outdir))
+            # in a pipe too, a table a person can read: its long cells (the coverage counts)
+            # wrap inside their column rather than making rows of a thousand columns
+            console.print(render(summary, outdir), width=None if console.is_terminal else PIPE_TABLE_WIDTH)
             for p in written:
                 console.print(f"wrote {p}")
             if lost:

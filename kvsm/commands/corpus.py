@@ -8,11 +8,13 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from .common import progress
 
 console = Console()
 err = Console(stderr=True)
@@ -30,9 +32,9 @@ def _case_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) -> dict[str, Any]:
-    """Verify every case under `paths`; with `rewrite`, write what the renderer prints
-    where an expected output differs. The result is what `--json` prints, plus the
+def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False, on_case: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Verify every case under `paths` (calling `on_case` after each); with `rewrite`,
+    write what the renderer prints where an expected output differs. The result is what `--json` prints, plus the
     failures' details and the files rewritten."""
     from ..corpus.format import CaseError, read_case
     from ..corpus.run import Failure, rewritten, verify_case
@@ -48,6 +50,8 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
             case = read_case(str(f))
         except CaseError as e:
             failed.append(Failure(str(f), e.line, e.reason))
+            if on_case is not None:
+                on_case()
             continue
         fails: list[Failure] = []
         if case.name in names:
@@ -64,6 +68,8 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
                 fails = [x for x in fails if not x.output]
         failed += fails
         passed += not fails
+        if on_case is not None:
+            on_case()
     return {"cases": len(files), "passed": passed, "failed": failed, "rewrote": wrote}
 
 
@@ -81,7 +87,9 @@ def verify(
         err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder", soft_wrap=True)
         raise typer.Exit(2)
     use_tlc = tlc if tlc is not None else shutil.which("java") is not None
-    res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc)
+    with progress() as bar:
+        task = bar.add_task("corpus verify: cases", total=len(_case_files(targets)))
+        res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc, on_case=lambda: bar.advance(task))
     if as_json:
         out = {"cases": res["cases"], "passed": res["passed"], "failed": [f.to_json() for f in res["failed"]]}
         sys.stdout.write(json.dumps(out) + "\n")

@@ -187,7 +187,8 @@ function fieldsOf(it, before, all) {
              : kind === "hidden" ? "under " + value
              : name + " " + value;
     const f = el("span", "f" + (changed ? " fchanged" : ""));
-    if (kind === "named") { f.append(el("span", "n", name + " "), document.createTextNode(value)); }
+    // the space outside the name's span: an inline-block span (a removed item's) drops a trailing one
+    if (kind === "named") { f.append(el("span", "n", name), document.createTextNode(" " + value)); }
     else f.textContent = text;
     if (changed) f.title = "was: " + (old.has(name) ? old.get(name) : "-");
     span.append(f);
