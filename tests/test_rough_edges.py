@@ -187,3 +187,32 @@ def test_corpus_verify_counts_its_cases_on_stderr(monkeypatch):
     r = subprocess.run([sys.executable, "-m", "kvsm.cli", "corpus", "verify", "--no-tlc", *map(str, cases)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     assert [x.split(" (")[0] for x in r.stderr.splitlines() if x.startswith("kvsm: corpus verify")] == ["kvsm: corpus verify: cases 1/2", "kvsm: corpus verify: cases 2/2"]
+
+
+# ---- 11. small things ------------------------------------------------------------------------------
+
+
+def _commands(group, path=()):
+    for name, cmd in group.commands.items():
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name)
+
+
+def test_help_shows_no_type_beside_a_flag():
+    import typer
+
+    every = [(), *_commands(typer.main.get_command(app))]
+    assert len(every) > 12
+    for path in every:
+        r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0 and "--help" in r.stdout, path
+        assert "<bool>" not in r.stdout, path
+
+
+def test_the_campaign_table_fits_a_reader_in_a_pipe(tmp_path):
+    r = runner.invoke(app, ["campaign", "--runs", "2", "--configs", "small", "--workers", "1", "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    widths = [len(x) for x in r.stdout.splitlines()]
+    assert "coverage" in r.stdout and max(widths) <= 120, max(widths)
