@@ -67,7 +67,7 @@ def test_the_configs_models_and_files_named_exist():
     models = {"ci", "deep", "l3"}
     bad = []
     for name, text in ALL.items():
-        for cfg in re.findall(r"--config ([a-z0-9_]+)\b", text):
+        for cfg in re.findall(r"--config ([a-z0-9_]+)(?![\w./])", text):
             if cfg not in models and cfg not in builtin_names():
                 bad.append(f"{name}: --config {cfg}")
         for m in re.finditer(r"\b((?:kvsm/configs|spec|traces|benchmarks|tests|kvsm)/[A-Za-z0-9_./-]*[A-Za-z0-9_])", text):
@@ -112,3 +112,16 @@ def test_the_commands_readme_says_to_try_next_run(monkeypatch):
 def test_no_stale_figure_of_the_main_job(doc):
     text = (ROOT / doc).read_text()
     assert "about 35 s" not in text and "all 13 of its transitions" not in text
+
+
+def test_a_trace_read_with_a_request_limit_is_parsed_only_that_far_as_docs_sim_says(tmp_path):
+    line = '{"timestamp": 0, "input_length": 1024, "output_length": 16, "hash_ids": [1, 2]}'
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(line + "\n" + line + "\n\n")  # a trailing blank line
+    r = runner.invoke(app, ["sim", "-w", str(trace), "--json"])
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {trace}:3: blank line", r.output
+    r = runner.invoke(app, ["sim", "-w", str(trace), "-n", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(DOCS["sim.md"].split())
+    assert "keeps a trace's first N lines (file order) and parses no further (a line after them, blank or not, is not looked at" in text
+    assert "Any other line read (bad JSON, blank, a trailing blank line included," in text
