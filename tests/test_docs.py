@@ -15,6 +15,8 @@ from kvsm.cli import app
 from kvsm.config import builtin_names, load_config
 from kvsm.transitions import names_for
 
+from .helpers import command_paths
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -22,15 +24,7 @@ DOCS = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
 ALL = {"README.md": README, **DOCS}
 
 
-def _command_paths(group, path=()):
-    for name, cmd in group.commands.items():
-        if hasattr(cmd, "commands"):
-            yield from _command_paths(cmd, (*path, name))
-        else:
-            yield (*path, name)
-
-
-COMMANDS = set(_command_paths(typer.main.get_command(app)))
+COMMANDS = set(command_paths(typer.main.get_command(app)))
 
 
 def test_a_walk_on_small_takes_as_many_transitions_as_readme_says(tmp_path):

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 
+from .helpers import command_paths
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -192,18 +194,10 @@ def test_corpus_verify_counts_its_cases_on_stderr(monkeypatch):
 # ---- 11. small things ------------------------------------------------------------------------------
 
 
-def _commands(group, path=()):
-    for name, cmd in group.commands.items():
-        if hasattr(cmd, "commands"):
-            yield from _commands(cmd, (*path, name))
-        else:
-            yield (*path, name)
-
-
 def test_help_shows_no_type_beside_a_flag():
     import typer
 
-    every = [(), *_commands(typer.main.get_command(app))]
+    every = [(), *command_paths(typer.main.get_command(app))]
     assert len(every) > 12
     for path in every:
         r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})

@@ -28,6 +28,14 @@ class StoreError(ValueError):
 
 
 class Results:
+    """A campaign's results, keyed by seed; `kvsm sweep` keys its own by point
+    (`kvsm.sweep.grid.SweepResults`) through the class attributes."""
+
+    KEY = "seed"  # the field that names a record's run
+    KEY_TYPE: type = int
+    CHOICES = CHOICES
+    WHAT = "campaign"
+
     def __init__(self, outdir: Path) -> None:
         self.dir = outdir
         self.path = outdir / RESULTS
@@ -46,12 +54,13 @@ class Results:
                     rec = json.loads(raw)
                 except json.JSONDecodeError as e:
                     raise StoreError(f"{self.path}:{lineno}: not a JSON line ({e.msg})") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("seed"), int):
-                    raise StoreError(f"{self.path}:{lineno}: not a run record (no integer 'seed')")
+                if not isinstance(rec, dict) or not isinstance(rec.get(self.KEY), self.KEY_TYPE):
+                    kind = "integer" if self.KEY_TYPE is int else "string"
+                    raise StoreError(f"{self.path}:{lineno}: not a run record (no {kind} '{self.KEY}')")
                 yield rec
 
-    def done(self) -> set[int]:
-        return {r["seed"] for r in self.read()}
+    def done(self) -> set[Any]:
+        return {r[self.KEY] for r in self.read()}
 
     # ---- writing ------------------------------------------------------------------------------
     def check(self, choices: dict[str, Any], resume: bool) -> None:
@@ -60,10 +69,10 @@ class Results:
         a resumed one's that has no campaign or one with other choices."""
         check_output_dir(self.dir)
         check_output_file(self.path)  # a FIFO or a link in the results' place is refused too
-        cpath = self.dir / CHOICES
+        cpath = self.dir / self.CHOICES
         if resume:
             if not cpath.exists():
-                raise StoreError(f"{self.dir}: --resume: no campaign here (no {CHOICES}); drop --resume to start one")
+                raise StoreError(f"{self.dir}: --resume: no {self.WHAT} here (no {self.CHOICES}); drop --resume to start one")
             try:
                 old = json.loads(cpath.read_text())
             except json.JSONDecodeError as e:
@@ -71,9 +80,9 @@ class Results:
             new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
             for k in sorted(set(new) | set(was)):
                 if new.get(k) != was.get(k):
-                    raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the campaign had {was.get(k)!r})")
+                    raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the {self.WHAT} had {was.get(k)!r})")
         elif self.path.exists() and self.path.stat().st_size:
-            raise StoreError(f"{self.path}: has results already; --resume continues that campaign, or give another -o")
+            raise StoreError(f"{self.path}: has results already; --resume continues that {self.WHAT}, or give another -o")
 
     def open(self, choices: dict[str, Any], resume: bool) -> None:
         """Start writing (after `check`): the choices, and the results file to append to; a
@@ -82,7 +91,7 @@ class Results:
         make_dirs(self.dir)
         if resume:
             self._truncate_fragment()
-        write_atomic(self.dir / CHOICES, json.dumps(choices, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.dir / self.CHOICES, json.dumps(choices, indent=2, sort_keys=True) + "\n")
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         except OSError as e:

@@ -8,7 +8,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -36,6 +36,68 @@ def _range(text: str, option: str) -> tuple[int, int]:
     return lo, hi
 
 
+def check_scheduler(scheduler: Optional[str]) -> None:
+    """A usage error (exit 2) for a --scheduler that is not an address, before anything runs."""
+    if scheduler is not None and not _ADDRESS.fullmatch(scheduler):
+        _fail(f"--scheduler {scheduler}: not a scheduler address (PROTOCOL://HOST:PORT, such as tcp://10.0.0.5:8786)")
+
+
+def run_on_dask(
+    todo: list,
+    store: Any,
+    workers: Optional[int],
+    scheduler: Optional[str],
+    execute: Callable[[Any, Callable[[dict[str, Any]], None]], None],
+    describe: Callable[[dict[str, Any]], str],
+    label: str,
+    open_store: Optional[Callable[[], None]] = None,
+) -> tuple[int, list[str]]:
+    """Run `todo` on a local cluster of `workers` processes (default: the CPU count) or on
+    the cluster behind `scheduler`, with progress on stderr: `execute(session, on_result)`
+    submits the runs and stores each result before calling `on_result(rec)`, and
+    `describe(rec)` is the progress line after it. The wait for the cluster is announced
+    and bounded (CONNECT_SECONDS); `open_store()`, when given, runs once the cluster
+    answers (or at once with nothing to do), so a cluster that cannot be reached leaves no
+    file behind. Interrupted, it says what was recorded and re-raises (the group exits
+    130 or 143). Closes the store; returns the workers seen and those lost."""
+    from ..campaign.execute import connect
+
+    n_workers = workers or os.cpu_count() or 1
+    session = None
+    done = 0
+    progress = make_progress("{task.description}")
+    try:
+        if todo:
+            where = f"the Dask scheduler {scheduler}" if scheduler is not None else f"a local Dask cluster of {n_workers} workers"
+            err.print(f"kvsm: {label}: starting {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
+            try:
+                session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler, timeout=CONNECT_SECONDS)
+            except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+                _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+        if open_store is not None:
+            open_store()
+        if todo:
+            with progress:
+                task = progress.add_task(label, total=len(todo))
+
+                def on_result(rec: dict[str, Any]) -> None:
+                    nonlocal done
+                    done += 1
+                    progress.update(task, advance=1, description=describe(rec))
+
+                execute(session, on_result)
+            n_workers = len(session.seen_workers) or n_workers
+    except (KeyboardInterrupt, Interrupted) as e:
+        err.print(f"kvsm: {label}: {done} runs recorded in {store.path}; --resume continues", highlight=False, soft_wrap=True)
+        raise e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT) from None
+    finally:
+        lost = list(session.lost_workers) if session is not None else []
+        if session is not None:
+            session.close()
+        store.close()
+    return n_workers, lost
+
+
 def register(app: typer.Typer) -> None:
     @app.command("campaign")
     def campaign(
@@ -59,7 +121,6 @@ def register(app: typer.Typer) -> None:
         """Run many seeded simulations (every invariant checked, every replica compared)
         on Dask distributed; shrink and group every failure; report coverage."""
         from ..campaign.driver import execute_plan, plan
-        from ..campaign.execute import connect
         from ..campaign.run import Budget
         from ..campaign.spec import SpaceError, make_space, seeds_of
         from ..campaign.store import Results, StoreError
@@ -73,8 +134,7 @@ def register(app: typer.Typer) -> None:
             space = make_space([c for c in configs.split(",") if c], tiers, faults, bug, _range(requests, "--requests"))
         except SpaceError as e:
             _fail(str(e))
-        if scheduler is not None and not _ADDRESS.fullmatch(scheduler):
-            _fail(f"--scheduler {scheduler}: not a scheduler address (PROTOCOL://HOST:PORT, such as tcp://10.0.0.5:8786)")
+        check_scheduler(scheduler)
         if plot is not None:
             try:
                 for name in PLOTS:
@@ -89,46 +149,24 @@ def register(app: typer.Typer) -> None:
             todo = plan(space, numbers, store)
         except (StoreError, OutputError) as e:
             _fail(f"-o {outdir}: {e}")
-        n_workers = workers or os.cpu_count() or 1
         t0 = time.perf_counter()
-        session = None
-        stats = {"done": 0, "failed": 0, "transitions": 0}
+        stats = {"failed": 0, "transitions": 0}
 
-        progress = make_progress("{task.description}")
-        try:
-            if todo:
-                where = f"the Dask scheduler {scheduler}" if scheduler is not None else f"a local Dask cluster of {n_workers} workers"
-                err.print(f"kvsm: campaign: starting {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
-                try:
-                    session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler, timeout=CONNECT_SECONDS)
-                except (OSError, ConnectionError, TimeoutError, ValueError) as e:
-                    _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+        def describe(rec: dict[str, Any]) -> str:
+            stats["transitions"] += rec.get("transitions", 0)
+            stats["failed"] += rec.get("status") in ("failed", "error")
+            rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
+            return f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed"
+
+        def open_store() -> None:
             try:
                 store.open(choices, resume)
             except (StoreError, OutputError) as e:
                 _fail(f"-o {outdir}: {e}")
-            if todo:
-                with progress:
-                    task = progress.add_task("campaign", total=len(todo))
 
-                    def on_progress(rec: dict[str, Any]) -> None:
-                        stats["done"] += 1
-                        stats["transitions"] += rec.get("transitions", 0)
-                        stats["failed"] += rec.get("status") in ("failed", "error")
-                        rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
-                        progress.update(task, advance=1, description=f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed")
-
-                    execute_plan(session, todo, budget, store, on_progress)
-                n_workers = len(session.seen_workers) or n_workers
-        except (KeyboardInterrupt, Interrupted) as e:
-            # the group prints the one `interrupted:` line and exits 130 or 143
-            err.print(f"kvsm: campaign: {stats['done']} runs recorded in {store.path}; --resume continues", highlight=False, soft_wrap=True)
-            raise e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT) from None
-        finally:
-            lost = list(session.lost_workers) if session is not None else []
-            if session is not None:
-                session.close()
-            store.close()
+        n_workers, lost = run_on_dask(
+            todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign", open_store
+        )
         records = list(store.read())
         summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
         written = write_plots(records, plot) if plot is not None else []
