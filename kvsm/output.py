@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 FILE_MODE = 0o666  # less the umask, as `open` does
 DIR_MODE = 0o777
@@ -71,33 +72,37 @@ def _open_new(directory: Path, prefix: str) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name in {directory}")  # pragma: no cover
 
 
+def _probe(named: Path, places: Iterable[Path]) -> None:
+    """Make and remove a file in the first of `places` that exists (OutputError naming
+    `named` when it is not a directory or takes no file): the only sure test, since root
+    passes every access check and /proc refuses anyway."""
+    for d in places:
+        if d.exists():
+            if not d.is_dir():
+                raise OutputError(named, f"{d} is not a directory")
+            try:
+                fd, name = _open_new(d, ".kvsm-probe.")
+            except OSError as e:
+                raise OutputError(named, e.strerror or str(e)) from None
+            os.close(fd)
+            os.unlink(name)
+            return
+
+
 def check_output_file(path: str | Path) -> None:
     """Raise OutputError now when a file cannot be made at `path`: something that is not
     a regular file is there, an ancestor is a file, or the nearest existing directory
     does not take new files. Missing parent directories are fine (they are created)."""
     p = Path(path)
     _refuse_special(p)
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputError(p, f"{parent} is not a directory")
-            try:  # the only sure test (root passes every access check, /proc refuses anyway)
-                fd, name = _open_new(parent, ".kvsm-probe.")
-            except OSError as e:
-                raise OutputError(p, e.strerror or str(e)) from None
-            os.close(fd)
-            os.unlink(name)
-            return
+    _probe(p, p.parents)
 
 
 def check_output_dir(path: str | Path) -> None:
     """Raise OutputError now when files cannot be made in the directory `path`."""
     p = Path(path)
     _refuse_special_dir(p)
-    try:
-        check_output_file(p / ".kvsm-probe")
-    except OutputError as e:  # named as the directory, not the probe
-        raise OutputError(p, e.reason.replace(str(p / ".kvsm-probe"), str(p))) from None
+    _probe(p, [p, *p.parents])
 
 
 def make_dirs(path: str | Path) -> None:
@@ -171,8 +176,6 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """A directory filled under a hidden temporary name beside `path` and renamed onto it
     when the block ends without an exception (replacing a directory already there, as a
     resumed campaign's case does); otherwise removed."""
-    import shutil  # noqa: PLC0415
-
     final = Path(path)
     _refuse_special_dir(final)
     make_dirs(final.parent)
