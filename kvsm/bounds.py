@@ -26,6 +26,9 @@ MAX_OUTPUT_TOKENS = 1 << 20  # a request holds one device page per output block 
 MAX_HASH_ID = INT32_MAX  # page symbols (kvsm validate hands them to TLC)
 MAX_TRACE_BYTES = 1 << 30  # a trace is read whole
 
+# ---- kvsm validate ---------------------------------------------------------------------------
+MAX_SEGMENTS = 64  # --segments: each segment is a TLC process (a JVM, a second or more to start)
+
 # ---- generated workloads (kvsm/sim/generators.py) -----------------------------------------
 MAX_GENERATED_REQUESTS = 100_000  # `kvsm sim -w GENERATOR -n N`: the requests are made in memory
 

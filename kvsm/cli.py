@@ -12,10 +12,17 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .bounds import available_memory
-from .commands import register_all
+from .commands import campaign as campaign_commands
+from .commands import corpus as corpus_commands
+from .commands import gpu as gpu_commands
+from .commands import show as show_commands
+from .commands import sim as sim_commands
+from .commands import sweep as sweep_commands
+from .commands import tla as tla_commands
 from .commands.common import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -25,6 +32,7 @@ from .commands.common import (
     config_or_exit,
     console,
     emit_json,
+    err,
     fail,
     print_error,
     progress,
@@ -219,58 +227,85 @@ def explore(
     raise typer.Exit(0 if not summary["violations"] else EXIT_FAILED)
 
 
+# What `kvsm run` explores and has TLC check: the `small` config with two requests, the
+# constants of spec/MC_defects.cfg (a test checks they agree), so that both see the same
+# 20,664 states in seconds (`small` itself, three requests: 224,863 states, a minute).
+RUN_MODEL_REQUESTS = 2
+RUN_TLC_MODEL = "MC_defects.cfg"
+RUN_STEPS = 6
+
+
+def _step_line(k: int, what: str) -> None:
+    """`kvsm: run [k/6] what` on stderr, a terminal or not: the step now running."""
+    err.print(f"kvsm: run [{k}/{RUN_STEPS}] {escape(what)}", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def run(
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the simulation (its timing and faults); the same seed writes the same log"),
     requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993)"),
-    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's log goes (sim-synthetic-SEED.jsonl; created if missing)"),
+    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config, and TLC on the ci config where Java is present. Exit 1 if any step failed."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed."""
     from .explore import explore as do_explore
-    from .log import OutputError, check_output_file
     from .replay import replay as do_replay
-    from .sim import run_main_job
-    from .sim.runner import main_job_log
+    from .output import OutputError, check_output_file
+    from .sim import simulate
+    from .sim.report import write_report
+    from .sim.runner import main_job_log, main_job_options
 
-    log = main_job_log(outdir, seed)
+    log, report = main_job_log(outdir, seed), outdir / "report.html"
     try:  # before anything runs: the log is the first thing every later step needs
         check_output_file(log)
+        check_output_file(report)
     except OutputError as e:
         raise fail(f"--outdir {outdir}: {e}") from None
     rows: list[tuple[str, str, str]] = []
     ok = True
     t0 = time.perf_counter()
+    _step_line(1, f"sim: the first {requests} requests of the Mooncake synthetic trace on 4 ranks, L1 and L2")
     with progress() as prog:
         task = prog.add_task("run: sim, requests", total=requests)
         try:
-            summary = run_main_job(outdir, seed=seed, requests=requests, ranks=4, on_progress=lambda done, total: prog.update(task, completed=done))
+            result = simulate(main_job_options(seed, requests, 4), log, lambda done, total: prog.update(task, completed=done))
         except OutputError as e:
             raise fail(f"--outdir {outdir}: {e}") from None
-    log = Path(summary["log"])
+    summary = result.summary
     rows.append((
         "sim (4 ranks, L1+L2)",
         f"{summary['requests']} requests of the Mooncake synthetic trace, block hit rate {summary['hit_rate_blocks']:.3f}, "
         f"{summary['transitions']} transitions -> {log}",
         f"{time.perf_counter() - t0:.1f}s",
     ))
+    _step_line(2, f"replay: {log}, every digest")
     t0 = time.perf_counter()
     res = do_replay(log)
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
+    _step_line(3, f"explore: every reachable state of the small config with {RUN_MODEL_REQUESTS} requests, every invariant")
     t0 = time.perf_counter()
-    g = do_explore(config_or_exit("small"), check=True)
+    g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
     s = g.summary()
     ok &= not s["violations"]
-    rows.append(("explore small", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
+    rows.append((f"explore small ({RUN_MODEL_REQUESTS} requests)", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
+    _step_line(4, "gpu replay: the log on 4 rank processes moving and verifying real bytes")
     gpu_row = _gpu_row(log)
     ok &= gpu_row[1].startswith(("ok", "skipped"))
     rows.append(gpu_row)
+    _step_line(5, f"TLC: every invariant of the spec on the same model (small, {RUN_MODEL_REQUESTS} requests)")
     tlc_row = _tlc_row()
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
+    _step_line(6, f"report: {report}")
+    t0 = time.perf_counter()
+    try:
+        write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
+    except OutputError as e:
+        raise fail(f"--outdir {outdir}: {e}") from None
+    rows.append(("report", f"the simulation's plots and these steps -> {report}", f"{time.perf_counter() - t0:.1f}s"))
     if as_json:
-        emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows]})
+        emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows], "log": str(log), "report": str(report)})
     else:
         table = Table(title="kvsm run")
         for col in ("step", "result", "time"):
@@ -278,11 +313,24 @@ def run(
         for r in rows:
             table.add_row(*r)
         console.print(table)
+        console.print(_next_steps(log, report), highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else EXIT_FAILED)
 
 
+def _next_steps(log: Path, report: Path) -> str:
+    """What `kvsm run` ends with: what to open, and what to try next (README)."""
+    viewer = log.with_suffix(".html")
+    return "\n".join([
+        f"open {report} (the simulation's plots and these steps)",
+        "try next:",
+        f"  kvsm show {log} --html {viewer}      step through the simulated log in a browser",
+        "  kvsm check --bug double_free             TLC finds an injected defect; read its counterexample with the `kvsm show` it prints",
+        f"  kvsm campaign --runs 20 --configs small -o {log.parent / 'campaign'}      many seeded simulations on Dask, every failure shrunk",
+    ])
+
+
 def _gpu_row(log: Path) -> tuple[str, str, str]:
-    """`kvsm gpu replay` of the simulated log (CUDA when there is one, else the CPU; 8 KiB
+    """`kvsm gpu replay` of the simulated log (CUDA when there is one, else the CPU; 4 KiB
     pages), or why it could not run."""
     try:
         from . import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
@@ -308,29 +356,41 @@ def _gpu_row(log: Path) -> tuple[str, str, str]:
 
 
 def _tlc_row() -> tuple[str, str, str]:
-    """`kvsm check --config ci` (TLC on the spec), or why it could not run."""
+    """TLC on the model `kvsm run` explores (spec/MC_defects.cfg: the small config with two
+    requests), every invariant, or why it could not run."""
     from .tla.check import check as do_check  # noqa: PLC0415
     from .tla.errors import TLCError, TLCUnavailable  # noqa: PLC0415
+    from .tla.location import spec_dir  # noqa: PLC0415
 
+    step = f"TLC check small ({RUN_MODEL_REQUESTS} requests)"
     t0 = time.perf_counter()
     try:
         # every core: a clean check is the expected outcome here, so the shortest and
-        # reproducible counterexample that one worker guarantees matters less than time
-        res = do_check("ci", workers=os.cpu_count() or 1)
+        # reproducible counterexample that one worker guarantees matters less than time;
+        # invariants only, as the `ci` model (liveness: `kvsm check --config spec/MC_defects.cfg`)
+        res = do_check(str(spec_dir() / RUN_TLC_MODEL), workers=os.cpu_count() or 1, properties=False)
     except TLCUnavailable as e:
-        return ("TLC check ci", f"skipped: {e}", "-")
+        return (step, f"skipped: {e}", "-")
     except TLCError as e:
-        return ("TLC check ci", f"FAILED: {e}", f"{time.perf_counter() - t0:.1f}s")
+        return (step, f"FAILED: {e}", f"{time.perf_counter() - t0:.1f}s")
     t = res.tlc
     verdict = "ok" if res.ok else f"VIOLATION {res.to_json()['violation']['property']}"
-    return ("TLC check ci", f"{verdict}: {t.distinct_states} distinct states, depth {t.depth}", f"{time.perf_counter() - t0:.1f}s")
+    return (step, f"{verdict}: {t.distinct_states} distinct states, depth {t.depth}", f"{time.perf_counter() - t0:.1f}s")
 
 
 def main() -> None:  # pragma: no cover - console entry point
     app(prog_name="kvsm")  # also under `python -m kvsm.cli`, so messages say `kvsm walk`
 
 
-register_all(app)
+# The commands that live beside their feature: each module's `register(app)` adds its
+# commands to the app, one line a module (`kvsm --help` lists them in this order).
+campaign_commands.register(app)  # campaign
+corpus_commands.register(app)  # corpus verify, corpus add
+gpu_commands.register(app)  # gpu replay
+show_commands.register(app)  # show
+sim_commands.register(app)  # sim
+sweep_commands.register(app)  # sweep
+tla_commands.register(app)  # check, conform, validate
 unwrap_help(app)
 
 

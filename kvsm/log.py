@@ -12,20 +12,20 @@ arguments or a missing end line stops the reader with the line number and the re
 (`LogError`); replaying a log against the model is `kvsm.replay`'s. Logs of format 1 (no end line) are
 still read, and `old_format_note` says what they lack. Writing is atomic: a log is
 written to a temporary file beside its destination, ended, and renamed into place when
-complete, so a crash or an error never leaves a partial log, nor clobbers an existing one.
+complete (kvsm/output.py), so a crash or an error never leaves a partial log, nor
+clobbers an existing one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
 from .bounds import INT64_MAX, MAX_DEVICE_PAGES, MAX_LINE_BYTES
 from .config import Config, ConfigError
+from .output import AtomicFile, OutputError, check_output_file  # noqa: F401 - OutputError, check_output_file: re-exported
 from .state import ClusterState
 from .transitions import REGISTRY, Transition
 
@@ -51,27 +51,6 @@ class LogError(ValueError):
     def __init__(self, path: str, line: int, reason: str, malformed: bool = True) -> None:
         super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
         self.path, self.line, self.reason, self.malformed = path, line, reason, malformed
-
-
-class OutputError(ValueError):
-    """A log (or report) that cannot be written where it was asked for."""
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        super().__init__(f"{path}: cannot write here: {reason}")
-        self.path, self.reason = str(path), reason
-
-
-def check_output_file(path: str | Path) -> None:
-    """Raise OutputError now when a file cannot be made at `path`: it is a directory, or
-    an ancestor is a file. Missing parent directories are fine (they are created)."""
-    p = Path(path)
-    if p.is_dir():
-        raise OutputError(p, "is a directory")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputError(p, f"{parent} is not a directory")
-            break
 
 
 @dataclass(frozen=True)
@@ -124,15 +103,8 @@ class LogWriter:
         self._tmp: IO[str] | None = None
 
     def __enter__(self) -> "LogWriter":
-        check_output_file(self.path)
-        directory = self.path.parent if str(self.path.parent) else Path(".")
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        except OSError as e:
-            raise OutputError(self.path, e.strerror or str(e)) from None
-        self._tmp = os.fdopen(fd, "w")
-        self._tmp_name = name
+        self._out = AtomicFile(self.path)  # kvsm/output.py: checks the path, writes beside it
+        self._tmp = self._out.file
         self._tmp.write(dumps(self.header.to_json()) + "\n")
         return self
 
@@ -146,23 +118,14 @@ class LogWriter:
         assert self._tmp is not None
         f, self._tmp = self._tmp, None
         if exc_type is not None:
-            f.close()
-            os.unlink(self._tmp_name)
+            self._out.discard()
             return
         try:
             f.write(end_line(self.count, self.last_digest) + "\n")
-            f.flush()
-            os.fsync(f.fileno())  # the renamed file holds the end line, even after a crash
-            f.close()
-            os.replace(self._tmp_name, self.path)
-        except OSError as e:  # a full disk, or the path became a directory meanwhile
-            if not f.closed:
-                try:
-                    f.close()
-                except OSError:
-                    pass
-            os.unlink(self._tmp_name)
+        except OSError as e:  # a full disk
+            self._out.discard()
             raise OutputError(self.path, e.strerror or str(e)) from None
+        self._out.commit()  # the renamed file holds the end line, even after a crash
 
 
 # ---- reading ---------------------------------------------------------------------------------

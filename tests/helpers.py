@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
 from kvsm.config import Config, Prompt
 from kvsm.invariants import violations_after
@@ -90,3 +90,12 @@ def append_steps(path: Any, *rows: str) -> None:
     body = lines[:-1] + list(rows)
     last = json.loads(body[-1])
     path.write_text("\n".join(body + [end_line(len(body) - 1, last["digest"])]) + "\n")
+
+
+def command_paths(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command under a click group, as its words (`("corpus", "verify")`)."""
+    for name, cmd in group.commands.items():
+        if hasattr(cmd, "commands"):
+            yield from command_paths(cmd, (*path, name))
+        else:
+            yield (*path, name)

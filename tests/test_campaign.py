@@ -351,3 +351,40 @@ def test_a_campaign_with_an_injected_defect_finds_it_and_writes_a_shrunk_case(tm
             assert r.exit_code == 1, r.output
         finally:
             os.chdir(cwd)
+
+
+def test_ctrl_c_stops_a_campaign_in_a_few_lines_and_leaves_no_dask_files(tmp_path):
+    out, tmp = tmp_path / "c", tmp_path / "tmp"
+    tmp.mkdir()
+    camp = subprocess.Popen(
+        [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "400", "--workers", "2", "-o", str(out), "--configs", "small"],
+        env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: len(_lines(out / "results.jsonl")) >= 3 or camp.poll() is not None, 180, "three results")
+        assert camp.poll() is None, camp.communicate()
+        os.killpg(camp.pid, signal.SIGINT)  # what Ctrl-C at a terminal does: the whole group
+        _, stderr = camp.communicate(timeout=60)
+    finally:
+        if camp.poll() is None:
+            os.killpg(camp.pid, signal.SIGKILL)
+            camp.wait()
+    assert camp.returncode == 130, stderr
+    # the campaign's own lines only (its start, progress, what it kept): no worker's traceback
+    assert [x for x in stderr.splitlines() if not x.startswith(("kvsm: ", "interrupted: "))] == [], stderr
+    assert stderr.splitlines()[-1] == "interrupted: stopped by SIGINT; unfinished outputs were removed"
+    assert "--resume continues" in stderr
+    assert list(tmp.iterdir()) == [], "the local cluster left files in the temporary directory"
+
+
+def test_a_scheduler_that_does_not_answer_is_announced_and_reported(tmp_path):
+    out = tmp_path / "c"
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "1", "--scheduler", "tcp://127.0.0.1:1", "-o", str(out)],
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    first, *rest = r.stderr.splitlines()
+    assert first.startswith("kvsm: campaign: starting the Dask scheduler tcp://127.0.0.1:1 (at most 10 s)")
+    assert len(rest) == 1 and rest[0].startswith("error: cannot reach a Dask cluster: "), r.stderr
+    assert time.monotonic() - t0 < 40
+    assert not out.exists(), "a campaign that never ran left files"

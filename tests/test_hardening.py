@@ -225,14 +225,15 @@ def test_errors_are_one_line_when_stderr_is_not_a_terminal(tmp_path):
 
 
 def test_a_report_that_cannot_be_written_names_the_users_path_and_leaves_no_temporary_file(tmp_path):
-    from kvsm.log import OutputError
-    from kvsm.sim.report import _atomic_write
+    from kvsm.output import AtomicFile, OutputError
 
     target = tmp_path / "r.html"
+    out = AtomicFile(target)
+    out.file.write("<html></html>")
     target.mkdir()  # became a directory after the run's check
     with pytest.raises(OutputError) as e:
-        _atomic_write(target, b"<html></html>")
-    assert str(e.value) == f"{target}: cannot write here: Is a directory"
+        out.commit()
+    assert str(e.value) == f"{target}: cannot write here: is a directory"
     assert listing(tmp_path) == ["r.html"]
 
 

@@ -124,3 +124,57 @@ def test_a_layer_imports_nothing_from_the_layers_above_it(graph, layer, forbidde
 def test_nothing_imports_the_command_line_entry_point(graph):
     bad = sorted(m for m, targets in graph.items() if ENTRY_POINT in targets and m != ENTRY_POINT)
     assert not bad, f"{ENTRY_POINT} is imported by " + ", ".join(bad)
+
+
+# ---- how commands are found ---------------------------------------------------------------------
+# An import by name at run time (importlib, __import__, pkgutil's discovery) is an edge the
+# import graph above cannot see: a cycle or a layer crossed through it would go unnoticed.
+DYNAMIC_IMPORTS = {("importlib", "import_module"), ("pkgutil", "iter_modules"), ("pkgutil", "walk_packages"), (None, "__import__"), (None, "import_module")}
+
+
+def _dynamic_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """`FILE:LINE call` (FILE relative to `root`) for each call in `path` that imports or
+    discovers modules by name."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        key = (f.value.id if isinstance(f.value, ast.Name) else None, f.attr) if isinstance(f, ast.Attribute) else (None, f.id) if isinstance(f, ast.Name) else None
+        if key in DYNAMIC_IMPORTS:
+            out.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(f)}")
+    return out
+
+
+def test_no_module_imports_kvsm_modules_by_name_at_run_time():
+    bad = [hit for path in _modules().values() for hit in _dynamic_imports(path)]
+    assert not bad, "imports the graph cannot see: " + "; ".join(bad)
+
+
+def test_the_dynamic_import_finder_finds_discovery(tmp_path):
+    p = tmp_path / "plug.py"
+    p.write_text("import importlib, pkgutil\n\ndef load(path):\n    for m in pkgutil.iter_modules(path):\n        importlib.import_module(m.name)\n")
+    assert _dynamic_imports(p, tmp_path) == ["plug.py:4 pkgutil.iter_modules", "plug.py:5 importlib.import_module"]
+
+
+def test_the_command_line_imports_and_registers_every_command_module(graph):
+    commands = sorted(m for m in graph if m.startswith("kvsm.commands.") and m != "kvsm.commands.common")
+    assert len(commands) >= 6
+    missing = [m for m in commands if m not in graph[ENTRY_POINT]]
+    assert not missing, f"{ENTRY_POINT} does not import " + ", ".join(missing)
+    # and calls each one's register(app) by the name it imported it under
+    tree = ast.parse(_modules()[ENTRY_POINT].read_text())
+    alias = {f"kvsm.commands.{a.name}": a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "commands" and n.level == 1 for a in n.names}
+    called = {n.func.value.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register" and isinstance(n.func.value, ast.Name)}
+    unregistered = [m for m in commands if alias.get(m) not in called]
+    assert not unregistered, f"{ENTRY_POINT} imports but does not register " + ", ".join(unregistered)
+
+
+def test_an_import_inside_a_function_is_an_edge_and_closes_a_cycle(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from kvsm import b\n")
+    b.write_text("def late():\n    from kvsm import a  # deferred, still an edge\n    return a\n")
+    modules = {"kvsm.a": a, "kvsm.b": b}
+    g = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert g["kvsm.b"] == {"kvsm.a"}
+    assert _cycle(g) == ["kvsm.a", "kvsm.b", "kvsm.a"]

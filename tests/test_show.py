@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -211,3 +212,18 @@ def test_a_tlc_counterexample_is_told_as_a_story(tmp_path):
     assert "step 9  Commit\n  tree\n    ~ #1  L2 h0..1 writing → h0..1  lock 2 → 1" in text
     res = runner.invoke(app, ["show", str(log), "--html", str(tmp_path / "cex.html")])
     assert res.exit_code == 0 and "(9 steps)" in res.output
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium (apt-get install chromium)")
+def test_the_viewer_keeps_the_space_between_a_fields_name_and_its_value(tmp_path):
+    log = tmp_path / "w.jsonl"
+    assert runner.invoke(app, ["walk", "--steps", "200", "-o", str(log)]).exit_code == 0
+    run = read_run(log)
+    k = next(s.n for s in run.steps if s.state.writes and any(s.state.write_done))  # a write some rank has done
+    out = tmp_path / "w.html"
+    assert runner.invoke(app, ["show", str(log), "--html", str(out)]).exit_code == 0
+    dom = _browse("--dump-dom", f"file://{out}#step={k}").stdout
+    assert '<span class="n">done by</span> r' in dom, "no write's 'done by' field at this step"
+    # a space inside the name's span is dropped where the span is an inline-block ("done byr0")
+    assert not re.search(r'<span class="n">[^<]* </span>', dom)

@@ -10,17 +10,16 @@ Today a case is a directory `DIR/cases/<signature>-<seed>/` holding
   `kvsm sim` command that reproduces it on `workload.jsonl` (run in the case's
   directory), the original run's command, and what shrinking did.
 
-The files are written to a temporary directory and renamed into place, so a case
-directory is complete or absent.
+The files are written to a temporary directory and renamed into place
+(kvsm/output.py), so a case directory is complete or absent.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
+
+from ..output import atomic_dir
 
 
 def case_name(signature: str, seed: int) -> str:
@@ -30,18 +29,10 @@ def case_name(signature: str, seed: int) -> str:
 
 
 def write_case(outdir: Path, signature: str, seed: int, files: dict[str, str]) -> Path:
-    """Write a case's files under `outdir/cases/`; returns its path relative to `outdir`."""
-    cases = outdir / "cases"
-    cases.mkdir(parents=True, exist_ok=True)
-    final = cases / case_name(signature, seed)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cases))
-    try:
+    """Write a case's files under `outdir/cases/`; returns its path relative to `outdir`.
+    A case resumed after its directory was written but before its line was replaces it."""
+    final = outdir / "cases" / case_name(signature, seed)
+    with atomic_dir(final) as tmp:
         for name, text in files.items():
             (tmp / name).write_text(text)
-        if final.exists():  # a run resumed after its case was written but before its line was
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final.relative_to(outdir)

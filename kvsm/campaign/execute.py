@@ -20,10 +20,14 @@ names it.
 from __future__ import annotations
 
 import logging
+import shutil
+import signal
+import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from .run import Budget
 from .worker import run_task
@@ -66,16 +70,23 @@ class Session:
         c = self.client
         return set(c.sync(c.scheduler.identity, n_workers=-1)["workers"])
 
+    scratch: str | None = None  # the local workers' directory, removed at close
+
     def close(self) -> None:
         try:
             self.client.close()
         finally:
-            if self.local is not None:
-                self.local.close()
+            try:
+                if self.local is not None:
+                    self.local.close()
+            finally:
+                if self.scratch is not None:
+                    shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def connect(workers: int | None = None, scheduler: str | None = None, processes: bool = True, timeout: float = 30.0) -> Session:
     """A local cluster of `workers` processes, or the cluster behind `scheduler`."""
+    import dask
     from distributed import Client, LocalCluster
 
     for name in ("distributed", "tornado"):
@@ -90,17 +101,30 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
             client.close()
             raise ConnectionError(f"--scheduler {scheduler}: no worker joined within {timeout:g} s")
         address = scheduler
+        scratch = None
     else:
-        local = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=processes,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
+        # the workers' files in a directory of this campaign's own, removed at close
+        # (Dask's default, dask-scratch-space/ in the temporary directory, stays behind)
+        scratch = tempfile.mkdtemp(prefix="kvsm-dask-")
+        try:
+            with _workers_ignore_sigint(), dask.config.set({"temporary-directory": scratch}):
+                local = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=processes,
+                    dashboard_address=None,
+                    # no dashboard; its HTTP server (health checks) on a free port, not on
+                    # 8787, which another cluster may hold (a warning on stderr each time)
+                    scheduler_kwargs={"dashboard_address": ":0"},
+                    silence_logs=logging.ERROR,
+                    local_directory=scratch,
+                )
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         client = Client(local)
         address = local.scheduler_address
-    s = Session(client, local, address)
+    s = Session(client, local, address, scratch=scratch)
     s.seen_workers = s.workers()
 
     def on_start(event: Any) -> None:
@@ -109,6 +133,23 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
 
     client.subscribe_topic(TOPIC, on_start)
     return s
+
+
+@contextmanager
+def _workers_ignore_sigint() -> Iterator[None]:
+    """Start worker processes with SIGINT ignored (a disposition a new process inherits,
+    and Python keeps): a Ctrl-C at the terminal reaches the whole process group, and the
+    campaign, not each worker, answers it (each would print its own traceback); the
+    campaign's close stops the workers."""
+    try:
+        saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to change
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def run_all(

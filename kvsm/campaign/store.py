@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..output import FILE_MODE, OutputError, check_output_dir, check_output_file, make_dirs, write_atomic
+
 RESULTS = "results.jsonl"
 CHOICES = "campaign.json"
 
@@ -61,28 +63,39 @@ class Results:
         return {r[self.KEY] for r in self.read()}
 
     # ---- writing ------------------------------------------------------------------------------
-    def open(self, choices: dict[str, Any], resume: bool) -> None:
-        """Start writing: a new campaign refuses a directory that has results; a resumed one
-        checks its choices and cuts off a line a kill left incomplete."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def check(self, choices: dict[str, Any], resume: bool) -> None:
+        """Refuse, before anything runs or is written, a directory this campaign cannot
+        use: one where files cannot be made, a new campaign's directory that has results,
+        a resumed one's that has no campaign or one with other choices."""
+        check_output_dir(self.dir)
+        check_output_file(self.path)  # a FIFO or a link in the results' place is refused too
         cpath = self.dir / self.CHOICES
         if resume:
-            if cpath.exists():
-                try:
-                    old = json.loads(cpath.read_text())
-                except json.JSONDecodeError as e:
-                    raise StoreError(f"{cpath}: not JSON ({e.msg})") from None
-                new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
-                for k in sorted(set(new) | set(was)):
-                    if new.get(k) != was.get(k):
-                        raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the {self.WHAT} had {was.get(k)!r})")
-            self._truncate_fragment()
+            if not cpath.exists():
+                raise StoreError(f"{self.dir}: --resume: no {self.WHAT} here (no {self.CHOICES}); drop --resume to start one")
+            try:
+                old = json.loads(cpath.read_text())
+            except json.JSONDecodeError as e:
+                raise StoreError(f"{cpath}: not JSON ({e.msg})") from None
+            new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
+            for k in sorted(set(new) | set(was)):
+                if new.get(k) != was.get(k):
+                    raise StoreError(f"{cpath}: --resume with another {k} ({new.get(k)!r}; the {self.WHAT} had {was.get(k)!r})")
         elif self.path.exists() and self.path.stat().st_size:
             raise StoreError(f"{self.path}: has results already; --resume continues that {self.WHAT}, or give another -o")
-        tmp = cpath.with_suffix(".tmp")
-        tmp.write_text(json.dumps(choices, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, cpath)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def open(self, choices: dict[str, Any], resume: bool) -> None:
+        """Start writing (after `check`): the choices, and the results file to append to; a
+        resumed campaign cuts off a line a kill left incomplete."""
+        self.check(choices, resume)
+        make_dirs(self.dir)
+        if resume:
+            self._truncate_fragment()
+        write_atomic(self.dir / self.CHOICES, json.dumps(choices, indent=2, sort_keys=True) + "\n")
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        except OSError as e:
+            raise OutputError(self.path, e.strerror or str(e)) from None
 
     def _truncate_fragment(self) -> None:
         if not self.path.exists():

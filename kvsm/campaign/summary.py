@@ -126,7 +126,10 @@ def write_plots(records: list[dict[str, Any]], outdir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    outdir.mkdir(parents=True, exist_ok=True)
+    from matplotlib.ticker import MaxNLocator
+
+    from ..output import write_atomic
+
     seen_t: set[str] = set()
     seen_g: set[tuple[str, str]] = set()
     seen_s: set[str] = set()
@@ -157,8 +160,7 @@ def write_plots(records: list[dict[str, Any]], outdir: Path) -> list[Path]:
     ax.set_title("kvsm campaign: coverage over runs")
     ax.legend()
     fig.tight_layout()
-    p1 = outdir / "coverage.png"
-    fig.savefig(p1)
+    p1 = write_atomic(outdir / "coverage.png", _png(fig))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for k, series in sorted(per_sig.items()):
@@ -167,10 +169,20 @@ def write_plots(records: list[dict[str, Any]], outdir: Path) -> list[Path]:
         ax.plot(xs, [0] * len(xs), label="no failure")
     ax.set_xlabel("runs finished")
     ax.set_ylabel("failing runs")
+    # counts: whole numbers from 0 (a flat 0 would otherwise get an axis from -0.04 to 0.04)
+    ax.set_ylim(0, max([1] + [max(v) for v in per_sig.values() if v]))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("kvsm campaign: failures over runs, per signature")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    p2 = outdir / "failures.png"
-    fig.savefig(p2)
+    p2 = write_atomic(outdir / "failures.png", _png(fig))
     plt.close(fig)
     return [p1, p2]
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()

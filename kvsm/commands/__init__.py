@@ -1,15 +1,5 @@
-"""Command plug-ins: every module here but `common` (what they all print with) defines
-`register(app)` and adds its commands to the `kvsm` typer app, so that each feature
-(TLC, simulator, GPU backend) owns its commands beside its code."""
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-import typer
-
-
-def register_all(app: typer.Typer) -> None:
-    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "common"):
-        importlib.import_module(f"{__name__}.{mod}").register(app)
+"""The commands that live beside their feature (TLC, simulator, GPU backend, corpus,
+viewer, campaign): each module but `common` (what they all print with) defines
+`register(app)`, which adds its commands to the `kvsm` typer app. `kvsm/cli.py` imports
+every such module and calls its `register` by name, one line a module, so the import
+tree shows each command module under the command line (tests/test_layers.py checks it)."""

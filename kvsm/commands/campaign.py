@@ -4,13 +4,23 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 import typer
 
-from .common import EXIT_FAILED, EXIT_ENVIRONMENT, console, emit_json, err, fail, progress as make_progress
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, progress as make_progress
+
+# PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
+_ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+# how long a campaign waits for its cluster: a local one starts in seconds, a scheduler
+# that does not answer is reported instead of waited on
+CONNECT_SECONDS = 10.0
+PLOTS = ("coverage.png", "failures.png")
+PIPE_TABLE_WIDTH = 120
 
 
 def _fail(msg: str, code: int | None = None) -> None:
@@ -26,6 +36,12 @@ def _range(text: str, option: str) -> tuple[int, int]:
     return lo, hi
 
 
+def check_scheduler(scheduler: Optional[str]) -> None:
+    """A usage error (exit 2) for a --scheduler that is not an address, before anything runs."""
+    if scheduler is not None and not _ADDRESS.fullmatch(scheduler):
+        _fail(f"--scheduler {scheduler}: not a scheduler address (PROTOCOL://HOST:PORT, such as tcp://10.0.0.5:8786)")
+
+
 def run_on_dask(
     todo: list,
     store: Any,
@@ -34,12 +50,16 @@ def run_on_dask(
     execute: Callable[[Any, Callable[[dict[str, Any]], None]], None],
     describe: Callable[[dict[str, Any]], str],
     label: str,
+    open_store: Optional[Callable[[], None]] = None,
 ) -> tuple[int, list[str]]:
     """Run `todo` on a local cluster of `workers` processes (default: the CPU count) or on
     the cluster behind `scheduler`, with progress on stderr: `execute(session, on_result)`
     submits the runs and stores each result before calling `on_result(rec)`, and
-    `describe(rec)` is the progress line after it. Closes the store; returns the workers
-    seen and those lost. `kvsm campaign` and `kvsm sweep` run on it."""
+    `describe(rec)` is the progress line after it. The wait for the cluster is announced
+    and bounded (CONNECT_SECONDS); `open_store()`, when given, runs once the cluster
+    answers (or at once with nothing to do), so a cluster that cannot be reached leaves no
+    file behind. Interrupted, it says what was recorded and re-raises (the group exits
+    130 or 143). Closes the store; returns the workers seen and those lost."""
     from ..campaign.execute import connect
 
     n_workers = workers or os.cpu_count() or 1
@@ -48,10 +68,15 @@ def run_on_dask(
     progress = make_progress("{task.description}")
     try:
         if todo:
+            where = f"the Dask scheduler {scheduler}" if scheduler is not None else f"a local Dask cluster of {n_workers} workers"
+            err.print(f"kvsm: {label}: starting {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
             try:
-                session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler)
+                session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler, timeout=CONNECT_SECONDS)
             except (OSError, ConnectionError, TimeoutError, ValueError) as e:
                 _fail(f"cannot reach a Dask cluster: {e}", EXIT_ENVIRONMENT)
+        if open_store is not None:
+            open_store()
+        if todo:
             with progress:
                 task = progress.add_task(label, total=len(todo))
 
@@ -62,9 +87,9 @@ def run_on_dask(
 
                 execute(session, on_result)
             n_workers = len(session.seen_workers) or n_workers
-    except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/yellow]: {done} runs recorded in {store.path}; --resume continues")
-        raise typer.Exit(130) from None
+    except (KeyboardInterrupt, Interrupted) as e:
+        err.print(f"kvsm: {label}: {done} runs recorded in {store.path}; --resume continues", highlight=False, soft_wrap=True)
+        raise e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT) from None
     finally:
         lost = list(session.lost_workers) if session is not None else []
         if session is not None:
@@ -100,7 +125,7 @@ def register(app: typer.Typer) -> None:
         from ..campaign.spec import SpaceError, make_space, seeds_of
         from ..campaign.store import Results, StoreError
         from ..campaign.summary import render, summarize, write_plots
-        from ..log import OutputError, check_output_file
+        from ..output import OutputError, check_output_file
 
         if workers is not None and scheduler is not None:
             _fail("give --workers or --scheduler, not both")
@@ -109,18 +134,21 @@ def register(app: typer.Typer) -> None:
             space = make_space([c for c in configs.split(",") if c], tiers, faults, bug, _range(requests, "--requests"))
         except SpaceError as e:
             _fail(str(e))
+        check_scheduler(scheduler)
         if plot is not None:
             try:
-                check_output_file(plot / "coverage.png")
+                for name in PLOTS:
+                    check_output_file(plot / name)
             except OutputError as e:
-                _fail(str(e))
+                _fail(f"--plot {plot}: {e}")
         budget = Budget(run_seconds, run_transitions, shrink_seconds)
+        choices = {"space": space.to_json(), "budget": budget.to_json()}
         store = Results(outdir)
-        try:
-            store.open({"space": space.to_json(), "budget": budget.to_json()}, resume)
+        try:  # nothing is written, nor a cluster started, for a directory that cannot be used
+            store.check(choices, resume)
             todo = plan(space, numbers, store)
-        except (StoreError, OSError) as e:
-            _fail(str(e))
+        except (StoreError, OutputError) as e:
+            _fail(f"-o {outdir}: {e}")
         t0 = time.perf_counter()
         stats = {"failed": 0, "transitions": 0}
 
@@ -130,14 +158,24 @@ def register(app: typer.Typer) -> None:
             rate = stats["transitions"] / max(1e-9, time.perf_counter() - t0)
             return f"campaign: {rate:,.0f} transitions/s, {stats['failed']} failed"
 
-        n_workers, lost = run_on_dask(todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign")
+        def open_store() -> None:
+            try:
+                store.open(choices, resume)
+            except (StoreError, OutputError) as e:
+                _fail(f"-o {outdir}: {e}")
+
+        n_workers, lost = run_on_dask(
+            todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign", open_store
+        )
         records = list(store.read())
         summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
         written = write_plots(records, plot) if plot is not None else []
         if as_json:
             emit_json(summary)
         else:
-            console.print(render(summary, outdir))
+            # in a pipe too, a table a person can read: its long cells (the coverage counts)
+            # wrap inside their column rather than making rows of a thousand columns
+            console.print(render(summary, outdir), width=None if console.is_terminal else PIPE_TABLE_WIDTH)
             for p in written:
                 console.print(f"wrote {p}")
             if lost:

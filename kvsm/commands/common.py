@@ -3,7 +3,7 @@ convention, progress (a bar on a terminal, a line every few seconds elsewhere), 
 output, loading a config or exiting with its error, and the command group that turns
 usage errors, SIGINT, SIGTERM and running out of memory into one error line and a
 documented exit code (README, "Errors and exit codes"). Not a command module itself
-(`register_all` skips it).
+(it has no `register`; `kvsm/cli.py` registers the others).
 
 A command adopts all of it by printing through `console`/`err`, reporting with
 `print_error`/`fail`, and showing progress with `progress()`; the group (`KvsmGroup`,
@@ -17,9 +17,11 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import typer
 from rich.console import Console
@@ -31,7 +33,9 @@ from ..config import BUGS, Config, ConfigError, load_config
 
 try:  # typer 0.2x carries its own click
     from typer._click import exceptions as _cx
+    from typer._click.core import Context as _Context
 except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click import Context as _Context  # type: ignore[assignment]
     from click import exceptions as _cx  # type: ignore[no-redef]
 
 _UsageError = _cx.UsageError
@@ -208,6 +212,34 @@ def progress(label: str = "{task.description}") -> Progress | LineProgress:
     )
 
 
+@contextmanager
+def busy(description: str) -> Iterator[None]:
+    """A step with no count of its own (TLC running, rank processes starting, a viewer
+    being built), so that it is never silent: a spinner with the elapsed time on a
+    terminal, otherwise a line `kvsm: <description>, <elapsed>s` every few seconds
+    ($KVSM_PROGRESS_SECONDS; none for a step shorter than that, as `progress`)."""
+    if err.is_terminal:
+        with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+            bar.add_task(description, total=None)
+            yield
+        return
+    done = threading.Event()
+    interval, t0 = progress_interval(), time.monotonic()
+
+    def tick() -> None:
+        while interval > 0 and not done.wait(interval):
+            sys.stderr.write(f"kvsm: {description}, {time.monotonic() - t0:.0f}s\n")
+            sys.stderr.flush()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
 # ---- interruption -------------------------------------------------------------------------------
 
 
@@ -263,6 +295,7 @@ class KvsmGroup(TyperGroup):
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         code: Any
+        _flags_without_type(self)
         try:
             with _Handlers():
                 code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -290,6 +323,19 @@ class KvsmGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code if isinstance(code, int) else 0)
         return code
+
+
+def _flags_without_type(cmd: Any) -> None:
+    """A flag (`--json`, `--check`, `--help`) takes no value: its help shows no
+    `<bool>` type beside it (typer's rich help would), for `cmd` and every command
+    under it."""
+    for sub in [cmd, *getattr(cmd, "commands", {}).values()]:
+        helper = sub.get_help_option(_Context(sub)) if hasattr(sub, "get_help_option") else None
+        for p in [*sub.params, *([helper] if helper is not None else [])]:
+            if getattr(p, "is_flag", False) and not getattr(p, "count", False) and p.metavar is None:
+                p.metavar = ""
+        if sub is not cmd and getattr(sub, "commands", None):
+            _flags_without_type(sub)
 
 
 # ---- help texts ---------------------------------------------------------------------------------

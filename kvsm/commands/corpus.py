@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from .common import progress
 
 console = Console()
 err = Console(stderr=True)
@@ -29,12 +32,13 @@ def _case_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) -> dict[str, Any]:
-    """Verify every case under `paths`; with `rewrite`, write what the renderer prints
-    where an expected output differs. The result is what `--json` prints, plus the
+def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False, on_case: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Verify every case under `paths` (calling `on_case` after each); with `rewrite`,
+    write what the renderer prints where an expected output differs. The result is what `--json` prints, plus the
     failures' details and the files rewritten."""
     from ..corpus.format import CaseError, read_case
     from ..corpus.run import Failure, rewritten, verify_case
+    from ..output import write_atomic
 
     files = _case_files(paths)
     failed: list[Failure] = []
@@ -46,6 +50,8 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
             case = read_case(str(f))
         except CaseError as e:
             failed.append(Failure(str(f), e.line, e.reason))
+            if on_case is not None:
+                on_case()
             continue
         fails: list[Failure] = []
         if case.name in names:
@@ -56,12 +62,14 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False) ->
         if rewrite and outputs is not None:
             text = rewritten(case, outputs)
             if text != f.read_text(encoding="utf-8"):
-                f.write_text(text, encoding="utf-8")
+                write_atomic(f, text)
                 wrote.append(str(f))
                 # the outputs are now the renderer's: only the other failures remain
                 fails = [x for x in fails if not x.output]
         failed += fails
         passed += not fails
+        if on_case is not None:
+            on_case()
     return {"cases": len(files), "passed": passed, "failed": failed, "rewrote": wrote}
 
 
@@ -79,7 +87,9 @@ def verify(
         err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder", soft_wrap=True)
         raise typer.Exit(2)
     use_tlc = tlc if tlc is not None else shutil.which("java") is not None
-    res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc)
+    with progress() as bar:
+        task = bar.add_task("corpus verify: cases", total=len(_case_files(targets)))
+        res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc, on_case=lambda: bar.advance(task))
     if as_json:
         out = {"cases": res["cases"], "passed": res["passed"], "failed": [f.to_json() for f in res["failed"]]}
         sys.stdout.write(json.dumps(out) + "\n")
@@ -110,6 +120,7 @@ def add(
     from ..corpus.format import _NAME, CaseError, read_case
     from ..corpus.run import case_from_log
     from ..log import LogError
+    from ..output import OutputError, check_output_file, write_atomic
 
     if not _NAME.fullmatch(name):
         err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'", soft_wrap=True)
@@ -122,16 +133,20 @@ def add(
             in_use.setdefault(read_case(str(p)).name, p)
         except CaseError:
             pass
-    if dest.exists() or name in in_use:
+    if os.path.lexists(dest) or name in in_use:
         err.print(f"[red]error:[/red] a case named '{escape(name)}' exists: {escape(str(in_use.get(name, dest)))}", soft_wrap=True)
         raise typer.Exit(2)
+    try:  # before the shrinking (up to --seconds): the case must have somewhere to go
+        check_output_file(dest)
+    except OutputError as e:
+        err.print(f"[red]error:[/red] --dir {escape(str(directory))}: {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     try:
         text, notes = case_from_log(log, name, dest, bug=bug, shows=shows, seconds=seconds)
-    except (LogError, CaseError, ConfigError) as e:
+        write_atomic(dest, text)
+    except (LogError, CaseError, ConfigError, OutputError) as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    directory.mkdir(parents=True, exist_ok=True)
-    dest.write_text(text, encoding="utf-8")
     console.print(f"wrote {escape(str(dest))}" + (f": {'; '.join(notes)}" if notes else ""), highlight=False, soft_wrap=True)
 
 

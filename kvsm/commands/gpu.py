@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, bug_option, emit_json, fail, print_error, warn, warn_old_log
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, bug_option, busy, emit_json, fail, print_error, warn, warn_old_log
 
 
 def _print_summary(s: dict[str, Any], as_json: bool) -> None:
@@ -73,7 +73,8 @@ def register(app: typer.Typer) -> None:
 
         from .. import gpu as _backend  # noqa: F401, PLC0415 - its warning filter, before torch
 
-        import torch  # noqa: PLC0415
+        with busy("gpu replay: loading torch"):
+            import torch  # noqa: PLC0415
 
         from ..gpu.launch import replay_as_this_rank, under_torchrun  # noqa: PLC0415
         from ..gpu.launch import replay as do_replay  # noqa: PLC0415
@@ -86,7 +87,8 @@ def register(app: typer.Typer) -> None:
                 if summary is not None:
                     _print_summary(summary, as_json)
                 raise typer.Exit(0 if ok else EXIT_FAILED)
-            summary = do_replay(opts, ranks)
+            with busy(f"gpu replay: {log} on rank processes ({opts.device}): starting them, then replaying"):
+                summary = do_replay(opts, ranks)
         except (ReplayError, InjectError) as e:
             # the inputs passed their checks above: what fails now is the machine (no CUDA,
             # no room for the slab or the disk stores, a rank's setup)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -70,12 +70,14 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         if html is not None:
-            from ..log import OutputError, check_output_file
+            from ..output import OutputError, check_output_file
             from ..render.html import write_html
+            from .common import busy
 
             try:
                 check_output_file(html)
-                write_html(run, html, title=str(log))
+                with busy(f"show: the viewer of {log}'s {len(run.steps)} steps"):
+                    write_html(run, html, title=str(log))
             except (OutputError, OSError) as e:
                 err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
@@ -83,6 +85,7 @@ def register(app: typer.Typer) -> None:
             where = f"#step={first}" if first is not None else f"#step={len(run.steps)}"
             console.print(f"wrote {html} ({len(run.steps)} steps); open {html}{where}", highlight=False, soft_wrap=True)
             if at is None and not every:
+                _stopped_exit(run)
                 return
         n = len(run.steps)
         if every:
@@ -101,7 +104,12 @@ def register(app: typer.Typer) -> None:
         else:
             k = n if at is None else at
             if k > n:
-                err.print(f"[red]error:[/red] step {k} is beyond the {n} steps of {escape(str(log))}", soft_wrap=True)
+                if run.stopped is not None:
+                    s = run.stopped
+                    label = "error" if s.get("malformed") else "mismatch"
+                    err.print(f"[red]{label}:[/red] --at {k}: {escape(str(log))} replays only to step {n}: it stopped at line {s['line']} (step {s['step']}): {escape(s['reason'])}", highlight=False, soft_wrap=True)
+                    raise typer.Exit(_stopped_code(run))
+                err.print(f"[red]error:[/red] --at {k}: step {k} is beyond the {n} steps of {escape(str(log))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2)
             if as_diff:
                 if k == 0:
@@ -117,6 +125,25 @@ def register(app: typer.Typer) -> None:
                 text = head + "\n" + render(run.view(k), chosen)
             text += "".join(f"\nviolation {v}" for v in run.violations(k))
             emit(text)
-        if run.stopped is not None:
-            s = run.stopped
-            err.print(f"[yellow]replay stopped at line {s['line']} (step {s['step']}): {escape(s['reason'])}[/yellow]", highlight=False, soft_wrap=True)
+        _stopped_exit(run)
+
+
+def _stopped_code(run: Any) -> int:
+    """A log cut or malformed is bad input (2); one whose replay the model refuses (a
+    digest, a guard) is a verdict (1), as `kvsm replay` says (README, exit codes)."""
+    return 2 if run.stopped.get("malformed") else 1
+
+
+def _stopped_exit(run: Any) -> None:
+    """When the replay of the input stopped before its end: say where and why on stderr
+    (what was shown is the part before it) and exit 2 or 1."""
+    if run.stopped is None:
+        return
+    s = run.stopped
+    label = "error" if s.get("malformed") else "mismatch"
+    err.print(
+        f"[red]{label}:[/red] {escape(run.source)}:{s['line']}: replay stopped at step {s['step']}: {escape(s['reason'])} "
+        f"(shown: the {len(run.steps)} steps before it)",
+        highlight=False, soft_wrap=True,
+    )
+    raise typer.Exit(_stopped_code(run))

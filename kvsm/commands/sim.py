@@ -149,7 +149,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
         from ..config import ConfigError
-        from ..log import OutputError, check_output_file
+        from ..output import OutputError, check_output_file
+        from ..sim.report import PLOTS
         from ..sim import STOPS, FaultSpecError, SimError, SimOptions, WorkloadError, simulate, stop_record
 
         opts = SimOptions(
@@ -171,7 +172,8 @@ def register(app: typer.Typer) -> None:
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             if plot is not None:
-                check_output_file(plot / "hit_rate.png")  # refuses a --plot that is a file
+                for name in PLOTS:  # refuses a --plot that is a file, or a plot's place that is not one
+                    check_output_file(plot / name)
             if report is not None:
                 check_output_file(report)
         except OutputError as e:

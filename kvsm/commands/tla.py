@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, bug_or_exit, console, emit_json, err, fail, warn_old_log
+from ..bounds import MAX_SEGMENTS
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, bug_or_exit, busy, console, emit_json, err, fail, warn_old_log
 
 MODEL_HELP = (
     "model: ci, deep, l3, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
@@ -73,7 +74,8 @@ def register(app: typer.Typer) -> None:
             raise _fail(f"--log: {e}") from None
         sim = {"num": traces, "depth": depth, "seed": seed} if simulate else None
         try:
-            res = do_check(config, workers=workers, log_path=log, simulate=sim, bug=bug)
+            with busy(f"check: TLC on {config}{' --bug ' + bug if bug else ''}, {workers} worker(s){', simulating' if sim else ''}"):
+                res = do_check(config, workers=workers, log_path=log, simulate=sim, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
         out = res.to_json()
@@ -123,7 +125,8 @@ def register(app: typer.Typer) -> None:
 
         bug_or_exit(bug)
         try:
-            res = do_conform(config, workers=workers, bug=bug)
+            with busy(f"conform: TLC's state graph of {config} and the model's"):
+                res = do_conform(config, workers=workers, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
         if as_json:
@@ -149,7 +152,7 @@ def register(app: typer.Typer) -> None:
     def validate(
         log: Path = typer.Argument(..., help="transition log (JSONL)"),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
-        segments: Optional[int] = typer.Option(None, "--segments", min=1, help="stretches of the log checked apart (default: one per worker for a long log)"),
+        segments: Optional[int] = typer.Option(None, "--segments", min=1, max=MAX_SEGMENTS, help=f"stretches of the log checked apart, each by a TLC process of its own, at most {MAX_SEGMENTS} (default: one per worker for a long log)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),
     ) -> None:
@@ -163,8 +166,13 @@ def register(app: typer.Typer) -> None:
 
         bug_or_exit(bug)
         warn_old_log(log)
+        def on_segment(done: int, total: int) -> None:
+            if total > 1:
+                err.print(f"kvsm: validate: {done}/{total} segments decided", highlight=False, soft_wrap=True)
+
         try:
-            res = do_validate(log, workers=workers, segments=segments, bug=bug)
+            with busy(f"validate: TLC follows {log}"):
+                res = do_validate(log, workers=workers, segments=segments, bug=bug, on_segment=on_segment)
         except LogError as e:
             raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
         except (TLCError, TLCUnavailable) as e:

@@ -12,8 +12,6 @@ choose the step.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +67,10 @@ def page(d: dict[str, Any]) -> str:
 
 
 def write_html(run: Run, path: str | Path, title: str = "") -> Path:
-    """Write the viewer atomically (a temporary file renamed into place)."""
-    p = Path(path)
-    text = page(data(run, title or run.source))
-    directory = p.parent if str(p.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # a page to share, not mkstemp's private 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+    """Write the viewer atomically (kvsm/output.py: a temporary file renamed into place)."""
+    from ..output import write_atomic  # noqa: PLC0415
+
+    return write_atomic(path, page(data(run, title or run.source)))
 
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -203,7 +187,8 @@ function fieldsOf(it, before, all) {
              : kind === "hidden" ? "under " + value
              : name + " " + value;
     const f = el("span", "f" + (changed ? " fchanged" : ""));
-    if (kind === "named") { f.append(el("span", "n", name + " "), document.createTextNode(value)); }
+    // the space outside the name's span: an inline-block span (a removed item's) drops a trailing one
+    if (kind === "named") { f.append(el("span", "n", name), document.createTextNode(" " + value)); }
     else f.textContent = text;
     if (changed) f.title = "was: " + (old.has(name) ? old.get(name) : "-");
     span.append(f);

@@ -96,7 +96,7 @@ def run_steps(
         except StopIteration:
             break
         except ValueError as e:  # a malformed line of the input (LogError, CaseError)
-            run.stopped = {"line": getattr(e, "line", 0), "step": n + 1, "transition": "", "reason": getattr(e, "reason", str(e))}
+            run.stopped = {"line": getattr(e, "line", 0), "step": n + 1, "transition": "", "reason": getattr(e, "reason", str(e)), "malformed": True}
             break
         line, t, digest = got
         if t.name == "Arrive":

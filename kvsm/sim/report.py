@@ -1,7 +1,7 @@
 """Plots (PNG, matplotlib's headless Agg backend) and a self-contained HTML report.
 
-Every file is written beside its destination and renamed into place, so a failure
-leaves no partial file and never clobbers an existing one half-way.
+Every file is written through kvsm/output.py: beside its destination and renamed into
+place, so a failure leaves no partial file and never clobbers an existing one half-way.
 """
 
 from __future__ import annotations
@@ -9,37 +9,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..log import OutputError
+from ..output import write_atomic
 from .runner import SimResult
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a hidden temporary file beside it; an error names
-    `path` (never the temporary file, which is removed) and is an `OutputError`."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise OutputError(path, e.strerror or str(e)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # mkstemp creates the file private; give it the permissions a plain open would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise OutputError(path, e.strerror or str(e)) from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
+PLOTS = ("hit_rate.png", "occupancy.png", "lanes.png")  # what `write_plots` writes
 
 
 def _axis(result: SimResult) -> tuple[list[float], str, float]:
@@ -165,7 +141,7 @@ def write_plots(result: SimResult, directory: str | Path) -> list[Path]:
     paths = []
     for name, data in render_plots(result).items():
         p = d / name
-        _atomic_write(p, data)
+        write_atomic(p, data)
         paths.append(p)
     return paths
 
@@ -254,7 +230,9 @@ def grouped_tables(summary: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     return out
 
 
-def render_html(result: SimResult) -> str:
+def render_html(result: SimResult, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> str:
+    """The report: headline, plots, the summary's tables; with `steps` ((step, result,
+    time) rows, as `kvsm run` has them), a table of them first."""
     s = result.summary
     plots = render_plots(result)
     captions = {
@@ -273,7 +251,12 @@ def render_html(result: SimResult) -> str:
         + "\n</table></section>"
         for title, rows in grouped_tables(s)
     )
-    title = f"kvsm sim: {s['workload']['name']}, seed {s['seed']}"
+    title = title or f"kvsm sim: {s['workload']['name']}, seed {s['seed']}"
+    step_table = "" if not steps else (
+        "<h2>Steps</h2>\n<table>\n<tr><th>step</th><th>result</th><th>time</th></tr>\n"
+        + "\n".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>" for a, b, c in steps)
+        + "\n</table>"
+    )
     l3 = f" + L3 {s['pages_hit_l3']}" if s["config"]["L3"] else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -292,6 +275,7 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 <p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests on {s['config']['R']} ranks,
 {s['transitions']} transitions, {s['simulated_ms'] / 1000:.1f} s simulated in {s['seconds']} s.</p>
+{step_table}
 <h2>Plots</h2>
 {imgs}
 <h2>Summary</h2>
@@ -302,7 +286,5 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 """
 
 
-def write_report(result: SimResult, path: str | Path) -> Path:
-    p = Path(path)
-    _atomic_write(p, render_html(result).encode())
-    return p
+def write_report(result: SimResult, path: str | Path, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> Path:
+    return write_atomic(path, render_html(result, steps, title).encode())

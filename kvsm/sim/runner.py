@@ -163,19 +163,11 @@ def main_job_log(outdir: str | Path, seed: int) -> Path:
     return Path(outdir) / f"sim-synthetic-{seed}.jsonl"
 
 
-def run_main_job(
-    outdir: str | Path = "out",
-    seed: int = 0,
-    requests: int = 300,
-    ranks: int = 4,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
-    """The simulator's part of `kvsm run`: a short multi-rank run (L1 and the shared L2)
-    over the first `requests` requests of the bundled Mooncake synthetic trace, on the
-    default config, with a light fault mix, writing its log to
-    `outdir/sim-synthetic-<seed>.jsonl`. Returns the summary (its `log` names the file)."""
-    log = main_job_log(outdir, seed)
-    opts = SimOptions(
+def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4) -> SimOptions:
+    """The simulation of `kvsm run`: a short multi-rank run (L1 and the shared L2) over
+    the first `requests` requests of the bundled Mooncake synthetic trace, on the default
+    config, with a light fault mix."""
+    return SimOptions(
         workload="synthetic",
         config="default",
         ranks=ranks,
@@ -187,4 +179,15 @@ def run_main_job(
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
     )
-    return simulate(opts, log, on_progress).summary
+
+
+def run_main_job(
+    outdir: str | Path = "out",
+    seed: int = 0,
+    requests: int = 300,
+    ranks: int = 4,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The simulator's part of `kvsm run` (`main_job_options`), writing its log to
+    `outdir/sim-synthetic-<seed>.jsonl`. Returns the summary (its `log` names the file)."""
+    return simulate(main_job_options(seed, requests, ranks), main_job_log(outdir, seed), on_progress).summary

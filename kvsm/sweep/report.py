@@ -17,7 +17,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ..sim.report import _atomic_write, _png, flat_rows
+from ..output import write_atomic
+from ..sim.report import _png, flat_rows
 from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show
 
 KNEE_WITHIN = 0.01
@@ -62,7 +63,7 @@ def write_csv(records: list[dict[str, Any]], path: Path) -> Path:
     w = csv.DictWriter(buf, columns, lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
-    _atomic_write(path, buf.getvalue().encode())
+    write_atomic(path, buf.getvalue().encode())
     return path
 
 
@@ -238,8 +239,8 @@ def write_outputs(axes: Axes, records: list[dict[str, Any]], summary: dict[str, 
     paths = [write_csv(records, outdir / CSV)]
     plots = render_plots(axes, records)
     for name, data in plots.items():
-        _atomic_write(outdir / name, data)
+        write_atomic(outdir / name, data)
         paths.append(outdir / name)
-    _atomic_write(outdir / REPORT, render_html(axes, records, summary, plots).encode())
+    write_atomic(outdir / REPORT, render_html(axes, records, summary, plots).encode())
     paths.append(outdir / REPORT)
     return paths

@@ -166,6 +166,23 @@ def _command(
     return cmd
 
 
+# The TLC processes running now, so that an interrupted command stops them all (the
+# segments of `kvsm validate` run in threads): `stop_all`.
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every TLC process this process started that is still running."""
+    with _live_lock:
+        procs = list(_live)
+    for p in procs:
+        try:
+            p.kill()
+        except OSError:
+            pass
+
+
 def _run(cmd: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, str, tuple[float, int] | None]:
     """Run TLC with its output in a file; the exit code (None past `timeout`), the
     output, and the process's CPU seconds and peak resident set in bytes, read from
@@ -174,6 +191,8 @@ def _run(cmd: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, 
     out_path = cwd / "tlc.out"
     with open(out_path, "w") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        with _live_lock:
+            _live.add(proc)
         expired = threading.Event()
 
         def expire() -> None:
@@ -194,6 +213,11 @@ def _run(cmd: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, 
         finally:
             if timer is not None:
                 timer.cancel()
+            if proc.returncode is None:  # interrupted (SIGINT, SIGTERM): TLC stops with kvsm
+                proc.kill()
+                proc.wait()
+            with _live_lock:
+                _live.discard(proc)
     text = out_path.read_text(errors="replace")
     if expired.is_set():
         return None, text, usage

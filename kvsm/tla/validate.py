@@ -26,7 +26,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..log import LogError, read_log
 
@@ -35,7 +35,7 @@ from ..state import Rejected, initial_state
 from ..transitions import Transition, apply
 from .models import ModelConfig, refuse_unmodelled
 from .location import spec_dir
-from .runner import TLCResult, run_tlc
+from .runner import TLCResult, run_tlc, stop_all
 from .specmap import MappingError
 from .compact import Tokens
 from .delta import DeltaEncoder
@@ -244,7 +244,8 @@ def run_segment(text: str, config: ModelConfig, steps: int) -> TLCResult:
     )
 
 
-def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None) -> ValidateResult:
+def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None,
+             on_segment: Callable[[int, int], None] | None = None) -> ValidateResult:
     """Decide with TLC whether the log at `path` is a behaviour of the spec, in up to
     `workers` TLC processes at once (default: one per CPU) over `segments` stretches
     of the log (default: see `plan_segments`). A log that cannot be read (malformed
@@ -259,11 +260,18 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
     segs: list[SegmentResult] = []
     pending: list[tuple[SegmentResult, Future]] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for seg, text in modules:
-            segs.append(seg)
-            pending.append((seg, pool.submit(run_segment, text, modules.config, seg.steps)))
-        for seg, fut in pending:
-            _outcome(seg, fut.result(), from_init=(seg.index == 0))
+        try:
+            for seg, text in modules:
+                segs.append(seg)
+                pending.append((seg, pool.submit(run_segment, text, modules.config, seg.steps)))
+            for done, (seg, fut) in enumerate(pending, start=1):
+                _outcome(seg, fut.result(), from_init=(seg.index == 0))
+                if on_segment is not None:
+                    on_segment(done, len(pending))
+        except BaseException:  # interrupted: the segments not started never start, TLC stops
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all()
+            raise
     steps, lines = modules.steps, modules.lines
     model_rejected, digest_mismatch, model_seconds = modules.model_rejected, modules.digest_mismatch, modules.seconds
     rejecting = next((s for s in segs if s.rejected_step is not None), None)
