@@ -21,7 +21,6 @@ points, the L3 collective, and which part handles each event (`events.py`).
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,6 +34,7 @@ from .cluster import Cluster, SimDivergence
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
 from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
+from .faults import FaultDraws
 from .metrics import Metrics
 from .options import Prepared, Timing
 
@@ -87,9 +87,8 @@ class Simulation:
         self.on_progress = on_progress
         self.metrics = Metrics(prep.workload.block_tokens)
         self.writer = None  # a LogWriter, set by the caller before run()
-        # the run's fault stream (the timed schedule's arrivals draw from it first, then its
-        # copy engines); the engines' delays and the disks' faults have streams of their own
-        self.rng_faults = random.Random(f"kvsm-sim:faults:{seed}")
+        # every fault of the run; the engines' delays have streams of their own
+        self.draws = FaultDraws(prep.faults, seed, self.metrics.faults)
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
@@ -109,11 +108,10 @@ class Simulation:
         self.copies: CopyEngine | None = None
         self.disks: DiskEngine | None = None
         if prep.schedule == "timed":
-            counts = self.metrics.faults
-            self.arrivals = Arrivals(prep.workload, timing, prep.faults, self.rng_faults, counts)
-            self.copies = CopyEngine(self.cluster, self.events, timing, prep.faults, seed, self.rng_faults, counts)
+            self.arrivals = Arrivals(prep.workload, timing, self.draws)
+            self.copies = CopyEngine(self.cluster, self.events, timing, self.draws, seed)
             if prep.l3:
-                self.disks = DiskEngine(self.cluster, self.events, timing, prep.faults, seed, counts)
+                self.disks = DiskEngine(self.cluster, self.events, timing, self.draws, seed)
         self.live: dict[int, _Live] = {}  # arrived, not finished nor aborted
         self.waiting: dict[int, _Live] = {}  # write_back inserts waiting for room
         self.queued: list[int] = []  # with L3: arrived, not matched yet (rid order)
@@ -246,12 +244,11 @@ class Simulation:
     def _run_serial(self) -> None:
         c = self.cluster
         R = self.cfg.R
-        abort_p = self.faults.abort
         for index in range(len(self.workload.requests)):
             c.tick = index
             live, _, _ = self._admit(index, index, 0, index)
             self._drain_loads()
-            if abort_p and self.rng_faults.random() < abort_p:
+            if self.draws.abort():
                 c.run(proc.abort, index)
                 self._settle(index)
                 self.metrics.requests_aborted += 1
