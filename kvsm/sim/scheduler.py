@@ -293,31 +293,32 @@ class Simulation:
             if disk_faults and work:
                 self.disks.draw_faults(tick)  # type: ignore[union-attr]
             k = 0
-            while k < len(batch) and batch[k][1] <= DISK:
-                if batch[k][1] == WRITE:
-                    self.copies.write_done(*batch[k][4])
-                elif batch[k][1] == LOAD:
-                    self.copies.load_done(batch[k][4])
+            while k < len(batch) and batch[k].kind <= DISK:
+                e = batch[k]
+                if e.kind == WRITE:
+                    self.copies.write_done(*e.payload)
+                elif e.kind == LOAD:
+                    self.copies.load_done(e.payload)
                 else:
-                    self.disks.step(batch[k][4])  # type: ignore[union-attr]
+                    self.disks.step(e.payload)  # type: ignore[union-attr]
                 k += 1
             freed = self._sync()
-            for _, kind, _, _, payload in batch[k:]:
-                if kind == FINISH:
-                    freed |= self._finish(payload)
-                elif kind == ABORT:
-                    freed |= self._abort_fault(payload)
-                elif kind == INSERT:
+            for e in batch[k:]:
+                if e.kind == FINISH:
+                    freed |= self._finish(e.payload)
+                elif e.kind == ABORT:
+                    freed |= self._abort_fault(e.payload)
+                elif e.kind == INSERT:
                     if self.waiting and freed:
                         self._retry_waiting(tick)
                         freed = False
-                    self._prefill_done(payload, tick)
-                elif kind == ARRIVE:
+                    self._prefill_done(e.payload, tick)
+                elif e.kind == ARRIVE:
                     if self.waiting and freed:
                         self._retry_waiting(tick)
                         freed = False
-                    self._arrive(payload, tick)
-                elif kind == WAKE:
+                    self._arrive(e.payload, tick)
+                elif e.kind == WAKE:
                     freed |= bool(self.waiting) and any(w.deadline <= tick for w in self.waiting.values())
             if self.waiting and freed:
                 self._retry_waiting(tick)
