@@ -113,7 +113,7 @@ def test_effects_take_no_part_in_state_equality():
 def test_six_seeded_simulations_catch_the_cross_lane_writes_only_by_ownership(cross_lane_writes):
     from kvsm.sim.options import SimOptions
     from kvsm.sim.runner import simulate
-    from kvsm.sim.scheduler import SimInvariantError
+    from kvsm.sim.stops import SimInvariantError
 
     for seed in range(6):
         opts = SimOptions(workload="thrash", requests=40, ranks=2, l1_pages=16, l2_pages=64, seed=seed, check=True)

@@ -11,25 +11,9 @@ from ..log import Header, LogWriter
 from ..state import ClusterState
 from ..transitions import Transition
 from .metrics import Sample
-from .cluster import SimDivergence
 from .options import Prepared, SimOptions, prepare
-from .scheduler import SimInvariantError, SimStuck, Simulation
-
-# What stops a run, by the detector that stopped it.
-STOPS = (SimInvariantError, SimDivergence, SimStuck)
-
-
-def stop_record(e: BaseException, seed: int) -> dict[str, Any]:
-    """A stopped run as `kvsm sim --json` prints it: the detector (`invariant` with
-    `--check`, `divergence` of a rank's replica, `stuck`: work the run never let go
-    of), the seed, the log transition where it stopped, and the message."""
-    if isinstance(e, SimInvariantError):
-        return {"detector": "invariant", "seed": seed, "transition": e.transition, "violations": list(e.violations), "message": str(e)}
-    if isinstance(e, SimDivergence):
-        return {"detector": "divergence", "seed": seed, "transition": e.step.get("transition"), "rank": e.step.get("rank"), "message": str(e)}
-    if isinstance(e, SimStuck):
-        return {"detector": "stuck", "seed": seed, "transition": e.transition, "message": str(e)}
-    raise TypeError(f"not a run's stop: {type(e).__name__}")
+from .scheduler import Simulation
+from .stops import SimInvariantError
 
 
 @dataclass

@@ -30,33 +30,17 @@ from ..transitions import Transition
 from ..transitions.reload import held
 from . import procedures as proc
 from .arrivals import Arrivals
-from .cluster import Cluster, SimDivergence
+from .cluster import Cluster
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
 from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
 from .faults import FaultDraws
 from .metrics import Metrics
 from .options import Prepared, Timing
+from .serial import run_serial
+from .stops import SimInvariantError, SimStuck
 
 T = Transition.make
-
-
-class SimInvariantError(RuntimeError):
-    """`--check` found a violated invariant; the message names the transition."""
-
-    def __init__(self, message: str, transition: int = 0, violations: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.transition, self.violations = transition, violations
-
-
-class SimStuck(RuntimeError):
-    """The run ended with work the model never let go of: a request still held or live,
-    a backup still pending, L3 work still in flight (every request of the workload has
-    had its time; a correct model lets each go)."""
-
-    def __init__(self, message: str, transition: int = 0) -> None:
-        super().__init__(message)
-        self.transition = transition
 
 
 @dataclass
@@ -135,12 +119,12 @@ class Simulation:
             # do not maintain the digest sums; the final digest is summed once at the end
             c.log.state = c.log.state.untracked()
         if self.prep.schedule == "serial":
-            self._run_serial()
+            run_serial(self)
         else:
             self._run_timed()
 
     # ---- shared steps ----------------------------------------------------------------------------------
-    def _admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
+    def admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
         self._prepare(rid, len(req.hash_ids))
@@ -170,7 +154,7 @@ class Simulation:
                 length = self.cluster.state.objects[nid].length
                 self.copies.submit_prepared(nid, range(pages - length, pages), self.cluster.tick)
 
-    def _settle(self, rid: int) -> None:
+    def settle(self, rid: int) -> None:
         """After request `rid`'s insert or abort: its prepared backup was attached (its
         writes may go on) or rolled back (it leaves the copy engines)."""
         nid = self.prepared.pop(rid, None)
@@ -181,14 +165,14 @@ class Simulation:
         else:
             self.copies.cancel({nid})
 
-    def _uncached(self, live: _Live) -> None:
+    def uncached(self, live: _Live) -> None:
         """The pages did not fit: the request is not cached (its pages count as recomputed)."""
         self.cluster.run(proc.abort, live.rid)
-        self._settle(live.rid)
+        self.settle(live.rid)
         self.metrics.requests_uncached += 1
         self.metrics.pages_uncached += len(live.tokens) - live.hits
 
-    def _sync(self) -> bool:
+    def sync(self) -> bool:
         """A sync point: the ranks learn each other's landed load-backs; while backups are
         in flight, the commit collective (every rank's `CommitCall`, then `Commit` with the
         MIN over the ranks' finished writes; one step under `commit_call = atomic`); the
@@ -200,7 +184,7 @@ class Simulation:
         c.learn_loads()
         if c.state.writes:
             m = c.learn_min()
-            if m if self.cfg.commit_call == "atomic" else self._commit_calls():
+            if m if self.cfg.commit_call == "atomic" else c.commit_calls():
                 c.run(proc.commit)
                 changed = m > 0
             due = self.copies.overdue() if self.copies is not None else ()
@@ -210,73 +194,6 @@ class Simulation:
                 changed = True
         c.check_agreement()
         return changed
-
-    def _commit_calls(self) -> bool:
-        """Every rank reaches the commit collective's call; returns whether they entered it.
-        Under `commit_call = reference` (or the defect `skip_collective`) a rank whose own
-        ack queue is empty returns early instead: when every rank does, there is no collective; when another rank entered,
-        the calls no longer pair up and the run stops (invariant 12)."""
-        c = self.cluster
-        for r in range(self.cfg.R):
-            c.rank_step(r, T("CommitCall", rank=r))
-        rounds = c.state.commit_round
-        if any(rounds) and not all(x == 1 for x in rounds):
-            early = [r for r, x in enumerate(rounds) if x == 2]
-            cause = "bug = skip_collective" if self.cfg.bug == "skip_collective" else "commit_call = reference"
-            raise SimDivergence(
-                f"ranks {early} returned early from the commit collective that ranks "
-                f"{[r for r, x in enumerate(rounds) if x == 1]} entered (tick {c.tick}): the collective calls no "
-                f"longer pair up (invariant 12 Collectives; {cause})",
-                {"sync_point": c.sync_points, "tick": c.tick, "transition": c.transitions, "rank": early[0]},
-            )
-        c.learn_calls()
-        return any(rounds)
-
-    def _drain_loads(self) -> None:
-        """Serial schedule: every rank's load-back copies land before the forward pass."""
-        c = self.cluster
-        for r in range(self.cfg.R):
-            while c.state.load_done[r] < len(c.state.loads):
-                c.rank_step(r, T("LoadDone", rank=r))
-        c.learn_loads()
-
-    # ---- serial ------------------------------------------------------------------------------------------
-    def _run_serial(self) -> None:
-        c = self.cluster
-        R = self.cfg.R
-        for index in range(len(self.workload.requests)):
-            c.tick = index
-            live, _, _ = self._admit(index, index, 0, index)
-            self._drain_loads()
-            if self.draws.abort():
-                c.run(proc.abort, index)
-                self._settle(index)
-                self.metrics.requests_aborted += 1
-                self.metrics.faults["abort"] += 1
-                continue
-            ok, _ = c.run(proc.insert, index, self.wt_backup)
-            self._settle(index)
-            while not ok and self.wb:
-                if not c.run(proc.write_back, index):
-                    break
-                self.metrics.write_back_waits += 1
-                self._drain_serial(R)
-                ok, _ = c.run(proc.insert, index, False)
-            if ok:
-                c.run(proc.finish, index)
-                self.metrics.requests_finished += 1
-            else:
-                self._uncached(live)
-            self._drain_serial(R)
-        self.ticks = len(self.workload.requests)
-
-    def _drain_serial(self, R: int) -> None:
-        """Every rank finishes every submitted write, then a sync point commits them."""
-        c = self.cluster
-        for r in range(R):
-            while c.state.write_done[r] < len(c.state.writes):
-                c.rank_step(r, T("WriteDone", rank=r))
-        self._sync()
 
     # ---- timed -------------------------------------------------------------------------------------------
     def _run_timed(self) -> None:
@@ -302,7 +219,7 @@ class Simulation:
                 else:
                     self.disks.step(e.payload)  # type: ignore[union-attr]
                 k += 1
-            freed = self._sync()
+            freed = self.sync()
             for e in batch[k:]:
                 if e.kind == FINISH:
                     freed |= self._finish(e.payload)
@@ -325,7 +242,7 @@ class Simulation:
             if self.prep.l3:
                 self._l3_tick(tick)
         self.end_ms = self.cluster.tick * self.timing.tick_ms
-        self._sync()
+        self.sync()
         s = self.cluster.state
         if self.live or s.writes or s.loads or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
             held = sorted(w for op in s.reloads for w in op.waiters)
@@ -347,7 +264,7 @@ class Simulation:
             self.live[rid] = _Live(rid, index, req.hash_ids, matched=False)
             self.queued.append(rid)
             return
-        live, hit_l1, hit_l2 = self._admit(rid, index, out_pages, tick * self.timing.tick_ms)
+        live, hit_l1, hit_l2 = self.admit(rid, index, out_pages, tick * self.timing.tick_ms)
         self.live[rid] = live
         self._prefill(rid, hit_l1, hit_l2, tick)
 
@@ -367,7 +284,7 @@ class Simulation:
             return  # aborted meanwhile
         ok, reserved = self.cluster.run(proc.insert, rid, self.wt_backup)
         if ok:
-            self._settle(rid)
+            self.settle(rid)
             self._decode(live, tick)
             self.copies.submit(reserved, tick)  # type: ignore[union-attr]
         elif self.wb:
@@ -402,7 +319,7 @@ class Simulation:
 
     def _drop_uncached(self, live: _Live) -> None:
         self.live.pop(live.rid, None)
-        self._uncached(live)
+        self.uncached(live)
 
     def _decode(self, live: _Live, tick: int) -> None:
         out = self.workload.requests[live.index].output_length
@@ -421,7 +338,7 @@ class Simulation:
             return False
         self.waiting.pop(rid, None)
         self.cluster.run(proc.abort, rid)
-        self._settle(rid)
+        self.settle(rid)
         if not live.matched:
             # aborted while it waited for the L3 collective or a reload: it counts as a
             # request that hit nothing, so that every request is counted once
