@@ -204,7 +204,7 @@ class Executor:
             buf, rows = self.staging.take(n)
             if n:
                 torch.index_select(self.slab_rows, 0, self._slab_row_index(b.host), out=rows.view(-1, *rows.shape[2:]))
-            self.staged.append(Staged(b.hashes, b.host, b.content, buf, rows))
+            self.staged.append(Staged(hashes=b.hashes, host=b.host, content=b.content, buf=buf, rows=rows))
             rep.pages_gathered += n
             return True
         if b.op is fx.SpillWrite:

@@ -130,7 +130,16 @@ class RankReplay:
             if not err:
                 try:
                     self.executor = Executor(
-                        self.rank, self.world, self.cfg, self.opts, self.device, self.shape, (path, token), run_dir, self.report, self._fail
+                        rank=self.rank,
+                        world=self.world,
+                        cfg=self.cfg,
+                        opts=self.opts,
+                        device=self.device,
+                        shape=self.shape,
+                        slab=(path, token),
+                        run_dir=run_dir,
+                        report=self.report,
+                        fail=self._fail,
                     )
                 except Exception as e:  # noqa: BLE001
                     err = f"rank {self.rank}: {e}"

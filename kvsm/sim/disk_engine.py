@@ -72,8 +72,8 @@ class DiskEngine:
                 self.gather_busy_ms[r] = gathered
                 written = max(gathered, self.disk_busy_ms[r]) + self._disk_ms(owned, tm.disk_write_ms_per_page)
                 self.disk_busy_ms[r] = written
-                self.events.push(tm.after(tick, gathered), DISK, DiskJob(r, "gather", op.node))
-                self.events.push(tm.after(tick, written), DISK, DiskJob(r, "write", op.node))
+                self.events.push(tm.after(tick, gathered), DISK, DiskJob(rank=r, what="gather", op=op.node))
+                self.events.push(tm.after(tick, written), DISK, DiskJob(rank=r, what="write", op=op.node))
 
     def start_reloads(self, ops: tuple[ReloadOp, ...], tick: int) -> None:
         """Each rank's disk reads the pages it owns of each new reload into the slab."""
@@ -85,7 +85,7 @@ class DiskEngine:
             for r in range(R):
                 done = max(now, self.disk_busy_ms[r]) + self._disk_ms(len(range(r, n, R)), tm.disk_read_ms_per_page)
                 self.disk_busy_ms[r] = done
-                self.events.push(tm.after(tick, done), DISK, DiskJob(r, "read", op.key))
+                self.events.push(tm.after(tick, done), DISK, DiskJob(rank=r, what="read", op=op.key))
 
     def step(self, job: DiskJob) -> None:
         """Rank `job.rank` finishes one L3 step; `ok` is what the rank's state implies."""

@@ -53,7 +53,7 @@ def simulate(
     }
     t0 = time.perf_counter()
     if log is not None:
-        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), extra)
+        header = Header(config=prep.cfg, seed=opts.seed, source="sim", initial_digest=sim.cluster.state.digest(), extra=extra)
         with LogWriter(log, header) as w:
             sim.writer = _Tee(w, watch) if watch is not None else w
             sim.run()
@@ -100,7 +100,7 @@ def simulate(
         },
         log=str(log) if log is not None else None,
     )
-    return SimResult(summary, sim.metrics.samples, sim.cluster.state, sim.metrics.request_hits)
+    return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
 
 
 class _Watch:

@@ -129,7 +129,7 @@ class Simulation:
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
         self._prepare(rid, len(req.hash_ids))
         self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
-        return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
+        return _Live(rid=rid, index=req_index, tokens=req.hash_ids, hits=hit_l1 + hit_l2), hit_l1, hit_l2
 
     def _admitted(self, rid: int, req_index: int, hit_l1: int, hit_l2: int, refused: bool, t_ms: int) -> None:
         req = self.workload.requests[req_index]
@@ -261,7 +261,7 @@ class Simulation:
         if self.prep.l3:
             # the request waits for the L3 collective of this tick before it can match
             self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, True)
-            self.live[rid] = _Live(rid, index, req.hash_ids, matched=False)
+            self.live[rid] = _Live(rid=rid, index=index, tokens=req.hash_ids, matched=False)
             self.queued.append(rid)
             return
         live, hit_l1, hit_l2 = self.admit(rid, index, out_pages, tick * self.timing.tick_ms)
