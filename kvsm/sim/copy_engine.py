@@ -33,6 +33,7 @@ from .options import Timing
 class Job:
     """One backup write as one rank's copy engine sees it."""
 
+    rank: int
     node: int
     cancelled: bool = False
     finished: bool = False  # its copy ended (its WriteDone may wait for an attach)
@@ -119,16 +120,16 @@ class CopyEngine:
             ms = max(0.1, lanes[r] * tm.write_ms_per_page) * rt.uniform(1 - tm.write_jitter, 1 + tm.write_jitter)
             ms *= self.draws.write_slowdown()
             self.busy_ms[r] = start + ms
-            job = Job(nid)
+            job = Job(rank=r, node=nid)
             self.jobs[r].append(job)
-            self.events.push(tm.after(tick, start + ms), WRITE, (r, job))
+            self.events.push(tm.after(tick, start + ms), WRITE, job)
 
-    def write_done(self, r: int, job: Job) -> None:
-        """Rank `r`'s write `job` ended (unless it was cancelled meanwhile)."""
+    def write_done(self, job: Job) -> None:
+        """Rank `job.rank`'s write `job` ended (unless it was cancelled meanwhile)."""
         if job.cancelled:
             return
         job.finished = True
-        self._drain(r)
+        self._drain(job.rank)
 
     def _drain(self, r: int) -> None:
         """Rank `r`'s `WriteDone`s for the finished writes at the head of its FIFO, up to

@@ -213,7 +213,7 @@ class Simulation:
             while k < len(batch) and batch[k].kind <= DISK:
                 e = batch[k]
                 if e.kind == WRITE:
-                    self.copies.write_done(*e.payload)
+                    self.copies.write_done(e.payload)
                 elif e.kind == LOAD:
                     self.copies.load_done(e.payload)
                 else:
