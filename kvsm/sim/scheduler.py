@@ -6,17 +6,19 @@ The simulator never edits state: every change is a model transition applied thro
 events (`WriteDone`, the L3 steps) go through `Cluster.rank_step`. docs/sim.md
 describes both schedules precisely:
 
-- `serial`: requests one at a time in file order, prefill only (the single-tier
-  reference mode when run with `--tiers l1 --ranks 1 --eviction lru`);
+- `serial` (`serial.py`): requests one at a time in file order, prefill only (the
+  single-tier reference mode when run with `--tiers l1 --ranks 1 --eviction lru`);
 - `timed`: arrivals at their timestamps (`arrivals.py`), prefill and decode taking
   simulated time, requests overlapping, backups written by each rank's copy engine
-  (`copy_engine.py`) and committed at sync points, and the faults of `--faults`. With
-  L3, each tick also has an L3 collective before the batch forms (acks, reload
-  admission, reload reservation, the reload ttl, the spill maintainer), and each
-  rank's L3 engine and disk (`disk_engine.py`) take seeded times of their own.
+  (`copy_engine.py`) and committed at sync points, and the faults of `--faults`
+  (every draw in `faults.py`). With L3, each tick also has an L3 collective before the
+  batch forms (acks, reload admission, reload reservation, the reload ttl, the spill
+  maintainer), and each rank's L3 engine and disk (`disk_engine.py`) take seeded
+  times of their own.
 
-This module is the loop: the requests' lifecycle from arrival to finish, the sync
-points, the L3 collective, and which part handles each event (`events.py`).
+This module is the run and the timed loop: the steps both schedules share (admission,
+prepared backups, sync points), the requests' lifecycle from arrival to finish, the
+L3 collective, and which part handles each event (`events.py`).
 """
 
 from __future__ import annotations
