@@ -89,7 +89,7 @@ class RankReplay:
         self.cfg = model_config(self.header, opts.bug, opts.log)
         if self.cfg.R != world:
             raise ReplayError(f"{opts.log}: the log's config has R={self.cfg.R} but {world} ranks were started")
-        self.shape = Shape(len(self.cfg.payloads), self.cfg.L2, opts.layers, opts.page_bytes)
+        self.shape = Shape(payloads=len(self.cfg.payloads), pages=self.cfg.L2, layers=opts.layers, page_bytes=opts.page_bytes)
         self.report = Report(rank)
         self.status = OK
         self.first_bad = 0
