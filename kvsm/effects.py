@@ -18,7 +18,15 @@ property of the transition (`Spec.agreement`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar, NamedTuple, Union
+
+
+class HostPage(NamedTuple):
+    """A page of the shared host slab (L2) and the page hash (`kvsm.content`) of what an
+    L3 effect moves through it: the content gathered out of it or read into it."""
+
+    host: int
+    hash: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +79,12 @@ class PoisonHost:
 
 @dataclass(frozen=True, slots=True)
 class SpillGather:
-    """Rank `rank` copies its pages of a spilled object out of the slab into its staging:
-    `pages` are `(host page, page hash)`."""
+    """Rank `rank` copies its pages of a spilled object out of the slab into its staging."""
 
     kind: ClassVar[str] = "spill_gather"
     rank: int
     base: int  # the object's first host page: page `base + i` is owned by rank `i mod R`
-    pages: tuple[tuple[int, int], ...]
+    pages: tuple[HostPage, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +100,14 @@ class SpillWrite:
 
 @dataclass(frozen=True, slots=True)
 class ReloadRead:
-    """Rank `rank` reads pages from its disk into the slab: `pages` are `(page hash, host
-    page)`; `ok` says whether the read succeeds (a failed read writes nothing)."""
+    """Rank `rank` reads pages from its disk into the slab; `ok` says whether the read
+    succeeds (a failed read writes nothing)."""
 
     kind: ClassVar[str] = "reload_read"
     rank: int
     base: int  # the object's first host page: page `base + i` is owned by rank `i mod R`
-    pages: tuple[tuple[int, int], ...]
+    pages: tuple[HostPage, ...]
     ok: bool
 
 
 Effect = Union[Fill, Load, Store, PoisonDev, PoisonHost, SpillGather, SpillWrite, ReloadRead]
-KINDS = tuple(c.kind for c in (Fill, Load, Store, PoisonDev, PoisonHost, SpillGather, SpillWrite, ReloadRead))
-L3_KINDS = frozenset({SpillGather.kind, SpillWrite.kind, ReloadRead.kind})

@@ -462,7 +462,7 @@ def step_violations(rank: int | None, s: ClusterState) -> list[str]:
                 if lane_of(host_page - e.base, R) != e.rank:
                     bad(f"rank {e.rank} gathers host page {host_page}, index {host_page - e.base} of its object, owned by rank {lane_of(host_page - e.base, R)}")
         elif isinstance(e, fx.ReloadRead):
-            for _h, host_page in e.pages:
+            for host_page, _h in e.pages:
                 if lane_of(host_page - e.base, R) != e.rank:
                     bad(f"rank {e.rank} reads into host page {host_page}, index {host_page - e.base} of its object, owned by rank {lane_of(host_page - e.base, R)}")
     return out

@@ -284,10 +284,10 @@ class Tx:
     def gather_spill(self, rank: int, base: int, hashes: tuple[int, ...]) -> None:
         """Rank `rank` copies the pages it owns of the object at `base` (page `i` has hash
         `hashes[i]`) out of the slab into its staging, the newest staged copy."""
-        pages = tuple((base + i, hashes[i]) for i in self.owned_indices(rank, len(hashes)))
-        staged = tuple((h, self.host_content.get(p)) for p, h in pages)
+        pages = tuple(fx.HostPage(host=base + i, hash=hashes[i]) for i in self.owned_indices(rank, len(hashes)))
+        staged = tuple((p.hash, self.host_content.get(p.host)) for p in pages)
         self.spill_staged[rank] = self.spill_staged[rank] + (staged,)
-        self.effects.append(fx.SpillGather(rank, base, pages))
+        self.effects.append(fx.SpillGather(rank=rank, base=base, pages=pages))
 
     def write_spill(self, rank: int, ok: bool) -> None:
         """Rank `rank` writes its oldest staged copy to its disk (nothing lands when not ok)."""
@@ -301,11 +301,11 @@ class Tx:
     def read_reload(self, rank: int, base: int, hashes: tuple[int, ...], ok: bool) -> None:
         """Rank `rank` reads the pages it owns of a reload (page `i` has hash `hashes[i]`)
         from its disk into the object at `base` (nothing is written when not ok)."""
-        pages = tuple((hashes[i], base + i) for i in self.owned_indices(rank, len(hashes)))
+        pages = tuple(fx.HostPage(host=base + i, hash=hashes[i]) for i in self.owned_indices(rank, len(hashes)))
         if ok:
-            for h, page in pages:
-                self.put_host(page, self.l3[(rank, h)])
-        self.effects.append(fx.ReloadRead(rank, base, pages, ok))
+            for p in pages:
+                self.put_host(p.host, self.l3[(rank, p.hash)])
+        self.effects.append(fx.ReloadRead(rank=rank, base=base, pages=pages, ok=ok))
 
     # ---- host pages -------------------------------------------------------------------------------
     def _take_run(self, i: int, run: tuple[int, int]) -> None:

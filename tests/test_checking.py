@@ -19,7 +19,7 @@ from kvsm.invariants import violations
 from kvsm.log import Header, LogWriter, read_log
 from kvsm.replay import replay
 from kvsm.sim import SimOptions, simulate
-from kvsm.sim.scheduler import SimInvariantError
+from kvsm.sim.stops import SimInvariantError
 from kvsm.state import ROOT_ID, Rejected, initial_state, lane_of
 from kvsm.transitions import REGISTRY, apply
 from kvsm.tx import Tx, recent_writes

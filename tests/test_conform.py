@@ -71,11 +71,11 @@ def test_conform_cli_prints_the_comparison_as_json(tmp_path):
 
 def _edges(ci_graph, action):
     g, intern = ci_graph
-    return [(intern.canon[a], intern.canon[b]) for a, name, b in g.edges if name == action]
+    return [(intern.canon[e.src], intern.canon[e.dst]) for e in g.edges if e.action == action]
 
 
 def _on_l1(c):
-    return {n[0] for n in c.nodes if n[3]}
+    return {n.id for n in c.nodes if n.dev}
 
 
 def test_ci_splits_a_node(ci_graph):
@@ -83,18 +83,18 @@ def test_ci_splits_a_node(ci_graph):
 
 
 def test_ci_has_a_reservation_that_must_evict_host_leaves(ci_graph):
-    evicting = [(a, b) for a, b in _edges(ci_graph, "Reserve") if {n[0] for n in a.nodes} - {n[0] for n in b.nodes}]
+    evicting = [(a, b) for a, b in _edges(ci_graph, "Reserve") if {n.id for n in a.nodes} - {n.id for n in b.nodes}]
     assert evicting
     a, b = evicting[0]
-    gone = {n[0] for n in a.nodes} - {n[0] for n in b.nodes}
-    assert all(n[4] is not None and not n[3] for n in a.nodes if n[0] in gone)  # host-only nodes
+    gone = {n.id for n in a.nodes} - {n.id for n in b.nodes}
+    assert all(n.host is not None and not n.dev for n in a.nodes if n.id in gone)  # host-only nodes
 
 
 def test_ci_has_a_reserve_that_cannot_fit_and_keeps_its_evictions(ci_graph):
     # Reserve(n, fits = false): host leaves gone, no backup started
     failed = [(a, b) for a, b in _edges(ci_graph, "Reserve") if a.pending == b.pending]
     assert failed
-    assert all({n[0] for n in a.nodes} > {n[0] for n in b.nodes} for a, b in failed)
+    assert all({n.id for n in a.nodes} > {n.id for n in b.nodes} for a, b in failed)
 
 
 def test_ci_splits_a_node_at_a_full_prompt_hit(ci_graph):

@@ -216,7 +216,7 @@ def test_the_simulator_stops_where_a_reference_rank_returns_early_from_the_colle
     run stops there and says which calls no longer pair up. Under "fixed" the same run
     completes, with a round of calls at every sync point with a backup in flight."""
     from kvsm.sim import SimOptions, simulate
-    from kvsm.sim.cluster import SimDivergence
+    from kvsm.sim.stops import SimDivergence
 
     base = (Path(__file__).resolve().parent.parent / "kvsm" / "configs" / "default.toml").read_text()
     ref = tmp_path / "ref.toml"

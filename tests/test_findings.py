@@ -72,7 +72,7 @@ SIM_CASES = {
 @pytest.mark.parametrize("knob", list(SIM_CASES))
 def test_the_simulator_s_check_catches_the_reference_behaviour_and_not_the_fixed_one(tmp_path, knob):
     from kvsm.sim import SimOptions, simulate
-    from kvsm.sim.scheduler import SimInvariantError
+    from kvsm.sim.stops import SimInvariantError
 
     opts, invariant = SIM_CASES[knob]
     base = (ROOT / "tests" / "data" / "sim_l3.toml").read_text()

@@ -128,8 +128,8 @@ def _first_reload_of_a_spilled_page(steps):
                 for h in e.hashes:
                     written.setdefault((e.rank, h), i)
             elif isinstance(e, fx.ReloadRead) and e.ok and e.pages:
-                h, host = e.pages[0]
-                return written[(e.rank, h)], e.rank, h, i, host
+                p = e.pages[0]
+                return written[(e.rank, p.hash)], e.rank, p.hash, i, p.host
     raise AssertionError("the log reads nothing back from a disk")
 
 

@@ -116,7 +116,7 @@ def l3_coverage(steps) -> set[str]:
             elif isinstance(e, fx.ReloadRead) and e.pages:
                 got.add("reload_read_ok" if e.ok else "reload_read_failed")
                 if e.ok:
-                    reloaded.update((p, e.rank) for _, p in e.pages)
+                    reloaded.update((p.host, e.rank) for p in e.pages)
             elif isinstance(e, fx.PoisonHost):
                 for p in range(e.base, e.base + e.length):
                     reloaded.pop(p, None)
@@ -170,13 +170,13 @@ def _page_ops(effects):
         if isinstance(e, fx.PoisonHost):
             out.update(("poison_host", e.base + i) for i in range(e.length))
         elif isinstance(e, fx.SpillGather):
-            out.update(("spill_gather", e.rank, p, h) for p, h in e.pages)
+            out.update(("spill_gather", e.rank, p.host, p.hash) for p in e.pages)
             out[("op", e.kind, e.rank)] += 1
         elif isinstance(e, fx.SpillWrite):
             out.update(("spill_write", e.rank, h, e.ok) for h in e.hashes)
             out[("op", e.kind, e.rank)] += 1
         elif isinstance(e, fx.ReloadRead):
-            out.update(("reload_read", e.rank, h, p, e.ok) for h, p in e.pages)
+            out.update(("reload_read", e.rank, p.hash, p.host, e.ok) for p in e.pages)
             out[("op", e.kind, e.rank)] += 1
         elif isinstance(e, fx.Fill):
             out[("fill", e.page, e.content)] += 1
@@ -192,25 +192,26 @@ def _page_ops(effects):
 def _batch_ops(state, batches, rank):
     out = Counter()
     for b in batches:
-        if b.kind in ("spill_gather", "spill_write", "reload_read"):
-            out[("op", b.kind, rank)] += 1  # one batch per op, even one that lists no page
+        if b.op in (fx.SpillGather, fx.SpillWrite, fx.ReloadRead):
+            out[("op", b.op.kind, rank)] += 1  # one batch per op, even one that lists no page
         for j in range(len(b)):
-            if b.kind == "spill_gather":
-                out[("spill_gather", rank, b.host[j], b.hashes[j])] += 1
-            elif b.kind == "spill_write":
-                out[("spill_write", rank, b.hashes[j], b.ok)] += 1
-            elif b.kind == "reload_read":
-                out[("reload_read", rank, b.hashes[j], b.host[j], b.ok)] += 1
-            elif b.kind == "fill":
-                out[("fill", b.dev[j], b.content[j])] += 1
-            elif b.kind == "load":
-                out[("load", b.host[j], b.dev[j])] += 1
-            elif b.kind == "store":
-                out[("store", lane_of(b.dev[j], state.config.R), b.dev[j], b.host[j])] += 1
-            elif b.kind == "poison_dev":
-                out[("poison_dev", b.dev[j])] += 1
-            else:
-                out[("poison_host", b.host[j])] += 1
+            match b.op:
+                case fx.SpillGather:
+                    out[("spill_gather", rank, b.host[j], b.hashes[j])] += 1
+                case fx.SpillWrite:
+                    out[("spill_write", rank, b.hashes[j], b.ok)] += 1
+                case fx.ReloadRead:
+                    out[("reload_read", rank, b.hashes[j], b.host[j], b.ok)] += 1
+                case fx.Fill:
+                    out[("fill", b.dev[j], b.content[j])] += 1
+                case fx.Load:
+                    out[("load", b.host[j], b.dev[j])] += 1
+                case fx.Store:
+                    out[("store", lane_of(b.dev[j], state.config.R), b.dev[j], b.host[j])] += 1
+                case fx.PoisonDev:
+                    out[("poison_dev", b.dev[j])] += 1
+                case fx.PoisonHost:
+                    out[("poison_host", b.host[j])] += 1
     return out
 
 
@@ -222,7 +223,7 @@ def _every_page_operation_once(steps) -> Counter:
         for r in range(R):
             batches = plan_rank(state, r)
             for b in batches:
-                kinds[b.kind] += 1
+                kinds[b.op] += 1
                 assert all(lane_of(p, R) == r for p in b.dev), f"rank {r} got a page of another lane in {b}"
             done += _batch_ops(state, batches, r)
         assert done == _page_ops(state.effects)
@@ -231,12 +232,12 @@ def _every_page_operation_once(steps) -> Counter:
 
 def test_every_page_operation_is_done_by_exactly_one_rank(four_rank_walk):
     kinds = _every_page_operation_once(four_rank_walk)
-    assert {"fill", "load", "store", "poison_dev", "poison_host"} <= set(kinds), kinds
+    assert {fx.Fill, fx.Load, fx.Store, fx.PoisonDev, fx.PoisonHost} <= set(kinds), kinds
 
 
 def test_every_l3_operation_is_done_by_the_rank_it_names(l3_walk):
     kinds = _every_page_operation_once(l3_walk)
-    assert {"spill_gather", "spill_write", "reload_read", "load", "store", "poison_host"} <= set(kinds), kinds
+    assert {fx.SpillGather, fx.SpillWrite, fx.ReloadRead, fx.Load, fx.Store, fx.PoisonHost} <= set(kinds), kinds
 
 
 def test_l3_batches_carry_the_models_owned_pages_and_content(l3_walk):
@@ -244,14 +245,14 @@ def test_l3_batches_carry_the_models_owned_pages_and_content(l3_walk):
         R = state.config.R
         for r in range(R):
             for b in plan_rank(state, r):
-                if b.kind == "spill_gather":
+                if b.op is fx.SpillGather:
                     # the staged copy the model just made: its pages, in object order
                     assert [(h, c) for h, c in zip(b.hashes, b.content)] == list(state.spill_staged[r][-1])
                     assert b.content == b.hashes, "a page's content identity is its L3 hash"
-                elif b.kind == "reload_read" and b.ok:
+                elif b.op is fx.ReloadRead and b.ok:
                     assert b.content == b.hashes == [state.host_content[p] for p in b.host]
                     assert all((r, h) in state.l3 for h in b.hashes), "a rank reads only what its disk holds"
-                elif b.kind == "reload_read":
+                elif b.op is fx.ReloadRead:
                     assert b.content == [] and all(p not in state.host_content for p in b.host)
 
 
@@ -267,11 +268,11 @@ def _slab_accesses(state):
             for i in range(e.length):
                 yield e.base + i, lane_of(i, R), True
         elif isinstance(e, fx.SpillGather):
-            for p, _ in e.pages:
-                yield p, e.rank, False
+            for p in e.pages:
+                yield p.host, e.rank, False
         elif isinstance(e, fx.ReloadRead) and e.ok:
-            for _, p in e.pages:
-                yield p, e.rank, True
+            for p in e.pages:
+                yield p.host, e.rank, True
 
 
 def unordered_slab_accesses(steps, agree) -> list[str]:
@@ -361,7 +362,7 @@ def test_loaded_and_stored_pages_carry_the_models_claimed_content(four_rank_walk
     for _, state in four_rank_walk:
         for r in range(state.config.R):
             for b in plan_rank(state, r):
-                if b.kind in ("load", "store"):
+                if b.op in (fx.Load, fx.Store):
                     assert b.content == [state.dev_content.get(p) for p in b.dev]
                     assert all(c is not None for c in b.content), "the model moved a poisoned page"
 
@@ -373,14 +374,14 @@ def test_runs_of_one_kind_keep_the_order_of_the_effects(four_rank_walk):
     for t, state in four_rank_walk:
         for r in range(state.config.R):
             batches = plan_rank(state, r)
-            order = [b.kind for b in batches]
-            runs = [k for i, k in enumerate(e.kind for e in state.effects) if i == 0 or state.effects[i - 1].kind != k]
+            order = [b.op for b in batches]
+            runs = [k for i, k in enumerate(type(e) for e in state.effects) if i == 0 or type(state.effects[i - 1]) is not k]
             assert [k for k in runs if k in order] == order
             poisoned = set()
             for b in batches:
-                if b.kind == "poison_dev":
+                if b.op is fx.PoisonDev:
                     poisoned |= set(b.dev)
-                elif b.kind == "fill":
+                elif b.op is fx.Fill:
                     reused += len(poisoned & set(b.dev))
     assert reused > 0, "the walk never reused a freed page within a transition; the test shows nothing"
 
@@ -414,7 +415,7 @@ def test_agreements_sit_at_the_models_agreements_and_around_host_frees(four_rank
     assert agreements("SpillAck", ()) == (False, True)
     assert agreements("ReloadAdmit", ()) == (False, True)  # admitted: the object becomes the node's
     assert agreements("ReloadAdmit", (fx.PoisonHost(base=4, length=2),)) == (True, True)  # aborted: freed
-    assert agreements("SpillGathered", (fx.SpillGather(rank=0, base=3, pages=((3, 7),)),)) == (False, False)
+    assert agreements("SpillGathered", (fx.SpillGather(rank=0, base=3, pages=(fx.HostPage(host=3, hash=7),)),)) == (False, False)
     assert agreements("EvictHost", (fx.PoisonHost(base=3, length=2),)) == (True, True)
     # a Reserve that finds room frees nothing and needs no agreement
     assert agreements("Reserve", ()) == (False, False)
@@ -435,7 +436,7 @@ def test_a_spill_gather_that_differs_from_the_models_staged_copy_is_refused(l3_w
     t, state = next((t, s) for t, s in l3_walk if s.effects and isinstance(s.effects[0], fx.SpillGather) and s.effects[0].pages)
     gather = state.effects[0]
     r = gather.rank
-    fake = replace(state, effects=(replace(gather, pages=tuple((p, h ^ 1) for p, h in gather.pages)),))
+    fake = replace(state, effects=(replace(gather, pages=tuple(p._replace(hash=p.hash ^ 1) for p in gather.pages)),))
     with pytest.raises(PlanError, match=f"spill_gather of rank {r} lists hashes"):
         plan_rank(fake, (r + 1) % state.config.R)  # refused on every rank alike
     with pytest.raises(PlanError, match="names rank 9"):

@@ -298,8 +298,8 @@ def test_warm_up_leaves_every_page_as_it_was_and_reserve_allocates_before_the_co
         assert torch.equal(slab.host, before), "the warm-up changed the slab"
         assert bool((pool == POISON_DEV).all()), "the warm-up left a device page unpoisoned"
         # after reserve(n), a store and a load of n pages allocate nothing
-        x.reserve("store", 3)
-        x.reserve("load", 3)
+        x.reserve(fx.Store, 3)
+        x.reserve(fx.Load, 3)
         held = {k: v.data_ptr() for k, v in {**x.scratch._bufs, **(x.staging._bufs if x.staging else {})}.items()}
         lidx, hidx = x.index([0, 1, 2]), x.index([5, 6, 7], host_side=True)
         x.store(lidx, hidx)

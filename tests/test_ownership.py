@@ -94,8 +94,8 @@ def test_a_per_rank_step_doing_another_ranks_work_is_named():
 
 def test_l3_effects_list_only_the_pages_their_rank_owns():
     s = fresh(R=2)
-    ok = fx.SpillGather(rank=1, base=4, pages=((5, 0xA), (7, 0xB)))
-    bad = fx.ReloadRead(rank=1, base=4, pages=((0xA, 4),), ok=True)
+    ok = fx.SpillGather(rank=1, base=4, pages=(fx.HostPage(host=5, hash=0xA), fx.HostPage(host=7, hash=0xB)))
+    bad = fx.ReloadRead(rank=1, base=4, pages=(fx.HostPage(host=4, hash=0xA),), ok=True)
     assert step_violations(1, replace(s, effects=(ok,))) == []
     assert step_violations(1, replace(s, effects=(bad,))) == [
         "11 Ownership: rank 1 reads into host page 4, index 0 of its object, owned by rank 0"
@@ -113,7 +113,7 @@ def test_effects_take_no_part_in_state_equality():
 def test_six_seeded_simulations_catch_the_cross_lane_writes_only_by_ownership(cross_lane_writes):
     from kvsm.sim.options import SimOptions
     from kvsm.sim.runner import simulate
-    from kvsm.sim.scheduler import SimInvariantError
+    from kvsm.sim.stops import SimInvariantError
 
     for seed in range(6):
         opts = SimOptions(workload="thrash", requests=40, ranks=2, l1_pages=16, l2_pages=64, seed=seed, check=True)

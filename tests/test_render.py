@@ -173,14 +173,17 @@ def test_tail_story_ends_where_replay_stops(tmp_path):
 
 
 def test_effects_are_one_line_per_batch_of_a_kind_in_the_view_s_words():
-    from kvsm.effects import Fill, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
+    from kvsm.effects import Fill, HostPage, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
     from kvsm.render.effects import effect_lines
 
     names = Names([(1, 2)])
     one, two = sorted(names.names, key=lambda c: len(names.names[c]))
     effects = [
         PoisonDev(3), Fill(0, one), Fill(3, two), Store(0, 0, 4), Store(0, 3, 5), PoisonHost(0, 2), PoisonHost(6, 1),
-        SpillGather(1, 4, ((5, two),)), SpillGather(0, 4, ()), SpillWrite(1, (two,), False), ReloadRead(0, 2, ((one, 2),), True),
+        SpillGather(rank=1, base=4, pages=(HostPage(host=5, hash=two),)),
+        SpillGather(rank=0, base=4, pages=()),
+        SpillWrite(rank=1, hashes=(two,), ok=False),
+        ReloadRead(rank=0, base=2, pages=(HostPage(host=2, hash=one),), ok=True),
     ]
     assert effect_lines(effects, names, 2) == [
         "poison p3(l1)",

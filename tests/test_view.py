@@ -102,12 +102,12 @@ def test_states_with_one_view_are_bisimilar_and_break_the_same_invariants(name):
 def test_the_view_ranks_stamps_with_the_clock_and_caps_hits():
     c = canon_model(initial_state(SMALL))
     (root,) = c.nodes
-    c = c._replace(nodes=frozenset({root[:8] + (7, 40), (1,) + root[1:8] + (0, 25)}), clock=90)
+    c = c._replace(nodes=frozenset({root._replace(hits=7, touched=40), root._replace(id=1, hits=0, touched=25)}), clock=90)
     v = stamp_view(c, SMALL)
-    assert sorted(n[8:] for n in v.nodes) == [(0, 0), (2, 1)] and v.clock == 2
+    assert sorted((n.hits, n.touched) for n in v.nodes) == [(0, 0), (2, 1)] and v.clock == 2
     # a stamp equal to the clock ranks with it; the cap follows a higher write threshold
     v = stamp_view(c._replace(clock=40), replace(SMALL, write_threshold=3))
-    assert sorted(n[8:] for n in v.nodes) == [(0, 0), (3, 1)] and v.clock == 1
+    assert sorted((n.hits, n.touched) for n in v.nodes) == [(0, 0), (3, 1)] and v.clock == 1
 
 
 def test_a_view_that_forgot_the_hit_count_is_caught():
@@ -120,7 +120,7 @@ def test_a_view_that_forgot_the_hit_count_is_caught():
 
     def forgetful(d: str) -> Any:
         v = stamp_view(canon[d], cfg)
-        return v._replace(nodes=frozenset(n[:8] + (0, n[9]) for n in v.nodes))
+        return v._replace(nodes=frozenset(n._replace(hits=0) for n in v.nodes))
 
     with pytest.raises(AssertionError, match="have one view but differ"):
         view_classes(g.states, g.edges, forgetful)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .. import effects as fx
 from ..config import Config
 from ..state import ClusterState
 from .disk import DiskError, DiskStore
@@ -118,59 +119,25 @@ class Executor:
         """Execute transition `i`'s batches for this rank and check what they moved; False
         when something failed (reported) and the rank must stop moving bytes."""
         ok = True
-        R = self.world
         rep = self.report
         x = self.xfer
         checks: list[tuple[Batch, torch.Tensor]] = []
         for b in batches:
-            n = len(b)
-            if b.kind == "poison_host":
-                self.slab.poison(torch.tensor(b.host, dtype=torch.int64))
-                continue
-            if b.kind in ("spill_gather", "spill_write", "reload_read"):
-                # the two that write check before they write, so their checks come back
-                # at once; after a failure this rank moves nothing more
-                if not self._l3(i, t, b):
-                    ok = False
-                    break
-                continue
-            lidx = x.index([p // R for p in b.dev])
-            if b.kind == "poison_dev":
-                self.pool.index_fill_(0, lidx, POISON_DEV)
-            elif b.kind == "fill":
-                ids = torch.tensor([as_signed(c) for c in b.content], dtype=torch.int64).to(self.device)
-                for a in range(0, n, self.gen.chunk):
-                    z = min(n, a + self.gen.chunk)
-                    words = self.gen.words(ids[a:z], x.scratch.get("fill", z - a, tuple(self.pool.shape[1:])))
-                    self.pool.index_copy_(0, lidx[a:z], words)
-                rep.pages_filled += n
-            elif b.kind == "store":
-                hidx = x.index(b.host, host_side=True)
-                x.reserve(b.kind, n)  # allocations are not bus time
-                t0 = time.monotonic()
-                src = x.store(lidx, hidx)
-                x.finish()
-                rep.intervals.append((t0, time.monotonic()))
-                rep.pages_stored += n
-                rep.bytes_copied += n * self.page_nbytes
-                checks.append((b, self._check(src, b.content)))
-                c = self.opts.hooks.corrupt_at(i, self.rank) if self.opts.hooks else None
-                if c is not None:
-                    h = b.host[0] if c.host_page is None else c.host_page
-                    self.slab.host[0, h, 0, 0] ^= 0xFF00  # flip byte 1 of the page
-                    rep.injected.append({"corrupt_slab": i, "rank": self.rank, "host_page": h, "byte": 1})
-            elif b.kind == "load":
-                hidx = x.index(b.host, host_side=True)
-                x.reserve(b.kind, n)  # allocations are not bus time
-                t0 = time.monotonic()
-                x.load(lidx, hidx)
-                x.finish()
-                rep.intervals.append((t0, time.monotonic()))
-                rep.pages_loaded += n
-                rep.bytes_copied += n * self.page_nbytes
-                checks.append((b, self._check(x.gather(lidx), b.content)))
-            else:
-                raise AssertionError(f"unknown batch kind {b.kind}")
+            match b.op:
+                case fx.PoisonHost:
+                    self.slab.poison(torch.tensor(b.host, dtype=torch.int64))
+                case fx.SpillGather | fx.SpillWrite | fx.ReloadRead:
+                    # the two that write check before they write, so their checks come back
+                    # at once; after a failure this rank moves nothing more
+                    if not self._l3(i, t, b):
+                        ok = False
+                        break
+                case fx.PoisonDev | fx.Fill | fx.Store | fx.Load:
+                    flags = self._on_lane(i, b)
+                    if flags is not None:
+                        checks.append((b, flags))
+                case _:
+                    raise AssertionError(f"a batch of {b.op.__name__} effects, which this rank cannot execute")
         if not checks:
             x.finish()
             return ok
@@ -185,21 +152,62 @@ class Executor:
             self._report_bad_page(i, t, checks[j][0], pos - starts[j])
         return ok and not bad
 
+    def _on_lane(self, i: int, b: Batch) -> torch.Tensor | None:
+        """Execute one batch on this rank's device lane; the check flags of the pages it
+        moved between the lane and the slab (None for a fill or a poison)."""
+        rep = self.report
+        x = self.xfer
+        n = len(b)
+        lidx = x.index([p // self.world for p in b.dev])
+        match b.op:
+            case fx.PoisonDev:
+                self.pool.index_fill_(0, lidx, POISON_DEV)
+                return None
+            case fx.Fill:
+                ids = torch.tensor([as_signed(c) for c in b.content], dtype=torch.int64).to(self.device)
+                for a in range(0, n, self.gen.chunk):
+                    z = min(n, a + self.gen.chunk)
+                    words = self.gen.words(ids[a:z], x.scratch.get("fill", z - a, tuple(self.pool.shape[1:])))
+                    self.pool.index_copy_(0, lidx[a:z], words)
+                rep.pages_filled += n
+                return None
+        hidx = x.index(b.host, host_side=True)
+        x.reserve(b.op, n)  # allocations are not bus time
+        t0 = time.monotonic()
+        if b.op is fx.Store:
+            src = x.store(lidx, hidx)
+        else:
+            x.load(lidx, hidx)
+        x.finish()
+        rep.intervals.append((t0, time.monotonic()))
+        rep.bytes_copied += n * self.page_nbytes
+        if b.op is fx.Load:
+            rep.pages_loaded += n
+            return self._check(x.gather(lidx), b.content)
+        rep.pages_stored += n
+        flags = self._check(src, b.content)
+        c = self.opts.hooks.corrupt_at(i, self.rank) if self.opts.hooks else None
+        if c is not None:
+            h = b.host[0] if c.host_page is None else c.host_page
+            self.slab.host[0, h, 0, 0] ^= 0xFF00  # flip byte 1 of the page
+            rep.injected.append({"corrupt_slab": i, "rank": self.rank, "host_page": h, "byte": 1})
+        return flags
+
     # ---- L3 ------------------------------------------------------------------------------------
     def _l3(self, i: int, t: Any, b: Batch) -> bool:
         """Execute one L3 batch; False when the rank must stop moving bytes."""
         assert self.disk is not None, "the plan gave L3 work to a run without L3"
         rep = self.report
         n = len(b)
-        if b.kind == "spill_gather":
+        if b.op is fx.SpillGather:
             # slab -> staging, host to host: the bytes go to disk, never through the device
             buf, rows = self.staging.take(n)
             if n:
                 torch.index_select(self.slab_rows, 0, self._slab_row_index(b.host), out=rows.view(-1, *rows.shape[2:]))
-            self.staged.append(Staged(b.hashes, b.host, b.content, buf, rows))
+            self.staged.append(Staged(hashes=b.hashes, host=b.host, content=b.content, buf=buf, rows=rows))
             rep.pages_gathered += n
             return True
-        if b.kind == "spill_write":
+        if b.op is fx.SpillWrite:
             if not self.staged or self.staged[0].hashes != b.hashes:
                 have = [f"0x{h:016x}" for h in self.staged[0].hashes] if self.staged else "nothing"
                 self._fail(i, {"kind": "plan", "transition": i, "message": f"transition {i} {t}: rank {self.rank} writes hashes {[f'0x{h:016x}' for h in b.hashes]} but its oldest staged copy holds {have}"})
@@ -207,7 +215,7 @@ class Executor:
             st = self.staged.popleft()
             # the staged copy is checked whether or not the write succeeds: it is the
             # copy the model says holds these pages until SpillDone
-            if n and not self._verify_now(i, t, b.kind, st.rows, st.content, st.host, st.hashes, "staged from"):
+            if n and not self._verify_now(i, t, b.op.kind, st.rows, st.content, st.host, st.hashes, "staged from"):
                 return False
             if b.ok and n:
                 try:
@@ -232,7 +240,7 @@ class Executor:
         except (DiskError, OSError) as e:
             return self._disk_failed(i, t, e)
         rep.bytes_from_disk += n * self.page_nbytes
-        if not self._verify_now(i, t, b.kind, rows, b.content, b.host, b.hashes, f"read from rank {self.rank}'s disk for"):
+        if not self._verify_now(i, t, b.op.kind, rows, b.content, b.host, b.hashes, f"read from rank {self.rank}'s disk for"):
             return False  # nothing lands in the slab
         self.slab_rows.index_copy_(0, self._slab_row_index(b.host), rows.view(-1, *rows.shape[2:]))
         rep.pages_reloaded += n
@@ -291,7 +299,7 @@ class Executor:
     def _report_bad_page(self, i: int, t: Any, b: Batch, j: int) -> None:
         page, c = b.dev[j], b.content[j]
         actual = self.pool[page // self.world].cpu()
-        what = "loaded from" if b.kind == "load" else "to be stored into"
+        what = "loaded from" if b.op is fx.Load else "to be stored into"
         content = "poison" if c is None else f"content 0x{c:016x}"
         detail = self._describe(actual, c)
         self._fail(
@@ -302,7 +310,7 @@ class Executor:
                 "rank": self.rank,
                 "page": page,
                 "host_page": b.host[j],
-                "op": b.kind,
+                "op": b.op.kind,
                 "message": f"transition {i} {t}, rank {self.rank}: device page {page} {what} host page {b.host[j]} "
                 f"does not hold {content}: {detail}",
             },

@@ -9,15 +9,15 @@ by rank `i mod R`, so the ranks share the work and no page is written twice.
 
 L3 (ownership again): a page inside an L2 object belongs to rank `i mod R`, `i` its
 index in the object. The L3 effects name their rank and list only its pages:
-`spill_gather` (copy slab pages into the rank's staging), `spill_write` (write the
-oldest staged copy to the rank's disk when ok), `reload_read` (read pages from the
+`SpillGather` (copy slab pages into the rank's staging), `SpillWrite` (write the
+oldest staged copy to the rank's disk when ok), `ReloadRead` (read pages from the
 rank's disk into slab pages when ok). Each is one batch of that rank, even when it lists
 no page: staged copies form a FIFO per rank (the model's `spill_staged`), and the
 `spill_write` of an op pops the copy its `spill_gather` pushed.
 
 Ordering: a transition may free a page and reuse it (an `Insert` evicts, then fills
-the freed pages), so effects are cut into maximal runs of one kind, executed in log
-order, each run as one batch. Within a run every page is distinct (the model never
+the freed pages), so effects are cut into maximal runs of one effect class, executed
+in log order, each run as one batch. Within a run every page is distinct (the model never
 fills, loads or frees one page twice in a run), which `plan_rank` checks.
 
 Agreement points are decided by the log (never by a rank's own state), so that a rank
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects import Fill, Load, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
+from ..effects import Effect, Fill, Load, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
 from ..state import lane_of
 from ..transitions import REGISTRY
 
@@ -63,7 +63,7 @@ class PlanError(ValueError):
 
 @dataclass
 class Batch:
-    """One batched operation of one kind for one rank.
+    """One batched operation for one rank: a run of effects of the class `op`.
 
     `dev` are global device page ids (all in this rank's lane), `host` host page ids
     (same index as `dev` for loads and stores), `content` the identity each page must
@@ -72,7 +72,7 @@ class Batch:
     model's `ok` bit of the disk operation.
     """
 
-    kind: str  # "fill" | "load" | "store" | "poison_dev" | "poison_host" | "spill_gather" | "spill_write" | "reload_read"
+    op: type[Effect]
     dev: list[int] = field(default_factory=list)
     host: list[int] = field(default_factory=list)
     content: list[int | None] = field(default_factory=list)
@@ -92,70 +92,59 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
     the host page really held, which a correct model makes the same). A rank that
     owns nothing in a run gets no batch for it.
     """
-    cfg = state.config
-    R = cfg.R
+    R = state.config.R
     out: list[Batch] = []
-    run_kind: str | None = None
+    run: type[Effect] | None = None
     seen: set[int] = set()
     cur: Batch | None = None
     for eff in state.effects:
-        kind = eff.kind
         if isinstance(eff, L3_TYPES):
-            run_kind, seen, cur = None, set(), None  # one batch per L3 effect: one op each
+            run, seen, cur = None, set(), None  # one batch per L3 effect: one op each
             b = _l3_batch(state, eff)
             if eff.rank == rank:
                 out.append(b)
             continue
-        if kind != run_kind:
-            run_kind, seen, cur = kind, set(), None
-        if isinstance(eff, Fill):
-            if lane_of(eff.page, R) != rank:
+        if type(eff) is not run:
+            run, seen, cur = type(eff), set(), None
+        match eff:
+            case PoisonHost(base=base, length=length):
+                mine = [base + i for i in range(rank, length, R)]
+                if not mine:
+                    continue
+                cur = _batch(out, cur, PoisonHost)
+                for h in mine:
+                    if h in seen:
+                        raise PlanError(f"host page {h} is freed twice in one transition")
+                    seen.add(h)
+                cur.host.extend(mine)
                 continue
-            key = eff.page
-            cur = _batch(out, cur, kind)
-            cur.dev.append(eff.page)
-            cur.content.append(eff.content)
-        elif isinstance(eff, Load):
-            if lane_of(eff.page, R) != rank:
-                continue
-            key = eff.page
-            cur = _batch(out, cur, kind)
-            cur.dev.append(eff.page)
-            cur.host.append(eff.host_page)
-            # what the node the page is loaded for claims it holds: the bytes that land
-            # must be that prefix's KV (in a correct model the same as the ghost's)
-            cur.content.append(eff.claim)
-        elif isinstance(eff, Store):
-            if lane_of(eff.page, R) != eff.rank:
-                raise PlanError(f"store by rank {eff.rank} names device page {eff.page} of lane {lane_of(eff.page, R)}")
-            if eff.rank != rank:
-                continue
-            key = eff.host_page
-            cur = _batch(out, cur, kind)
-            cur.dev.append(eff.page)
-            cur.host.append(eff.host_page)
-            cur.content.append(state.dev_content.get(eff.page))
-        elif isinstance(eff, PoisonDev):
-            if lane_of(eff.page, R) != rank:
-                continue
-            key = eff.page
-            cur = _batch(out, cur, kind)
-            cur.dev.append(eff.page)
-        elif isinstance(eff, PoisonHost):
-            mine = [eff.base + i for i in range(rank, eff.length, R)]
-            if not mine:
-                continue
-            cur = _batch(out, cur, kind)
-            for h in mine:
-                if h in seen:
-                    raise PlanError(f"host page {h} is freed twice in one transition")
-                seen.add(h)
-            cur.host.extend(mine)
-            continue
-        else:
-            raise PlanError(f"unknown effect {eff!r}")
+            case Store(rank=by, page=page, host_page=host_page):
+                if lane_of(page, R) != by:
+                    raise PlanError(f"store by rank {by} names device page {page} of lane {lane_of(page, R)}")
+                if by != rank:
+                    continue
+                key = host_page
+                cur = _batch(out, cur, Store)
+                cur.dev.append(page)
+                cur.host.append(host_page)
+                cur.content.append(state.dev_content.get(page))
+            case Fill(page=page) | Load(page=page) | PoisonDev(page=page):
+                if lane_of(page, R) != rank:
+                    continue
+                key = page
+                cur = _batch(out, cur, type(eff))
+                cur.dev.append(page)
+                if isinstance(eff, Fill):
+                    cur.content.append(eff.content)
+                elif isinstance(eff, Load):
+                    cur.host.append(eff.host_page)
+                    # what the node the page is loaded for claims it holds: the bytes that land
+                    # must be that prefix's KV (in a correct model the same as the ghost's)
+                    cur.content.append(eff.claim)
+            case _:
+                raise PlanError(f"unknown effect {eff!r}")
         if key in seen:
-            raise PlanError(f"{kind} names page {key} twice in one run of effects")
+            raise PlanError(f"{eff.kind} names page {key} twice in one run of effects")
         seen.add(key)
     return out
 
@@ -168,40 +157,47 @@ def _l3_batch(state: Any, eff: SpillGather | SpillWrite | ReloadRead) -> Batch:
     R = state.config.R
     if not (isinstance(r, int) and 0 <= r < R):
         raise PlanError(f"{kind} names rank {r!r}, not one of 0..{R - 1}")
-    if isinstance(eff, SpillGather):
-        staged = state.spill_staged[r][-1] if state.spill_staged[r] else None
-        hashes = [h for _, h in eff.pages]
-        if staged is None or [h for h, _ in staged] != hashes:
-            raise PlanError(f"spill_gather of rank {r} lists hashes {_hex(hashes)} but the model staged {_hex([h for h, _ in staged or ()])}")
-        content = [c for _, c in staged]
-        if None in content:
-            raise PlanError(f"spill_gather of rank {r} copies host page {eff.pages[content.index(None)][0]}, which the model says holds nothing")
-        b = Batch(kind, host=[h for h, _ in eff.pages], content=content, hashes=hashes)
-    elif isinstance(eff, SpillWrite):
-        b = Batch(kind, hashes=list(eff.hashes), ok=bool(eff.ok))
-    else:  # ReloadRead
-        b = Batch(kind, host=[p for _, p in eff.pages], hashes=[h for h, _ in eff.pages], ok=bool(eff.ok))
-        if b.ok:
-            L2 = state.config.L2
-            b.content = [state.host_content.get(p) for p in b.host]
-            for h, c, p in zip(b.hashes, b.content, b.host):
-                if c != h:
-                    raise PlanError(f"reload_read of rank {r} reads hash 0x{h:016x} into host page {p}, but the model says the page then holds {_hex([c])}")
-            if any(state.host_content.get(x * L2 + p) != c for x in range(1, len(state.config.payloads)) for p, c in zip(b.host, b.content)):
-                raise PlanError(f"reload_read of rank {r}: the model's payload regions disagree on its host pages")
+    match eff:
+        case SpillGather(pages=pages):
+            staged = state.spill_staged[r][-1] if state.spill_staged[r] else None
+            hashes = [p.hash for p in pages]
+            if staged is None or [h for h, _ in staged] != hashes:
+                raise PlanError(f"spill_gather of rank {r} lists hashes {_hex(hashes)} but the model staged {_hex([h for h, _ in staged or ()])}")
+            content = [c for _, c in staged]
+            if None in content:
+                raise PlanError(f"spill_gather of rank {r} copies host page {pages[content.index(None)].host}, which the model says holds nothing")
+            b = Batch(op=SpillGather, host=[p.host for p in pages], content=content, hashes=hashes)
+        case SpillWrite(hashes=hashes, ok=ok):
+            b = Batch(op=SpillWrite, hashes=list(hashes), ok=bool(ok))
+        case ReloadRead(pages=pages, ok=ok):
+            b = Batch(op=ReloadRead, host=[p.host for p in pages], hashes=[p.hash for p in pages], ok=bool(ok))
+            if b.ok:
+                _check_reload(state, r, b)
     keys = b.host if b.host else b.hashes
     if len(set(keys)) != len(keys):
         raise PlanError(f"{kind} of rank {r} names a page twice: {eff!r}")
     return b
 
 
+def _check_reload(state: Any, r: int, b: Batch) -> None:
+    """A successful reload of rank `r`: the content the model gives its slab pages is the
+    hashes it reads, in every payload region; `b.content` becomes that content."""
+    L2 = state.config.L2
+    b.content = [state.host_content.get(p) for p in b.host]
+    for h, c, p in zip(b.hashes, b.content, b.host):
+        if c != h:
+            raise PlanError(f"reload_read of rank {r} reads hash 0x{h:016x} into host page {p}, but the model says the page then holds {_hex([c])}")
+    if any(state.host_content.get(x * L2 + p) != c for x in range(1, len(state.config.payloads)) for p, c in zip(b.host, b.content)):
+        raise PlanError(f"reload_read of rank {r}: the model's payload regions disagree on its host pages")
+
+
 def _hex(xs: list[int | None]) -> str:
     return "[" + ", ".join("none" if x is None else f"0x{x:016x}" for x in xs) + "]"
 
 
-def _batch(out: list[Batch], cur: Batch | None, kind: str) -> Batch:
+def _batch(out: list[Batch], cur: Batch | None, op: type[Effect]) -> Batch:
     if cur is None:
-        cur = Batch(kind)
+        cur = Batch(op=op)
         out.append(cur)
     return cur
 

@@ -90,7 +90,7 @@ class RankReplay:
         self.cfg = model_config(self.header, opts.bug, opts.log)
         if self.cfg.R != world:
             raise ReplayError(f"{opts.log}: the log's config has R={self.cfg.R} but {world} ranks were started")
-        self.shape = Shape(len(self.cfg.payloads), self.cfg.L2, opts.layers, opts.page_bytes)
+        self.shape = Shape(payloads=len(self.cfg.payloads), pages=self.cfg.L2, layers=opts.layers, page_bytes=opts.page_bytes)
         self.report = Report(rank)
         self.status = OK
         self.first_bad = 0
@@ -131,7 +131,16 @@ class RankReplay:
             if not err:
                 try:
                     self.executor = Executor(
-                        self.rank, self.world, self.cfg, self.opts, self.device, self.shape, (path, token), run_dir, self.report, self._fail
+                        rank=self.rank,
+                        world=self.world,
+                        cfg=self.cfg,
+                        opts=self.opts,
+                        device=self.device,
+                        shape=self.shape,
+                        slab=(path, token),
+                        run_dir=run_dir,
+                        report=self.report,
+                        fail=self._fail,
                     )
                 except Exception as e:  # noqa: BLE001
                     err = f"rank {self.rank}: {e}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..effects import Load, Store
 from .generator import POISON_DEV
 from .memory import Scratch, Slab
 from .options import IO_MODES
@@ -73,9 +74,9 @@ class Transfer:
         rows = [self.scratch.get(f"load{x}", n, self._row) for x in range(X)] if self.cuda else list(stage)
         return rows, stage
 
-    def reserve(self, kind: str, n: int) -> None:
-        """Allocate now every buffer a `store` or a `load` of `n` pages needs."""
-        (self._store_buffers if kind == "store" else self._load_buffers)(n)
+    def reserve(self, op: type[Store] | type[Load], n: int) -> None:
+        """Allocate now every buffer a batch of `n` stores or of `n` loads needs."""
+        (self._store_buffers if op is Store else self._load_buffers)(n)
 
     def warm_up(self) -> None:
         """One load and one store of a single page, each way across the bus, so that the

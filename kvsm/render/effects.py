@@ -46,13 +46,11 @@ def _batch_line(kind: str, batch: list[Effect], names: Names, R: int) -> str:
 
 def _line(e: Effect, names: Names) -> str:
     if isinstance(e, SpillGather):
-        # pages: (host page, page hash)
-        return f"gather r{e.rank} " + (clip([f"{names.show(p[1])}←h{p[0]}" for p in e.pages]) or "nothing")
+        return f"gather r{e.rank} " + (clip([f"{names.show(p.hash)}←h{p.host}" for p in e.pages]) or "nothing")
     if isinstance(e, SpillWrite):
         return f"disk write r{e.rank} " + (clip([names.show(h) for h in e.hashes]) or "nothing") + ("" if e.ok else " failed")
     if isinstance(e, ReloadRead):
-        # pages: (page hash, host page)
-        pages = clip([f"h{p[1]}←{names.show(p[0])}" for p in e.pages]) or "nothing"
+        pages = clip([f"h{p.host}←{names.show(p.hash)}" for p in e.pages]) or "nothing"
         return f"disk read r{e.rank} {pages}" + ("" if e.ok else " failed")
     return f"{e.kind} {e!r}"  # a kind this renderer does not know yet: shown raw, never hidden
 

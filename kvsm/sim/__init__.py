@@ -1,10 +1,10 @@
 """The simulator: drives the pure model from real and synthetic workloads, with timing
 and faults drawn from one seed (docs/sim.md)."""
 
-from .cluster import SimDivergence
 from .faults import Faults, FaultSpecError
 from .options import SimError, SimOptions, Timing
-from .runner import STOPS, SimResult, run_main_job, simulate, stop_record
+from .runner import SimResult, run_main_job, simulate
+from .stops import STOPS, SimDivergence, SimInvariantError, SimStuck, stop_record
 from .trace import TraceRequest, Workload, WorkloadError, read_trace
 from .workload import load_workload
 
@@ -13,6 +13,8 @@ __all__ = [
     "Faults",
     "SimDivergence",
     "SimError",
+    "SimInvariantError",
+    "SimStuck",
     "SimOptions",
     "SimResult",
     "STOPS",

@@ -18,7 +18,7 @@ A rank's `LoadDone` (its copies of a load-back landed) reaches its own replica a
 and the others' at the next sync point (`learn_loads`): a batch's forward pass waits for
 every rank's copies, so no replicated decision comes between. At a sync point every
 rank reaches the commit collective's call (`CommitCall`, its own replica first), the
-others learn each call (`learn_calls`), and `Commit` completes the round.
+others learn each call (`commit_calls`), and `Commit` completes the round.
 
 With L3, a rank's own spill and reload progress (`SpillGathered`, `SpillDone`,
 `ReloadDone`) and its disk's state (`DiskFail`, `DiskRecover`) likewise reach its
@@ -35,9 +35,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..digest_sums import COMPONENTS
-from ..state import ClusterState, Rejected, initial_state
+from ..state import ClusterState, Rejected, Round, initial_state
 from ..config import Config
 from ..transitions import Transition, apply
+from .stops import SimDivergence
 
 OnApply = Callable[[Transition, ClusterState, ClusterState], None]
 
@@ -45,14 +46,6 @@ OnApply = Callable[[Transition, ClusterState, ClusterState], None]
 # the MIN of a sync point)
 L3_LOCAL = frozenset(("SpillGathered", "SpillDone", "ReloadDone", "DiskFail", "DiskRecover"))
 _I_L3 = COMPONENTS.index("l3")
-
-
-class SimDivergence(RuntimeError):
-    """Ranks no longer agree; `step` says where (sync point, tick, log index, rank)."""
-
-    def __init__(self, message: str, step: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.step = step
 
 
 class View:
@@ -194,9 +187,26 @@ class Cluster:
         """Every rank's landed load-back copies since the last sync point reach the others."""
         self._learn(self._loads_unseen, "sync point")
 
-    def learn_calls(self) -> None:
-        """The commit collective: every rank learns that every other rank entered it."""
+    def commit_calls(self) -> bool:
+        """Every rank reaches the commit collective's call, then learns every other rank's;
+        returns whether they entered it. Under `commit_call = reference` (or the defect
+        `skip_collective`) a rank whose own ack queue is empty returns early instead: when
+        every rank does, there is no collective; when another rank entered, the calls no
+        longer pair up and the run stops (invariant 12)."""
+        for r in range(self.R):
+            self.rank_step(r, Transition.make("CommitCall", rank=r))
+        rounds = self.state.commit_round
+        if any(rounds) and not all(x == Round.IN for x in rounds):
+            early = [r for r, x in enumerate(rounds) if x == Round.SKIPPED]
+            cause = "bug = skip_collective" if self.cfg.bug == "skip_collective" else "commit_call = reference"
+            raise SimDivergence(
+                f"ranks {early} returned early from the commit collective that ranks "
+                f"{[r for r, x in enumerate(rounds) if x == Round.IN]} entered (tick {self.tick}): the collective calls no "
+                f"longer pair up (invariant 12 Collectives; {cause})",
+                self._where(early[0]),
+            )
         self._learn(self._calls_unseen, "commit collective")
+        return any(rounds)
 
     def learn_l3(self) -> None:
         """The L3 collective: every rank's spill, reload and disk progress since the last

@@ -6,8 +6,8 @@ its lane, taking a seeded time of its own; its `WriteDone(r)` is an event at the
 the copy ends. A prepared backup (`Prepare`, before the forward pass) joins the FIFO
 then, but its `WriteDone(r)` waits until the insert attaches it, and so does every
 write behind it on that rank (the reference's `writing_check` defers an unattached
-ack); one rolled back leaves the FIFO. The `stall` and `slow` faults are drawn here, per write and rank, from
-the run's fault stream. A backup pending longer than the write timeout is overdue (the
+ack); one rolled back leaves the FIFO. Each write of each rank asks for the `stall` and
+`slow` faults (`FaultDraws`). A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
 it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
 pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
@@ -18,14 +18,14 @@ pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass
 
 from ..state import lane_of
 from ..transitions import Transition
 from .cluster import Cluster
 from .events import LOAD, WAKE, WRITE, Events
-from .faults import SLOW_FACTOR, STALL_MS, Faults
+from .faults import FaultDraws
 from .options import Timing
 
 
@@ -33,6 +33,7 @@ from .options import Timing
 class Job:
     """One backup write as one rank's copy engine sees it."""
 
+    rank: int
     node: int
     cancelled: bool = False
     finished: bool = False  # its copy ended (its WriteDone may wait for an attach)
@@ -44,20 +45,16 @@ class CopyEngine:
         cluster: Cluster,
         events: Events,
         timing: Timing,
-        faults: Faults,
+        draws: FaultDraws,
         seed: int,
-        rng_faults: random.Random,
-        fault_counts: Counter,
     ) -> None:
         self.cluster = cluster
         self.events = events
         self.timing = timing
-        self.faults = faults
+        self.draws = draws
         self.R = cluster.R
         # a stream of its own, so that e.g. adding faults does not change the write delays
         self.rng = random.Random(f"kvsm-sim:timing:{seed}")
-        self.rng_faults = rng_faults
-        self.fault_counts = fault_counts
         self.jobs: list[deque[Job]] = [deque() for _ in range(self.R)]  # per rank, in `writes` order
         self.busy_ms = [0.0] * self.R  # when each rank's last submitted write ends
         self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
@@ -116,29 +113,23 @@ class CopyEngine:
     def _enqueue(self, nid: int, lanes: list[int], tick: int) -> None:
         """Rank r copies lanes[r] pages after its previous write, in a drawn time."""
         tm = self.timing
-        f = self.faults
-        rt, rf = self.rng, self.rng_faults
+        rt = self.rng
         now_ms = tick * tm.tick_ms
         for r in range(self.R):
-            start = max(now_ms, self.busy_ms[r])
-            if f.stall and rf.random() < f.stall:
-                start += STALL_MS
-                self.fault_counts["stall"] += 1
+            start = max(now_ms, self.busy_ms[r]) + self.draws.stall_ms()
             ms = max(0.1, lanes[r] * tm.write_ms_per_page) * rt.uniform(1 - tm.write_jitter, 1 + tm.write_jitter)
-            if f.slow and rf.random() < f.slow:
-                ms *= SLOW_FACTOR
-                self.fault_counts["slow"] += 1
+            ms *= self.draws.write_slowdown()
             self.busy_ms[r] = start + ms
-            job = Job(nid)
+            job = Job(rank=r, node=nid)
             self.jobs[r].append(job)
-            self.events.push(tm.after(tick, start + ms), WRITE, (r, job))
+            self.events.push(tm.after(tick, start + ms), WRITE, job)
 
-    def write_done(self, r: int, job: Job) -> None:
-        """Rank `r`'s write `job` ended (unless it was cancelled meanwhile)."""
+    def write_done(self, job: Job) -> None:
+        """Rank `job.rank`'s write `job` ended (unless it was cancelled meanwhile)."""
         if job.cancelled:
             return
         job.finished = True
-        self._drain(r)
+        self._drain(job.rank)
 
     def _drain(self, r: int) -> None:
         """Rank `r`'s `WriteDone`s for the finished writes at the head of its FIFO, up to

@@ -7,12 +7,13 @@ after the disk's earlier operations; a new reload is one disk read per rank. Eve
 duration is seeded and jittered, from streams of the engine's own, so turning the tier
 on changes no L1/L2 write delay and no other fault. Each step is an event at the tick
 it ends; the model decides whether it succeeded (`spill_write_ok`, `reload_read_ok`).
+Each disk operation asks for the `slow` fault, and each iteration with work for the
+`disk` faults (`FaultDraws`).
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import dataclass
 
 from ..state import ReloadOp, SpillOp
@@ -21,7 +22,7 @@ from ..transitions.reload import reload_read_ok
 from ..transitions.spill import spill_write_ok
 from .cluster import Cluster
 from .events import DISK, Events
-from .faults import DISK_DOWN_TICKS, SLOW_FACTOR, Faults
+from .faults import FaultDraws
 from .options import Timing
 
 T = Transition.make
@@ -38,15 +39,13 @@ class DiskJob:
 
 
 class DiskEngine:
-    def __init__(self, cluster: Cluster, events: Events, timing: Timing, faults: Faults, seed: int, fault_counts: Counter) -> None:
+    def __init__(self, cluster: Cluster, events: Events, timing: Timing, draws: FaultDraws, seed: int) -> None:
         self.cluster = cluster
         self.events = events
         self.timing = timing
-        self.faults = faults
+        self.draws = draws
         self.R = cluster.R
-        self.fault_counts = fault_counts
         self.rng = random.Random(f"kvsm-sim:disk-timing:{seed}")
-        self.rng_faults = random.Random(f"kvsm-sim:disk-faults:{seed}")
         self.gather_busy_ms = [0.0] * self.R  # each rank's slab -> staging copies
         self.disk_busy_ms = [0.0] * self.R  # each rank's disk, writes and reads in submit order
         self.drawn: int | None = None  # tick of the last disk fault draws
@@ -56,10 +55,7 @@ class DiskEngine:
         """A rank's disk operation on its `pages` pages: jittered, SLOW_FACTOR slower under a slow fault."""
         tm = self.timing
         ms = max(0.1, pages * per_page) * self.rng.uniform(1 - tm.disk_jitter, 1 + tm.disk_jitter)
-        if self.faults.slow and self.rng_faults.random() < self.faults.slow:
-            ms *= SLOW_FACTOR
-            self.fault_counts["slow"] += 1
-        return ms
+        return ms * self.draws.disk_slowdown()
 
     def start_spills(self, ops: tuple[SpillOp, ...], tick: int) -> None:
         """Each rank gathers the pages it owns out of the slab, then its disk writes them,
@@ -76,8 +72,8 @@ class DiskEngine:
                 self.gather_busy_ms[r] = gathered
                 written = max(gathered, self.disk_busy_ms[r]) + self._disk_ms(owned, tm.disk_write_ms_per_page)
                 self.disk_busy_ms[r] = written
-                self.events.push(tm.after(tick, gathered), DISK, DiskJob(r, "gather", op.node))
-                self.events.push(tm.after(tick, written), DISK, DiskJob(r, "write", op.node))
+                self.events.push(tm.after(tick, gathered), DISK, DiskJob(rank=r, what="gather", op=op.node))
+                self.events.push(tm.after(tick, written), DISK, DiskJob(rank=r, what="write", op=op.node))
 
     def start_reloads(self, ops: tuple[ReloadOp, ...], tick: int) -> None:
         """Each rank's disk reads the pages it owns of each new reload into the slab."""
@@ -89,7 +85,7 @@ class DiskEngine:
             for r in range(R):
                 done = max(now, self.disk_busy_ms[r]) + self._disk_ms(len(range(r, n, R)), tm.disk_read_ms_per_page)
                 self.disk_busy_ms[r] = done
-                self.events.push(tm.after(tick, done), DISK, DiskJob(r, "read", op.key))
+                self.events.push(tm.after(tick, done), DISK, DiskJob(rank=r, what="read", op=op.key))
 
     def step(self, job: DiskJob) -> None:
         """Rank `job.rank` finishes one L3 step; `ok` is what the rank's state implies."""
@@ -124,15 +120,12 @@ class DiskEngine:
         in turn would keep every tick of an idle gap alive (with two or more ranks)."""
         last = self.drawn
         self.drawn = tick
-        q = 1 - self.faults.disk
-        rd = self.rng_faults
         c = self.cluster
         for r in range(self.R):
             if not c.state.disk_ok[r]:
                 continue
             elapsed = 1 if last is None else tick - max(last, self.up_since[r])
-            if rd.random() < 1 - q**elapsed:
+            if self.draws.disk_fails(elapsed):
                 c.rank_step(r, T("DiskFail", rank=r))
-                self.fault_counts["disk"] += 1
                 # a recovery is not work: a run whose only events are recoveries is over
-                self.events.push(tick + rd.randint(*DISK_DOWN_TICKS), DISK, DiskJob(r, "recover", 0), work=False)
+                self.events.push(tick + self.draws.disk_down_ticks(), DISK, DiskJob(rank=r, what="recover", op=0), work=False)

@@ -1,4 +1,4 @@
-"""Fault injection: which faults a run draws, from `--faults SPEC`.
+"""Fault injection: which faults a run asks for (`--faults SPEC`), and every draw of them.
 
 Grammar (whitespace is not allowed)::
 
@@ -7,8 +7,9 @@ Grammar (whitespace is not allowed)::
     KIND  := "slow" | "stall" | "abort" | "burst" | "disk"
     PROB  := a decimal number in [0, 1]
 
-Each kind may appear once. Every draw comes from the run's fault stream (seeded by
-the run's seed), in a fixed order, so the same seed gives the same faults:
+Each kind may appear once. Every draw is made here (`FaultDraws`), from the run's two
+fault streams (seeded by the run's seed), in a fixed order, so the same seed gives the
+same faults:
 
 - `slow:p`  each backup write of each rank, and with L3 each of its disk writes and
   reads, is, with probability p, SLOW_FACTOR times slower than its drawn duration (a
@@ -30,6 +31,8 @@ the run's seed), in a fixed order, so the same seed gives the same faults:
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 KINDS = ("slow", "stall", "abort", "burst", "disk")
@@ -81,3 +84,65 @@ class Faults:
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
+
+
+class FaultDraws:
+    """Every fault draw of a run, from its two seeded streams, and the count of each
+    fault drawn (`counts`, the summary's `faults_injected`; an abort counts when it takes
+    effect, which its caller knows).
+
+    The fault stream serves, in the order the run asks: the timed schedule's arrivals
+    (per request: a burst, an abort and its time), then its copy engines (per write and
+    rank: a stall, then a slow write); the serial schedule's aborts. The disk stream
+    serves the disks' failures and recovery times and the slow draws of disk operations,
+    so that the disk tier changes no other draw. A kind whose probability is 0 draws
+    nothing."""
+
+    def __init__(self, faults: Faults, seed: int, counts: Counter) -> None:
+        self.faults = faults
+        self.counts = counts
+        self._rng = random.Random(f"kvsm-sim:faults:{seed}")
+        self._disk_rng = random.Random(f"kvsm-sim:disk-faults:{seed}")
+
+    def _hit(self, p: float, rng: random.Random, kind: str | None) -> bool:
+        if not (p and rng.random() < p):
+            return False
+        if kind is not None:
+            self.counts[kind] += 1
+        return True
+
+    def burst(self) -> bool:
+        """An arrival starts a burst: the next BURST_SIZE requests arrive with it."""
+        return self._hit(self.faults.burst, self._rng, "burst")
+
+    def abort(self) -> bool:
+        """A request is aborted by its client (counted by the caller when it takes effect)."""
+        return self._hit(self.faults.abort, self._rng, None)
+
+    def abort_delay_ms(self, expected_ms: float) -> float:
+        """How long after the first millisecond of its life the client of an aborted
+        request gives up: uniformly within its expected time (prefill plus decode)."""
+        return self._rng.random() * expected_ms
+
+    def stall_ms(self) -> int:
+        """The time a rank's copy engine stops before a backup write (0: no stall)."""
+        return STALL_MS if self._hit(self.faults.stall, self._rng, "stall") else 0
+
+    def write_slowdown(self) -> int:
+        """The factor of a rank's backup write time (SLOW_FACTOR under a slow fault)."""
+        return SLOW_FACTOR if self._hit(self.faults.slow, self._rng, "slow") else 1
+
+    def disk_slowdown(self) -> int:
+        """The factor of a rank's disk operation time (SLOW_FACTOR under a slow fault)."""
+        return SLOW_FACTOR if self._hit(self.faults.slow, self._disk_rng, "slow") else 1
+
+    def disk_fails(self, elapsed: int) -> bool:
+        """A working disk fails, drawn once over the `elapsed` ticks since its last draw."""
+        if self._disk_rng.random() < 1 - (1 - self.faults.disk) ** elapsed:
+            self.counts["disk"] += 1
+            return True
+        return False
+
+    def disk_down_ticks(self) -> int:
+        """How many ticks a failed disk stays down."""
+        return self._disk_rng.randint(*DISK_DOWN_TICKS)

@@ -179,4 +179,4 @@ def prepare(opts: SimOptions) -> Prepared:
     if cfg.policy == "write_back" and not l2:
         # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
         raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
-    return Prepared(cfg, workload, faults, schedule, l2, l3)
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3)

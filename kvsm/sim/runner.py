@@ -11,25 +11,9 @@ from ..log import Header, LogWriter
 from ..state import ClusterState
 from ..transitions import Transition
 from .metrics import Sample
-from .cluster import SimDivergence
 from .options import Prepared, SimOptions, prepare
-from .scheduler import SimInvariantError, SimStuck, Simulation
-
-# What stops a run, by the detector that stopped it.
-STOPS = (SimInvariantError, SimDivergence, SimStuck)
-
-
-def stop_record(e: BaseException, seed: int) -> dict[str, Any]:
-    """A stopped run as `kvsm sim --json` prints it: the detector (`invariant` with
-    `--check`, `divergence` of a rank's replica, `stuck`: work the run never let go
-    of), the seed, the log transition where it stopped, and the message."""
-    if isinstance(e, SimInvariantError):
-        return {"detector": "invariant", "seed": seed, "transition": e.transition, "violations": list(e.violations), "message": str(e)}
-    if isinstance(e, SimDivergence):
-        return {"detector": "divergence", "seed": seed, "transition": e.step.get("transition"), "rank": e.step.get("rank"), "message": str(e)}
-    if isinstance(e, SimStuck):
-        return {"detector": "stuck", "seed": seed, "transition": e.transition, "message": str(e)}
-    raise TypeError(f"not a run's stop: {type(e).__name__}")
+from .scheduler import Simulation
+from .stops import SimInvariantError
 
 
 @dataclass
@@ -69,7 +53,7 @@ def simulate(
     }
     t0 = time.perf_counter()
     if log is not None:
-        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), extra)
+        header = Header(config=prep.cfg, seed=opts.seed, source="sim", initial_digest=sim.cluster.state.digest(), extra=extra)
         with LogWriter(log, header) as w:
             sim.writer = _Tee(w, watch) if watch is not None else w
             sim.run()
@@ -116,7 +100,7 @@ def simulate(
         },
         log=str(log) if log is not None else None,
     )
-    return SimResult(summary, sim.metrics.samples, sim.cluster.state, sim.metrics.request_hits)
+    return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
 
 
 class _Watch:

@@ -6,22 +6,23 @@ The simulator never edits state: every change is a model transition applied thro
 events (`WriteDone`, the L3 steps) go through `Cluster.rank_step`. docs/sim.md
 describes both schedules precisely:
 
-- `serial`: requests one at a time in file order, prefill only (the single-tier
-  reference mode when run with `--tiers l1 --ranks 1 --eviction lru`);
+- `serial` (`serial.py`): requests one at a time in file order, prefill only (the
+  single-tier reference mode when run with `--tiers l1 --ranks 1 --eviction lru`);
 - `timed`: arrivals at their timestamps (`arrivals.py`), prefill and decode taking
   simulated time, requests overlapping, backups written by each rank's copy engine
-  (`copy_engine.py`) and committed at sync points, and the faults of `--faults`. With
-  L3, each tick also has an L3 collective before the batch forms (acks, reload
-  admission, reload reservation, the reload ttl, the spill maintainer), and each
-  rank's L3 engine and disk (`disk_engine.py`) take seeded times of their own.
+  (`copy_engine.py`) and committed at sync points, and the faults of `--faults`
+  (every draw in `faults.py`). With L3, each tick also has an L3 collective before the
+  batch forms (acks, reload admission, reload reservation, the reload ttl, the spill
+  maintainer), and each rank's L3 engine and disk (`disk_engine.py`) take seeded
+  times of their own.
 
-This module is the loop: the requests' lifecycle from arrival to finish, the sync
-points, the L3 collective, and which part handles each event (`events.py`).
+This module is the run and the timed loop: the steps both schedules share (admission,
+prepared backups, sync points), the requests' lifecycle from arrival to finish, the
+L3 collective, and which part handles each event (`events.py`).
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,32 +32,17 @@ from ..transitions import Transition
 from ..transitions.reload import held
 from . import procedures as proc
 from .arrivals import Arrivals
-from .cluster import Cluster, SimDivergence
+from .cluster import Cluster
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
 from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
+from .faults import FaultDraws
 from .metrics import Metrics
 from .options import Prepared, Timing
+from .serial import run_serial
+from .stops import SimInvariantError, SimStuck
 
 T = Transition.make
-
-
-class SimInvariantError(RuntimeError):
-    """`--check` found a violated invariant; the message names the transition."""
-
-    def __init__(self, message: str, transition: int = 0, violations: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.transition, self.violations = transition, violations
-
-
-class SimStuck(RuntimeError):
-    """The run ended with work the model never let go of: a request still held or live,
-    a backup still pending, L3 work still in flight (every request of the workload has
-    had its time; a correct model lets each go)."""
-
-    def __init__(self, message: str, transition: int = 0) -> None:
-        super().__init__(message)
-        self.transition = transition
 
 
 @dataclass
@@ -87,9 +73,8 @@ class Simulation:
         self.on_progress = on_progress
         self.metrics = Metrics(prep.workload.block_tokens)
         self.writer = None  # a LogWriter, set by the caller before run()
-        # the run's fault stream (the timed schedule's arrivals draw from it first, then its
-        # copy engines); the engines' delays and the disks' faults have streams of their own
-        self.rng_faults = random.Random(f"kvsm-sim:faults:{seed}")
+        # every fault of the run; the engines' delays have streams of their own
+        self.draws = FaultDraws(prep.faults, seed, self.metrics.faults)
         self.cluster = Cluster(prep.cfg, self._on_apply)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
@@ -109,11 +94,10 @@ class Simulation:
         self.copies: CopyEngine | None = None
         self.disks: DiskEngine | None = None
         if prep.schedule == "timed":
-            counts = self.metrics.faults
-            self.arrivals = Arrivals(prep.workload, timing, prep.faults, self.rng_faults, counts)
-            self.copies = CopyEngine(self.cluster, self.events, timing, prep.faults, seed, self.rng_faults, counts)
+            self.arrivals = Arrivals(prep.workload, timing, self.draws)
+            self.copies = CopyEngine(self.cluster, self.events, timing, self.draws, seed)
             if prep.l3:
-                self.disks = DiskEngine(self.cluster, self.events, timing, prep.faults, seed, counts)
+                self.disks = DiskEngine(self.cluster, self.events, timing, self.draws, seed)
         self.live: dict[int, _Live] = {}  # arrived, not finished nor aborted
         self.waiting: dict[int, _Live] = {}  # write_back inserts waiting for room
         self.queued: list[int] = []  # with L3: arrived, not matched yet (rid order)
@@ -137,17 +121,17 @@ class Simulation:
             # do not maintain the digest sums; the final digest is summed once at the end
             c.log.state = c.log.state.untracked()
         if self.prep.schedule == "serial":
-            self._run_serial()
+            run_serial(self)
         else:
             self._run_timed()
 
     # ---- shared steps ----------------------------------------------------------------------------------
-    def _admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
+    def admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
         self._prepare(rid, len(req.hash_ids))
         self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
-        return _Live(rid, req_index, req.hash_ids, hit_l1 + hit_l2), hit_l1, hit_l2
+        return _Live(rid=rid, index=req_index, tokens=req.hash_ids, hits=hit_l1 + hit_l2), hit_l1, hit_l2
 
     def _admitted(self, rid: int, req_index: int, hit_l1: int, hit_l2: int, refused: bool, t_ms: int) -> None:
         req = self.workload.requests[req_index]
@@ -172,7 +156,7 @@ class Simulation:
                 length = self.cluster.state.objects[nid].length
                 self.copies.submit_prepared(nid, range(pages - length, pages), self.cluster.tick)
 
-    def _settle(self, rid: int) -> None:
+    def settle(self, rid: int) -> None:
         """After request `rid`'s insert or abort: its prepared backup was attached (its
         writes may go on) or rolled back (it leaves the copy engines)."""
         nid = self.prepared.pop(rid, None)
@@ -183,14 +167,14 @@ class Simulation:
         else:
             self.copies.cancel({nid})
 
-    def _uncached(self, live: _Live) -> None:
+    def uncached(self, live: _Live) -> None:
         """The pages did not fit: the request is not cached (its pages count as recomputed)."""
         self.cluster.run(proc.abort, live.rid)
-        self._settle(live.rid)
+        self.settle(live.rid)
         self.metrics.requests_uncached += 1
         self.metrics.pages_uncached += len(live.tokens) - live.hits
 
-    def _sync(self) -> bool:
+    def sync(self) -> bool:
         """A sync point: the ranks learn each other's landed load-backs; while backups are
         in flight, the commit collective (every rank's `CommitCall`, then `Commit` with the
         MIN over the ranks' finished writes; one step under `commit_call = atomic`); the
@@ -202,7 +186,7 @@ class Simulation:
         c.learn_loads()
         if c.state.writes:
             m = c.learn_min()
-            if m if self.cfg.commit_call == "atomic" else self._commit_calls():
+            if m if self.cfg.commit_call == "atomic" else c.commit_calls():
                 c.run(proc.commit)
                 changed = m > 0
             due = self.copies.overdue() if self.copies is not None else ()
@@ -212,74 +196,6 @@ class Simulation:
                 changed = True
         c.check_agreement()
         return changed
-
-    def _commit_calls(self) -> bool:
-        """Every rank reaches the commit collective's call; returns whether they entered it.
-        Under `commit_call = reference` (or the defect `skip_collective`) a rank whose own
-        ack queue is empty returns early instead: when every rank does, there is no collective; when another rank entered,
-        the calls no longer pair up and the run stops (invariant 12)."""
-        c = self.cluster
-        for r in range(self.cfg.R):
-            c.rank_step(r, T("CommitCall", rank=r))
-        rounds = c.state.commit_round
-        if any(rounds) and not all(x == 1 for x in rounds):
-            early = [r for r, x in enumerate(rounds) if x == 2]
-            cause = "bug = skip_collective" if self.cfg.bug == "skip_collective" else "commit_call = reference"
-            raise SimDivergence(
-                f"ranks {early} returned early from the commit collective that ranks "
-                f"{[r for r, x in enumerate(rounds) if x == 1]} entered (tick {c.tick}): the collective calls no "
-                f"longer pair up (invariant 12 Collectives; {cause})",
-                {"sync_point": c.sync_points, "tick": c.tick, "transition": c.transitions, "rank": early[0]},
-            )
-        c.learn_calls()
-        return any(rounds)
-
-    def _drain_loads(self) -> None:
-        """Serial schedule: every rank's load-back copies land before the forward pass."""
-        c = self.cluster
-        for r in range(self.cfg.R):
-            while c.state.load_done[r] < len(c.state.loads):
-                c.rank_step(r, T("LoadDone", rank=r))
-        c.learn_loads()
-
-    # ---- serial ------------------------------------------------------------------------------------------
-    def _run_serial(self) -> None:
-        c = self.cluster
-        R = self.cfg.R
-        abort_p = self.faults.abort
-        for index in range(len(self.workload.requests)):
-            c.tick = index
-            live, _, _ = self._admit(index, index, 0, index)
-            self._drain_loads()
-            if abort_p and self.rng_faults.random() < abort_p:
-                c.run(proc.abort, index)
-                self._settle(index)
-                self.metrics.requests_aborted += 1
-                self.metrics.faults["abort"] += 1
-                continue
-            ok, _ = c.run(proc.insert, index, self.wt_backup)
-            self._settle(index)
-            while not ok and self.wb:
-                if not c.run(proc.write_back, index):
-                    break
-                self.metrics.write_back_waits += 1
-                self._drain_serial(R)
-                ok, _ = c.run(proc.insert, index, False)
-            if ok:
-                c.run(proc.finish, index)
-                self.metrics.requests_finished += 1
-            else:
-                self._uncached(live)
-            self._drain_serial(R)
-        self.ticks = len(self.workload.requests)
-
-    def _drain_serial(self, R: int) -> None:
-        """Every rank finishes every submitted write, then a sync point commits them."""
-        c = self.cluster
-        for r in range(R):
-            while c.state.write_done[r] < len(c.state.writes):
-                c.rank_step(r, T("WriteDone", rank=r))
-        self._sync()
 
     # ---- timed -------------------------------------------------------------------------------------------
     def _run_timed(self) -> None:
@@ -296,38 +212,39 @@ class Simulation:
             if disk_faults and work:
                 self.disks.draw_faults(tick)  # type: ignore[union-attr]
             k = 0
-            while k < len(batch) and batch[k][1] <= DISK:
-                if batch[k][1] == WRITE:
-                    self.copies.write_done(*batch[k][4])
-                elif batch[k][1] == LOAD:
-                    self.copies.load_done(batch[k][4])
+            while k < len(batch) and batch[k].kind <= DISK:
+                e = batch[k]
+                if e.kind == WRITE:
+                    self.copies.write_done(e.payload)
+                elif e.kind == LOAD:
+                    self.copies.load_done(e.payload)
                 else:
-                    self.disks.step(batch[k][4])  # type: ignore[union-attr]
+                    self.disks.step(e.payload)  # type: ignore[union-attr]
                 k += 1
-            freed = self._sync()
-            for _, kind, _, _, payload in batch[k:]:
-                if kind == FINISH:
-                    freed |= self._finish(payload)
-                elif kind == ABORT:
-                    freed |= self._abort_fault(payload)
-                elif kind == INSERT:
+            freed = self.sync()
+            for e in batch[k:]:
+                if e.kind == FINISH:
+                    freed |= self._finish(e.payload)
+                elif e.kind == ABORT:
+                    freed |= self._abort_fault(e.payload)
+                elif e.kind == INSERT:
                     if self.waiting and freed:
                         self._retry_waiting(tick)
                         freed = False
-                    self._prefill_done(payload, tick)
-                elif kind == ARRIVE:
+                    self._prefill_done(e.payload, tick)
+                elif e.kind == ARRIVE:
                     if self.waiting and freed:
                         self._retry_waiting(tick)
                         freed = False
-                    self._arrive(payload, tick)
-                elif kind == WAKE:
+                    self._arrive(e.payload, tick)
+                elif e.kind == WAKE:
                     freed |= bool(self.waiting) and any(w.deadline <= tick for w in self.waiting.values())
             if self.waiting and freed:
                 self._retry_waiting(tick)
             if self.prep.l3:
                 self._l3_tick(tick)
         self.end_ms = self.cluster.tick * self.timing.tick_ms
-        self._sync()
+        self.sync()
         s = self.cluster.state
         if self.live or s.writes or s.loads or s.spills or s.reloads or s.reload_candidates or s.spill_queue:
             held = sorted(w for op in s.reloads for w in op.waiters)
@@ -346,10 +263,10 @@ class Simulation:
         if self.prep.l3:
             # the request waits for the L3 collective of this tick before it can match
             self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, True)
-            self.live[rid] = _Live(rid, index, req.hash_ids, matched=False)
+            self.live[rid] = _Live(rid=rid, index=index, tokens=req.hash_ids, matched=False)
             self.queued.append(rid)
             return
-        live, hit_l1, hit_l2 = self._admit(rid, index, out_pages, tick * self.timing.tick_ms)
+        live, hit_l1, hit_l2 = self.admit(rid, index, out_pages, tick * self.timing.tick_ms)
         self.live[rid] = live
         self._prefill(rid, hit_l1, hit_l2, tick)
 
@@ -369,7 +286,7 @@ class Simulation:
             return  # aborted meanwhile
         ok, reserved = self.cluster.run(proc.insert, rid, self.wt_backup)
         if ok:
-            self._settle(rid)
+            self.settle(rid)
             self._decode(live, tick)
             self.copies.submit(reserved, tick)  # type: ignore[union-attr]
         elif self.wb:
@@ -404,7 +321,7 @@ class Simulation:
 
     def _drop_uncached(self, live: _Live) -> None:
         self.live.pop(live.rid, None)
-        self._uncached(live)
+        self.uncached(live)
 
     def _decode(self, live: _Live, tick: int) -> None:
         out = self.workload.requests[live.index].output_length
@@ -423,7 +340,7 @@ class Simulation:
             return False
         self.waiting.pop(rid, None)
         self.cluster.run(proc.abort, rid)
-        self._settle(rid)
+        self.settle(rid)
         if not live.matched:
             # aborted while it waited for the L3 collective or a reload: it counts as a
             # request that hit nothing, so that every request is counted once

@@ -18,7 +18,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..config import Config
 from ..explore import Graph, explore
@@ -47,11 +47,19 @@ class Interner:
         return i
 
 
+class Edge(NamedTuple):
+    """A labelled edge of a state graph: `action` leads from state `src` to state `dst`."""
+
+    src: int
+    action: str
+    dst: int
+
+
 @dataclass
 class StateGraph:
     initial: int
     states: set[int] = field(default_factory=set)
-    edges: set[tuple[int, str, int]] = field(default_factory=set)
+    edges: set[Edge] = field(default_factory=set)
     seconds: float = 0.0
 
 
@@ -174,7 +182,7 @@ def tlc_graph(
     g = StateGraph(initial)
     g.states = set(by_fp.values())
     for src, dst, label in raw_edges:
-        g.edges.add((by_fp[src], label.removeprefix(CUT), by_fp[dst]))
+        g.edges.add(Edge(src=by_fp[src], action=label.removeprefix(CUT), dst=by_fp[dst]))
     g.seconds = time.perf_counter() - t0
     return g
 
@@ -188,7 +196,7 @@ def model_graph(config: Config, intern: Interner, explored: Graph | None = None)
     first = next(iter(ex.states))  # explore inserts the initial state first
     g = StateGraph(ids[first])
     g.states = set(ids.values())
-    g.edges = {(ids[a], name, ids[b]) for a, name, b in ex.edges}
+    g.edges = {Edge(src=ids[a], action=name, dst=ids[b]) for a, name, b in ex.edges}
     g.seconds = time.perf_counter() - t0
     return g
 
@@ -224,8 +232,8 @@ class ConformResult:
 def _depths(g: StateGraph) -> dict[int, int]:
     out = {g.initial: 0}
     succ: dict[int, list[int]] = {}
-    for a, _, b in g.edges:
-        succ.setdefault(a, []).append(b)
+    for e in g.edges:
+        succ.setdefault(e.src, []).append(e.dst)
     q = deque([g.initial])
     while q:
         a = q.popleft()
@@ -246,7 +254,7 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
     only_m_edges = model.edges - tlc.edges
 
     def side(states: set[int], edges: set) -> dict[str, Any]:
-        diverging = Counter(a for s, a, _ in edges if s in both)
+        diverging = Counter(e.action for e in edges if e.src in both)
         return {"states": len(states), "edges": len(edges), "diverging": dict(sorted(diverging.items()))}
 
     examples: list[dict[str, Any]] = []
@@ -261,14 +269,14 @@ def compare(tlc: StateGraph, model: StateGraph, intern: Interner, names: Content
     depth = _depths(model) if (only_t_edges or only_m_edges) else {}
     groups: dict[tuple[str, int, str], list[int]] = {}
     for where, edges in (("tlc", only_t_edges), ("model", only_m_edges)):
-        for s, a, d in edges:
-            if s in both:
-                groups.setdefault((where, s, a), []).append(d)
+        for e in edges:
+            if e.src in both:
+                groups.setdefault((where, e.src, e.action), []).append(e.dst)
     other_targets: dict[tuple[str, int, str], list[int]] = {}
     if groups:
         for where, edges in (("tlc", tlc.edges), ("model", model.edges)):
-            for s, a, d in edges:
-                other_targets.setdefault((where, s, a), []).append(d)
+            for e in edges:
+                other_targets.setdefault((where, e.src, e.action), []).append(e.dst)
     for where, s, a in sorted(groups, key=lambda k: (depth.get(k[1], 1 << 30), k[2], k[0], k[1]))[: max(0, max_examples - len(examples))]:
         other = "model" if where == "tlc" else "tlc"
         before = readable(intern.canon[s], names)
@@ -338,7 +346,7 @@ def conform(
     else:
         intern = Interner()
         mg = model_graph(config, intern, explored)
-        top = max((n[0] for s in mg.states for n in intern.canon[s].nodes), default=0)
+        top = max((n.id for s in mg.states for n in intern.canon[s].nodes), default=0)
         if m.generated:
             m = load_model(model_name, properties=False, node_ids=max(1, top), bug=bug)
         else:

@@ -226,7 +226,7 @@ class DeltaEncoder(Encoder):
             elif k == "poison_host":
                 keys.update(i * L2 + h for i in range(self.regions) for h in range(e.base, e.base + e.length))
             elif k == "reload_read":
-                keys.update(i * L2 + h for i in range(self.regions) for _, h in e.pages)
+                keys.update(i * L2 + p.host for i in range(self.regions) for p in e.pages)
         m = ma.mutate()
         for key in keys:
             v = mb.get(key, _MISSING)

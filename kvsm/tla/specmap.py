@@ -72,32 +72,109 @@ class MappingError(ValueError):
     """A value that has no counterpart on the other side; the message says which."""
 
 
+# The rows of the canonical form's collections. Rows compare and hash as the tuples of
+# their fields, so both sides build them alike and the graphs compare them as values.
+
+
+class NodeRow(NamedTuple):
+    id: int
+    parent: int
+    key: tuple
+    dev: tuple
+    host: int | None  # the committed L2 object, None without one
+    durable: bool
+    lock: int
+    pin: int
+    hits: int
+    touched: int
+
+
+class ObjectRow(NamedTuple):
+    key: int
+    base: int
+    length: int
+    committed: bool
+    owner: int
+
+
+class PendingRow(NamedTuple):
+    node: int
+    obj: int
+    locked: bool
+
+
+class RequestRow(NamedTuple):
+    id: int
+    tokens: tuple
+    out_pages: int
+    phase: str
+    node: int
+    pages: tuple
+    reload_tried: bool
+
+
+class SpillRow(NamedTuple):
+    obj: int
+    node: int
+    hashes: tuple  # content ids
+    pinned: tuple
+
+
+class CandidateRow(NamedTuple):
+    rid: int
+    anchor: int
+    tokens: tuple
+    hashes: tuple  # content ids
+
+
+class ReloadRow(NamedTuple):
+    key: int  # content id
+    anchor: int
+    tokens: tuple
+    hashes: tuple  # content ids
+    waiters: tuple
+    ttl: int
+    base: int | None  # its reserved object's range (None when the model has no object)
+    length: int | None
+
+
+class L3Row(NamedTuple):
+    rank: int
+    hash: int  # content id
+    content: int | None
+
+
+class LoadRow(NamedTuple):
+    node: int
+    pages: tuple  # ((device page, host page), ...)
+
+
 class Canon(NamedTuple):
-    nodes: frozenset  # (id, parent, key, dev, host or None, durable, lock, pin, hits, touched)
+    nodes: frozenset[NodeRow]
     next_id: int
     clock: int
     next_rid: int
     dev_free: frozenset  # pages
     l2_free: frozenset  # (region, page)
-    objects: frozenset  # (key, base, length, committed, owner)
-    pending: frozenset  # (node, object key, locked)
+    objects: frozenset[ObjectRow]
+    pending: frozenset[PendingRow]
     writes: tuple
-    requests: frozenset  # (id, tokens, out_pages, phase, node, pages, reload tried)
+    requests: frozenset[RequestRow]
     write_done: tuple
     dev_content: frozenset  # (page, content id)
     host_content: frozenset  # (region * L2 + page, content id)
     spill_queue: tuple  # node ids
-    spills: tuple  # (object key, node, hashes, pinned)
-    reload_candidates: frozenset  # (rid, anchor, tokens, hashes)
-    reloads: tuple  # (key, anchor, tokens, hashes, waiters, ttl, object base, object length)
+    spills: tuple[SpillRow, ...]
+    reload_candidates: frozenset[CandidateRow]
+    reloads: tuple[ReloadRow, ...]
     spill_gathered: tuple
     spill_done: tuple  # per rank: ok bits
     reload_done: tuple  # per rank: ok bits
     disk_ok: tuple
     disk_faults: int
-    l3: frozenset  # (rank, hash, content id or None)
+    l3: frozenset[L3Row]
     spill_staged: tuple  # per rank: per spill: ((hash, content id or None), ...)
-    loads: tuple  # (node, ((device page, host page), ...))
+    loads: tuple[LoadRow, ...]
     load_done: tuple
     commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early (`kvsm.state.Round`)
     prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
@@ -119,38 +196,37 @@ def content_id(prefix: tuple[int, ...]) -> int:
 def canon_model(s: ClusterState) -> Canon:
     reload_objs = {op.obj for op in s.reloads}
 
-    def reload_range(op: Any) -> tuple:
+    def reload_row(op: Any) -> ReloadRow:
         o = s.objects.get(op.obj)
-        return (None, None) if o is None else (o.base, o.length)
+        base, length = (None, None) if o is None else (o.base, o.length)
+        return ReloadRow(key=op.key, anchor=op.anchor, tokens=op.tokens, hashes=op.hashes, waiters=op.waiters, ttl=op.ttl, base=base, length=length)
 
     return Canon(
-        nodes=frozenset(
-            (n.id, n.parent, n.key, n.dev, n.host, n.durable, n.lock, n.pin, n.hits, n.touched) for n in s.nodes.values()
-        ),
+        nodes=frozenset(NodeRow(id=n.id, parent=n.parent, key=n.key, dev=n.dev, host=n.host, durable=n.durable, lock=n.lock, pin=n.pin, hits=n.hits, touched=n.touched) for n in s.nodes.values()),
         next_id=s.next_id,
         clock=s.clock,
         next_rid=s.next_rid,
         dev_free=frozenset(p for lane in s.dev_free for p in lane),
         l2_free=frozenset((i, p) for i, runs in enumerate(s.l2_free) for base, n in runs for p in range(base, base + n)),
-        objects=frozenset((k, o.base, o.length, o.committed, o.owner) for k, o in s.objects.items() if k not in reload_objs),
-        pending=frozenset((k, b.obj, b.locked) for k, b in s.pending.items()),
+        objects=frozenset(ObjectRow(key=k, base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items() if k not in reload_objs),
+        pending=frozenset(PendingRow(node=k, obj=b.obj, locked=b.locked) for k, b in s.pending.items()),
         writes=tuple(s.writes),
-        requests=frozenset((r.id, r.tokens, r.out_pages, r.phase, r.node, r.pages, r.reload_tried) for r in s.requests.values()),
+        requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried) for r in s.requests.values()),
         write_done=tuple(s.write_done),
         dev_content=frozenset(s.dev_content.items()),
         host_content=frozenset(s.host_content.items()),
         spill_queue=tuple(s.spill_queue),
-        spills=tuple((op.obj, op.node, op.hashes, op.pinned) for op in s.spills),
-        reload_candidates=frozenset((rid, c.anchor, c.tokens, c.hashes) for rid, c in s.reload_candidates.items()),
-        reloads=tuple((op.key, op.anchor, op.tokens, op.hashes, op.waiters, op.ttl) + reload_range(op) for op in s.reloads),
+        spills=tuple(SpillRow(obj=op.obj, node=op.node, hashes=op.hashes, pinned=op.pinned) for op in s.spills),
+        reload_candidates=frozenset(CandidateRow(rid=rid, anchor=c.anchor, tokens=c.tokens, hashes=c.hashes) for rid, c in s.reload_candidates.items()),
+        reloads=tuple(reload_row(op) for op in s.reloads),
         spill_gathered=tuple(s.spill_gathered),
         spill_done=tuple(tuple(x) for x in s.spill_done),
         reload_done=tuple(tuple(x) for x in s.reload_done),
         disk_ok=tuple(s.disk_ok),
         disk_faults=s.disk_faults,
-        l3=frozenset((r, h, c) for (r, h), c in s.l3.items()),
+        l3=frozenset(L3Row(rank=r, hash=h, content=c) for (r, h), c in s.l3.items()),
         spill_staged=tuple(tuple(tuple(op) for op in staged) for staged in s.spill_staged),
-        loads=tuple((op.node, tuple(op.pages)) for op in s.loads),
+        loads=tuple(LoadRow(node=op.node, pages=tuple(op.pages)) for op in s.loads),
         load_done=tuple(s.load_done),
         commit_round=tuple(s.commit_round),
         prepared=frozenset(s.prepared.items()),
@@ -186,17 +262,17 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     regions = range(len(cfg.payloads))
     if name == "nodes":
         return frozenset(
-            (
-                nid,
-                r["parent"],
-                _seq(r["key"]),
-                _seq(r["dev"]),
-                None if r["host"] == NO_OBJECT else r["host"],
-                r["durable"],
-                r["lock"],
-                r["pin"],
-                r["hits"],
-                r["touched"],
+            NodeRow(
+                id=nid,
+                parent=r["parent"],
+                key=_seq(r["key"]),
+                dev=_seq(r["dev"]),
+                host=None if r["host"] == NO_OBJECT else r["host"],
+                durable=r["durable"],
+                lock=r["lock"],
+                pin=r["pin"],
+                hits=r["hits"],
+                touched=r["touched"],
             )
             for nid, r in as_fcn(v).items()
         )
@@ -207,14 +283,16 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "l2_free":
         return frozenset((i, p) for i in regions for p in v)
     if name == "objects":
-        return frozenset((k, o["base"], o["length"], o["committed"], o["owner"]) for k, o in as_fcn(v).items())
+        return frozenset(ObjectRow(key=k, base=o["base"], length=o["length"], committed=o["committed"], owner=o["owner"]) for k, o in as_fcn(v).items())
     if name == "pending":
-        return frozenset((n, n, True) for n in v)
+        return frozenset(PendingRow(node=n, obj=n, locked=True) for n in v)
     if name == "writes":
         return _seq(v)
     if name == "requests":
         return frozenset(
-            (rid, _seq(q["tokens"]), q["out_pages"], q["phase"], q["node"], _seq(q["pages"]), q["tried"])
+            RequestRow(
+                id=rid, tokens=_seq(q["tokens"]), out_pages=q["out_pages"], phase=q["phase"], node=q["node"], pages=_seq(q["pages"]), reload_tried=q["tried"]
+            )
             for rid, q in as_fcn(v).items()
         )
     if name == "write_done":
@@ -227,12 +305,21 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "spill_queue":
         return _seq(v)
     if name == "spills":
-        return tuple((o["node"], o["node"], _ids(o["hashes"]), o["pinned"]) for o in _seq(v))
+        return tuple(SpillRow(obj=o["node"], node=o["node"], hashes=_ids(o["hashes"]), pinned=o["pinned"]) for o in _seq(v))
     if name == "reload_candidates":
-        return frozenset((rid, c["anchor"], _seq(c["tokens"]), _ids(c["hashes"])) for rid, c in as_fcn(v).items())
+        return frozenset(CandidateRow(rid=rid, anchor=c["anchor"], tokens=_seq(c["tokens"]), hashes=_ids(c["hashes"])) for rid, c in as_fcn(v).items())
     if name == "reloads":
         return tuple(
-            (content_id(_seq(o["key"])), o["anchor"], _seq(o["tokens"]), _ids(o["hashes"]), _seq(o["waiters"]), o["ttl"], o["base"], o["length"])
+            ReloadRow(
+                key=content_id(_seq(o["key"])),
+                anchor=o["anchor"],
+                tokens=_seq(o["tokens"]),
+                hashes=_ids(o["hashes"]),
+                waiters=_seq(o["waiters"]),
+                ttl=o["ttl"],
+                base=o["base"],
+                length=o["length"],
+            )
             for o in _seq(v)
         )
     if name == "spill_gathered":
@@ -242,13 +329,13 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "disk_faults":
         return v
     if name == "l3":
-        return frozenset((r, content_id(_seq(h)), _cid(c)) for r, f in enumerate(_per_rank(v, cfg)) for h, c in as_fcn(f).items())
+        return frozenset(L3Row(rank=r, hash=content_id(_seq(h)), content=_cid(c)) for r, f in enumerate(_per_rank(v, cfg)) for h, c in as_fcn(f).items())
     if name == "spill_staged":
         return tuple(
             tuple(tuple((content_id(_seq(p[0])), _cid(p[1])) for p in _seq(op)) for op in _seq(staged)) for staged in _per_rank(v, cfg)
         )
     if name == "loads":
-        return tuple((o["node"], tuple(tuple(_seq(c)) for c in _seq(o["pages"]))) for o in _seq(v))
+        return tuple(LoadRow(node=o["node"], pages=tuple(tuple(_seq(c)) for c in _seq(o["pages"]))) for o in _seq(v))
     if name in ("load_done", "commit_round"):
         return tuple(_per_rank(v, cfg))
     if name == "prepared":
@@ -299,38 +386,38 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
     out = {
         "nodes": [
             {
-                "id": i,
-                "parent": p,
-                "key": list(k),
-                "dev": list(d),
-                "host": h,
-                "lock": lk,
-                "hits": hi,
-                "touched": t,
-                **({"durable": du} if du else {}),
-                **({"pin": pi} if pi else {}),
+                "id": n.id,
+                "parent": n.parent,
+                "key": list(n.key),
+                "dev": list(n.dev),
+                "host": n.host,
+                "lock": n.lock,
+                "hits": n.hits,
+                "touched": n.touched,
+                **({"durable": n.durable} if n.durable else {}),
+                **({"pin": n.pin} if n.pin else {}),
             }
-            for i, p, k, d, h, du, lk, pi, hi, t in sorted(c.nodes)
+            for n in sorted(c.nodes)
         ],
         "next_id": c.next_id,
         "clock": c.clock,
         "next_rid": c.next_rid,
         "dev_free": sorted(c.dev_free),
         "l2_free": [list(x) for x in sorted(c.l2_free)],
-        "objects": [dict(zip(("key", "base", "length", "committed", "owner"), o)) for o in sorted(c.objects)],
-        "pending": [dict(zip(("node", "obj", "locked"), b)) for b in sorted(c.pending)],
+        "objects": [o._asdict() for o in sorted(c.objects)],
+        "pending": [b._asdict() for b in sorted(c.pending)],
         "writes": list(c.writes),
         "requests": [
-            {"id": r[0], "tokens": list(r[1]), "out_pages": r[2], "phase": r[3], "node": r[4], "pages": list(r[5]),
-             **({"reload_tried": True} if r[6] else {})}
-            for r in sorted(c.requests, key=lambda r: r[0])
+            {"id": r.id, "tokens": list(r.tokens), "out_pages": r.out_pages, "phase": r.phase, "node": r.node, "pages": list(r.pages),
+             **({"reload_tried": True} if r.reload_tried else {})}
+            for r in sorted(c.requests, key=lambda r: r.id)
         ],
         "write_done": list(c.write_done),
         "dev_content": {str(p): names.show(x) for p, x in sorted(c.dev_content)},
         "host_content": {str(p): names.show(x) for p, x in sorted(c.host_content)},
     }
     if c.loads or any(c.load_done):
-        out["loads"] = [{"node": n, "pages": [list(x) for x in ps]} for n, ps in c.loads]
+        out["loads"] = [{"node": op.node, "pages": [list(x) for x in op.pages]} for op in c.loads]
         out["load_done"] = list(c.load_done)
     if any(c.commit_round):
         out["commit_round"] = list(c.commit_round)
@@ -344,21 +431,20 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         out.update(
             {
                 "spill_queue": list(c.spill_queue),
-                "spills": [{"obj": o, "node": n, "hashes": hs(h), "pinned": p} for o, n, h, p in c.spills],
+                "spills": [{"obj": op.obj, "node": op.node, "hashes": hs(op.hashes), "pinned": op.pinned} for op in c.spills],
                 "reload_candidates": [
-                    {"rid": r, "anchor": a, "tokens": list(t), "hashes": hs(h)} for r, a, t, h in sorted(c.reload_candidates)
+                    {"rid": rc.rid, "anchor": rc.anchor, "tokens": list(rc.tokens), "hashes": hs(rc.hashes)} for rc in sorted(c.reload_candidates)
                 ],
                 "reloads": [
-                    dict(zip(("key", "anchor", "tokens", "hashes", "waiters", "ttl", "base", "length"),
-                             (names.show(k), a, list(t), hs(h), list(w), ttl, b, n)))
-                    for k, a, t, h, w, ttl, b, n in c.reloads
+                    op._asdict() | {"key": names.show(op.key), "tokens": list(op.tokens), "hashes": hs(op.hashes), "waiters": list(op.waiters)}
+                    for op in c.reloads
                 ],
                 "spill_gathered": list(c.spill_gathered),
                 "spill_done": [list(x) for x in c.spill_done],
                 "reload_done": [list(x) for x in c.reload_done],
                 "disk_ok": list(c.disk_ok),
                 "disk_faults": c.disk_faults,
-                "l3": sorted(([r, names.show(h), None if x is None else names.show(x)] for r, h, x in c.l3), key=str),
+                "l3": sorted(([x.rank, names.show(x.hash), None if x.content is None else names.show(x.content)] for x in c.l3), key=str),
                 "spill_staged": [[[[names.show(h), None if x is None else names.show(x)] for h, x in op] for op in st] for st in c.spill_staged],
             }
         )

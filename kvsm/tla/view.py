@@ -17,16 +17,13 @@ from bisect import bisect_left
 from ..config import Config
 from .specmap import Canon
 
-# Canon.nodes entries: (id, parent, key, dev, host, durable, lock, pin, hits, touched)
-_HITS, _TOUCHED = 8, 9
-
 
 def stamp_view(c: Canon, cfg: Config) -> Canon:
     """The class of `c` under `StampView`: equal for two states exactly when TLC's
     view of them is equal."""
     if cfg.bug == "wallclock_tiebreak":
         return c
-    values = sorted({n[_TOUCHED] for n in c.nodes} | {c.clock})
+    values = sorted({n.touched for n in c.nodes} | {c.clock})
     cap = max(2, cfg.write_threshold)
-    nodes = frozenset(n[:_HITS] + (min(n[_HITS], cap), bisect_left(values, n[_TOUCHED])) for n in c.nodes)
+    nodes = frozenset(n._replace(hits=min(n.hits, cap), touched=bisect_left(values, n.touched)) for n in c.nodes)
     return c._replace(nodes=nodes, clock=bisect_left(values, c.clock))
