@@ -39,7 +39,7 @@ from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Even
 from .faults import FaultDraws
 from .metrics import Metrics
 from .options import Prepared, Timing
-from .serial import run_serial
+from .serial import SerialSchedule
 from .stops import SimInvariantError, SimStuck
 
 T = Transition.make
@@ -55,7 +55,7 @@ class _Live:
     matched: bool = True  # with L3 a request waits queued until the batch after its lookup
 
 
-class Simulation:
+class Simulation(SerialSchedule):
     def __init__(
         self,
         prep: Prepared,
@@ -121,7 +121,7 @@ class Simulation:
             # do not maintain the digest sums; the final digest is summed once at the end
             c.log.state = c.log.state.untracked()
         if self.prep.schedule == "serial":
-            run_serial(self)
+            self.run_serial()
         else:
             self._run_timed()
 

@@ -4,19 +4,23 @@ with `--tiers l1 --ranks 1 --eviction lru`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..transitions import Transition
 from . import procedures as proc
 from .cluster import Cluster
 
-if TYPE_CHECKING:
-    from .scheduler import Simulation
-
 T = Transition.make
 
 
-def run_serial(sim: Simulation) -> None:
+class SerialSchedule:
+    """The serial schedule as a part of `Simulation` (kvsm.sim.scheduler), which holds
+    the cluster, the workload, the metrics and the fault draws it reads, and the
+    admit/settle/sync steps it shares with the timed schedule."""
+
+    def run_serial(self) -> None:
+        _run_serial(self)
+
+
+def _run_serial(sim: "SerialSchedule") -> None:
     """Each request in turn: admitted, its load-backs landed, aborted (an `abort` fault)
     or inserted (under write_back, after writing back until it fits or nothing more
     can be), finished or left uncached, and every write committed."""
@@ -57,7 +61,7 @@ def _drain_loads(c: Cluster) -> None:
     c.learn_loads()
 
 
-def _drain_writes(sim: Simulation) -> None:
+def _drain_writes(sim: "SerialSchedule") -> None:
     """Every rank finishes every submitted write, then a sync point commits them."""
     c = sim.cluster
     for r in range(c.R):
