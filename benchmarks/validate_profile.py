@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsm.tla.specmap import SPEC_VARIABLES  # noqa: E402
+from kvsm.tla.canon import SPEC_VARIABLES  # noqa: E402
 from kvsm.tla.trace import _apply  # noqa: E402
 from kvsm.tla.validate import TraceModules, run_segment  # noqa: E402
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kvsm.tla.frame import conjuncts, definitions, frames, groups, spec_groups, unchanged
 from kvsm.tla.location import spec_dir
-from kvsm.tla.specmap import SPEC_VARIABLES
+from kvsm.tla.canon import SPEC_VARIABLES
 from kvsm.tla.trace import SPEC_PARAMS
 
 VARS = frozenset({"a", "b", "c", "d"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .. import content
-from .specmap import MappingError
+from .canon import MappingError
 
 
 def tla_bool(x: bool) -> str:

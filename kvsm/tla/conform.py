@@ -28,7 +28,8 @@ from .location import spec_dir
 from .models import ModelConfig, load_model, module_definitions, read_cfg, with_bug
 from .runner import run_tlc
 from .trace import SPEC_PARAMS
-from .specmap import Canon, ContentNames, canon_model, canon_spec_var, readable, SPEC_VARIABLES
+from .canon import Canon, ContentNames, SPEC_VARIABLES, readable
+from .specmap import canon_model, canon_spec_var
 from .values import parse_value, state_parts
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..state import ClusterState
 from .compact import ints, intset, tla_bool
 from .encoder import Encoder, Fields
-from .specmap import MappingError
+from .canon import MappingError
 
 _MISSING = object()
 

@@ -10,7 +10,7 @@ from .. import content
 from ..config import Config
 from ..state import ClusterState
 from .compact import Tokens, ints, intset, tla_bool
-from .specmap import NO_NODE, NO_OBJECT, MappingError
+from .canon import MappingError, NO_NODE, NO_OBJECT
 
 # A record's fields: (spec field, model attribute, the field's text of a model record)
 Fields = tuple[tuple[str, str, Callable[[Any], str]], ...]

@@ -32,7 +32,7 @@ from .compact import Tokens, ints
 from .frame import frames
 from .location import spec_dir
 from .models import ModelConfig, constant_bindings
-from .specmap import SPEC_VARIABLES
+from .canon import SPEC_VARIABLES
 from .values import to_tla
 
 MODULE = "KVTrace"

@@ -36,7 +36,7 @@ from ..transitions import Transition, apply
 from .models import ModelConfig, refuse_unmodelled
 from .location import spec_dir
 from .runner import TLCResult, run_tlc, stop_all
-from .specmap import MappingError
+from .canon import MappingError
 from .compact import Tokens
 from .delta import DeltaEncoder
 from .trace import MODULE, SPEC_PARAMS, module_text, step_record, trace_config

@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..config import Config
-from .specmap import Canon
+from .canon import Canon
 
 
 def stamp_view(c: Canon, cfg: Config) -> Canon:
