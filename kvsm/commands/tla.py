@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -45,6 +45,85 @@ def _tell_story(path: str | Path, until: Optional[int] = None) -> None:
     emit_err(story)
 
 
+def _print_check(res: Any, out: dict, config: str, sim: dict | None, seed: int, depth: int, as_json: bool) -> None:
+    """What `kvsm check` prints of its result."""
+    if as_json:
+        emit_json(out)
+    else:
+        t = res.tlc
+        if sim is not None:
+            done = f"{out['behaviours']} behaviours" if out["behaviours"] else "stopped at a violation"
+            console.print(
+                f"{config}: simulation, seed {seed}, depth {depth}: {done}, {t.states_generated} states, "
+                f"{t.seconds:.1f}s ({out['states_per_second'] or 0:,.1f} states/s"
+                + (f", {out['behaviours_per_second']:,.2f} behaviours/s)" if out["behaviours_per_second"] else ")")
+            )
+        else:
+            rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
+            console.print(
+                f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
+                f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
+            )
+        v = out["violation"]
+        if v is None:
+            console.print("[green]no violation[/green]")
+        else:
+            err.print(f"[red]{v['kind']} violated: {v['property']}[/red] after {v['steps']} steps")
+            if v["log"]:
+                again = f" --bug {res.bug}" if res.bug != "none" else ""
+                err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check{again} {v['log']})")
+            else:
+                err.print(f"the trace could not become a log: {v.get('log_error')}")
+
+
+def _print_conform(res: Any, config: str, as_json: bool) -> None:
+    """What `kvsm conform` prints of its result."""
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        table = Table(title=f"conform {config}")
+        for col in ("", "TLC", "model", "only in TLC", "only in model"):
+            table.add_column(col, justify="right")
+        table.add_row("states", str(res.tlc_states), str(res.model_states), str(res.only_in_tlc["states"]), str(res.only_in_model["states"]))
+        table.add_row("edges", str(res.tlc_edges), str(res.model_edges), str(res.only_in_tlc["edges"]), str(res.only_in_model["edges"]))
+        console.print(table)
+        if res.equal:
+            console.print(f"[green]the graphs are equal[/green] (TLC {res.seconds['tlc']}s, model {res.seconds['model']}s)")
+        else:
+            for side, d in (("TLC", res.only_in_tlc), ("model", res.only_in_model)):
+                if d["diverging"]:
+                    err.print(f"[red]transitions only the {side} takes from a shared state:[/red] {d['diverging']}")
+            for ex in res.examples:
+                err.print(json.dumps(ex, indent=1))
+
+
+def _print_validate(res: Any, log: Path, as_json: bool) -> None:
+    """What `kvsm validate` prints of its result."""
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        if res.first_rejected:
+            r = res.first_rejected
+            why = res.rejection or {}
+            err.print(f"[red]{log}:{r['line']}: step {r['step']} {r['transition']} is not allowed by the spec[/red] (after {res.matched} matched steps)")
+            if why:
+                names = ", ".join(why["variables"])
+                err.print(f"{why['reason']}" + (f": {names}" if names else "") + f" (segment {why['segment']})")
+        if res.model_rejected:
+            r = res.model_rejected
+            err.print(f"{log}:{r['line']}: the Python model rejects {r['transition']}: {r['reason']}")
+            if not res.first_rejected:
+                err.print("[red]but the spec allows it: the model and the spec disagree[/red]")
+        if res.digest_mismatch:
+            r = res.digest_mismatch
+            err.print(f"[red]{log}:{r['line']}: digest {r['log']} is not the model's {r['model']}[/red] after {r['transition']}")
+        if res.ok:
+            console.print(
+                f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
+                f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
+            )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def check(
@@ -79,33 +158,7 @@ def register(app: typer.Typer) -> None:
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
         out = res.to_json()
-        if as_json:
-            emit_json(out)
-        else:
-            t = res.tlc
-            if sim is not None:
-                done = f"{out['behaviours']} behaviours" if out["behaviours"] else "stopped at a violation"
-                console.print(
-                    f"{config}: simulation, seed {seed}, depth {depth}: {done}, {t.states_generated} states, "
-                    f"{t.seconds:.1f}s ({out['states_per_second'] or 0:,.1f} states/s"
-                    + (f", {out['behaviours_per_second']:,.2f} behaviours/s)" if out["behaviours_per_second"] else ")")
-                )
-            else:
-                rate = (t.distinct_states or 0) / t.seconds if t.seconds else 0
-                console.print(
-                    f"{config}: {t.distinct_states} distinct states, {t.states_generated} generated, depth {t.depth}, "
-                    f"{t.seconds:.1f}s ({rate:,.0f} distinct states/s)"
-                )
-            v = out["violation"]
-            if v is None:
-                console.print("[green]no violation[/green]")
-            else:
-                err.print(f"[red]{v['kind']} violated: {v['property']}[/red] after {v['steps']} steps")
-                if v["log"]:
-                    again = f" --bug {res.bug}" if res.bug != "none" else ""
-                    err.print(f"trace written as a kvsm log: {v['log']}  (kvsm replay --check{again} {v['log']})")
-                else:
-                    err.print(f"the trace could not become a log: {v.get('log_error')}")
+        _print_check(res, out, config, sim, seed, depth, as_json)
         if out["violation"] is not None and out["violation"]["log"]:
             _tell_story(out["violation"]["log"])
         raise typer.Exit(0 if res.ok else EXIT_FAILED)
@@ -129,23 +182,7 @@ def register(app: typer.Typer) -> None:
                 res = do_conform(config, workers=workers, bug=bug)
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
-        if as_json:
-            emit_json(res.to_json())
-        else:
-            table = Table(title=f"conform {config}")
-            for col in ("", "TLC", "model", "only in TLC", "only in model"):
-                table.add_column(col, justify="right")
-            table.add_row("states", str(res.tlc_states), str(res.model_states), str(res.only_in_tlc["states"]), str(res.only_in_model["states"]))
-            table.add_row("edges", str(res.tlc_edges), str(res.model_edges), str(res.only_in_tlc["edges"]), str(res.only_in_model["edges"]))
-            console.print(table)
-            if res.equal:
-                console.print(f"[green]the graphs are equal[/green] (TLC {res.seconds['tlc']}s, model {res.seconds['model']}s)")
-            else:
-                for side, d in (("TLC", res.only_in_tlc), ("model", res.only_in_model)):
-                    if d["diverging"]:
-                        err.print(f"[red]transitions only the {side} takes from a shared state:[/red] {d['diverging']}")
-                for ex in res.examples:
-                    err.print(json.dumps(ex, indent=1))
+        _print_conform(res, config, as_json)
         raise typer.Exit(0 if res.equal else EXIT_FAILED)
 
     @app.command()
@@ -177,29 +214,7 @@ def register(app: typer.Typer) -> None:
             raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
-        if as_json:
-            emit_json(res.to_json())
-        else:
-            if res.first_rejected:
-                r = res.first_rejected
-                why = res.rejection or {}
-                err.print(f"[red]{log}:{r['line']}: step {r['step']} {r['transition']} is not allowed by the spec[/red] (after {res.matched} matched steps)")
-                if why:
-                    names = ", ".join(why["variables"])
-                    err.print(f"{why['reason']}" + (f": {names}" if names else "") + f" (segment {why['segment']})")
-            if res.model_rejected:
-                r = res.model_rejected
-                err.print(f"{log}:{r['line']}: the Python model rejects {r['transition']}: {r['reason']}")
-                if not res.first_rejected:
-                    err.print("[red]but the spec allows it: the model and the spec disagree[/red]")
-            if res.digest_mismatch:
-                r = res.digest_mismatch
-                err.print(f"[red]{log}:{r['line']}: digest {r['log']} is not the model's {r['model']}[/red] after {r['transition']}")
-            if res.ok:
-                console.print(
-                    f"[green]{log}: all {res.steps} steps are a behaviour of the spec[/green] "
-                    f"({res.seconds:.1f}s, {res.transitions_per_second:,.0f} transitions/s, {len(res.segments)} segment(s))"
-                )
+        _print_validate(res, log, as_json)
         if not res.ok:
             # up to the first step the spec rejects; else the log up to where the model
             # stops replaying it (its rejection or its digest mismatch, which the story names)
