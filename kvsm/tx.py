@@ -10,8 +10,6 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from typing import Any, Iterable
 
 import immutables
@@ -19,26 +17,10 @@ import immutables
 from .digest import MOD, content_hash, entry_hash, free_page_hash, memo_hash
 from .digest_sums import CONTENT_COMPONENTS, I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum, value_hash
 from . import effects as fx
+from .writes import committed
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, backup_candidate, dev_victim_key, host_victim_key, lane_of
 
 _MISSING = object()
-
-# What each of this thread's recent transactions wrote, for `kvsm.checking` (which
-# checks after a transition only what it touched): (state before, state after, the
-# keys it set or deleted in each map of MAP_COMPONENTS, in that order). A side channel
-# rather than a field of the state, so that states kept by the thousand (exploration)
-# do not keep these sets alive.
-_written = threading.local()
-WRITTEN_KEPT = 8
-
-
-def recent_writes() -> deque:
-    """This thread's last WRITTEN_KEPT commits, oldest first (see `_written`)."""
-    q = getattr(_written, "q", None)
-    if q is None:
-        q = _written.q = deque(maxlen=WRITTEN_KEPT)
-    return q
-
 
 class _MapTx:
     __slots__ = ("name", "orig", "mut", "dirty")
@@ -465,9 +447,9 @@ class Tx:
             diverged=s.diverged,
             effects=tuple(self.effects),
         )
-        recent_writes().append((s, new, (
+        # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
+        object.__setattr__(new, "written", committed(s.written, (
             self.nodes.dirty, self.objects.dirty, self.pending.dirty, self.requests.dirty,
             self.dev_content.dirty, self.host_content.dirty, self.reload_candidates.dirty, self.l3.dirty,
         )))
         return new
-

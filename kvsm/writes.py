@@ -1,0 +1,64 @@
+"""What a transaction wrote, carried on the state it committed (`ClusterState.written`),
+beside its effects and, like them, outside the state's identity, equality and digest.
+
+`kvsm.invariants` checks after a transition only the entries it wrote. A `Writes` names
+the state it belongs to (`serial`, unique in the process) and the commits that led to it:
+per commit, the serial of the state it started from and the keys it set or deleted in
+each map of `kvsm.digest_sums.MAP_COMPONENTS`, in that order. A state made any other way
+(`initial_state`, `dataclasses.replace`, which does not copy this field) gets a record of
+its own with no commits: what led to it is not known. A few commits are kept
+(`KEPT`), so that a transition that commits more than once (one transaction on the
+result of another) is traced back to the state it started from; only key sets are
+kept, never a state.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+KEPT = 4  # commits a record keeps (the newest last)
+
+_serials = count()
+_EMPTY: frozenset = frozenset()
+
+
+class Writes:
+    __slots__ = ("serial", "commits")
+
+    def __init__(self, commits: tuple[tuple[int, tuple[Any, ...]], ...] = ()) -> None:
+        self.serial = next(_serials)
+        self.commits = commits
+
+    def __repr__(self) -> str:
+        return f"Writes(serial={self.serial}, commits={len(self.commits)})"
+
+
+def origin() -> Writes:
+    """The record of a state not made by a commit: nothing known of how it was made."""
+    return Writes()
+
+
+def committed(base: Writes, keys: tuple[Any, ...]) -> Writes:
+    """The record of a state committed on one whose record is `base`, with `keys` (per
+    map, the keys set or deleted) written."""
+    keys = tuple(k if k else _EMPTY for k in keys)
+    return Writes(base.commits[1 - KEPT:] + ((base.serial, keys),))
+
+
+def written_between(before: Writes, after: Writes) -> tuple[Any, ...] | None:
+    """The keys written, per map, by the commits that led from the state whose record is
+    `before` to the one whose record is `after` (one commit, or a short chain within one
+    transition); None when `after` was not committed from `before` in at most KEPT
+    commits."""
+    target = before.serial
+    chain = []
+    for base, keys in reversed(after.commits):
+        chain.append(keys)
+        if base == target:
+            break
+    else:
+        return None
+    if len(chain) == 1:
+        return chain[0]
+    return tuple(set().union(*parts) for parts in zip(*chain))
