@@ -168,7 +168,8 @@ def step(d: Any) -> None:
                 free_total = sum(r[1] for r in runs)
                 if free_total + sh.obj_pages != L2 and not d.has(I):
                     d.bad(I, f"{L2 - free_total - sh.obj_pages} host pages (region {region}) are neither used nor free (leak), or overlap")
-    for key in d.objects_w:
-        obj = A.objects.get(key)
-        if obj is not None:
-            _object(d, A, key, obj, d.prepared)
+    for keys in (d.objects_w, d.unlinked):
+        for key in keys:
+            obj = A.objects.get(key)
+            if obj is not None:
+                _object(d, A, key, obj, d.prepared)

@@ -113,6 +113,7 @@ class Step(Report):
         self.lockset = lockset = set()
         self.content_children = set()  # nodes whose children's content must be checked again
         self.dev_pages = dev_pages = set(self.devc_w)
+        self.unlinked: set[int] = set()  # objects not written whose node's pointer to them changed
         for nid in nodes:
             a, b = An.get(nid), Bn.get(nid)
             lockset.add(nid)
@@ -120,6 +121,8 @@ class Step(Report):
                 if x is not None and x.parent in An:
                     lockset.add(x.parent)
             if a is not None and b is not None:
+                if a.host != b.host:  # the object it left, or came to, belongs to it no more, or now
+                    self.unlinked.update(k for k in (a.host, b.host) if k is not None and k not in self.objects_w)
                 if a.dev is not b.dev:
                     dev_pages.update(a.dev)
                     dev_pages.update(b.dev)
