@@ -42,7 +42,7 @@ def origin() -> Writes:
 def committed(base: Writes, keys: tuple[Any, ...]) -> Writes:
     """The record of a state committed on one whose record is `base`, with `keys` (per
     map, the keys set or deleted) written."""
-    keys = tuple(k if k else _EMPTY for k in keys)
+    keys = tuple([k or _EMPTY for k in keys])  # (an empty set kept is the shared one)
     return Writes(base.commits[1 - KEPT:] + ((base.serial, keys),))
 
 

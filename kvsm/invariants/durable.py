@@ -53,8 +53,8 @@ def step_node(d: Any, nid: int, a: Any, b: Any, same: bool) -> None:
 
 
 def step_removed(d: Any) -> None:
-    """A disk entry went: every durable node must still have its pages (rare; whole)."""
-    if d.l3_removed:
-        for nid, n in d.An.items():
-            if n.durable:
-                node(d, d.A, nid, n)
+    """A disk entry went (`d.l3_removed`): every durable node must still have its pages
+    (rare; whole)."""
+    for nid, n in d.An.items():
+        if n.durable:
+            node(d, d.A, nid, n)

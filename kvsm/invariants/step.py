@@ -214,8 +214,10 @@ def _node_rules(d: Step) -> None:
             host_pages.step_node(d, nid, a, obj)
             reload.step_node(d, nid, a, obj)
         same = content.step_node(d, nid, a, b, p, obj)
-        durable.step_node(d, nid, a, b, same)
-    content.step_children(d)
+        if a.durable:
+            durable.step_node(d, nid, a, b, same)
+    if d.content_children:
+        content.step_children(d)
 
 
 def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...], sh: Shadow, chain: Callable, stats: Any = None) -> list[str]:
@@ -235,7 +237,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
     device_pages.step(d)
     host_pages.step(d)
     content.step_pages(d)
-    durable.step_removed(d)
+    if d.l3_removed:
+        durable.step_removed(d)
     reload.step(d)
     counts.step(d)
     if A.loads and (d.loads_changed or d.dev_pages or d.nodes):
