@@ -35,7 +35,7 @@ from .config import Config
 from .digest import combine
 from .digest_sums import COMPONENTS, REPLICATED_COMPONENTS, recompute_sums
 from .effects import Effect
-from .writes import Writes, origin
+from .writes import Writes
 from .sortedset import PSortedSet, RunSet
 
 ROOT_ID = 0
@@ -296,9 +296,10 @@ class ClusterState:
     # (`kvsm.effects`); not part of the state's identity, equality or digest.
     effects: tuple[Effect, ...] = field(default=(), compare=False)
     # What the transaction(s) that produced this state wrote (`kvsm.writes`), set by
-    # `Tx.commit`; a state made otherwise (`replace` does not copy it) gets a record of
-    # its own. Not part of the state's identity, equality or digest.
-    written: Writes = field(default_factory=origin, init=False, compare=False, repr=False)
+    # `Tx.commit`; None for a state made otherwise (`replace` does not copy it) until a
+    # commit on it gives it a record of its own. Not part of the state's identity,
+    # equality or digest.
+    written: Writes | None = field(default=None, init=False, compare=False, repr=False)
     _digest: str | None = field(default=None, compare=False, repr=False)
 
     # ---- reading -------------------------------------------------------------------

@@ -448,7 +448,7 @@ class Tx:
             effects=tuple(self.effects),
         )
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
-        object.__setattr__(new, "written", committed(s.written, (
+        object.__setattr__(new, "written", committed(s, (
             self.nodes.dirty, self.objects.dirty, self.pending.dirty, self.requests.dirty,
             self.dev_content.dirty, self.host_content.dirty, self.reload_candidates.dirty, self.l3.dirty,
         )))

@@ -5,8 +5,8 @@ beside its effects and, like them, outside the state's identity, equality and di
 the state it belongs to (`serial`, unique in the process) and the commits that led to it:
 per commit, the serial of the state it started from and the keys it set or deleted in
 each map of `kvsm.digest_sums.MAP_COMPONENTS`, in that order. A state made any other way
-(`initial_state`, `dataclasses.replace`, which does not copy this field) gets a record of
-its own with no commits: what led to it is not known. A few commits are kept
+(`initial_state`, `dataclasses.replace`, which does not copy this field) has none (None)
+until a commit on it gives it one with no commits: what led to it is not known. A few commits are kept
 (`KEPT`), so that a transition that commits more than once (one transaction on the
 result of another) is traced back to the state it started from; only key sets are
 kept, never a state.
@@ -34,23 +34,25 @@ class Writes:
         return f"Writes(serial={self.serial}, commits={len(self.commits)})"
 
 
-def origin() -> Writes:
-    """The record of a state not made by a commit: nothing known of how it was made."""
-    return Writes()
-
-
-def committed(base: Writes, keys: tuple[Any, ...]) -> Writes:
-    """The record of a state committed on one whose record is `base`, with `keys` (per
-    map, the keys set or deleted) written."""
+def committed(base: Any, keys: tuple[Any, ...]) -> Writes:
+    """The record of a state committed on the state `base` (given a record of its own,
+    with no commits, if it has none: it was not made by a commit), with `keys` (per map,
+    the keys set or deleted) written."""
+    rec = base.written
+    if rec is None:
+        rec = Writes()
+        object.__setattr__(base, "written", rec)
     keys = tuple([k or _EMPTY for k in keys])  # (an empty set kept is the shared one)
-    return Writes(base.commits[1 - KEPT:] + ((base.serial, keys),))
+    return Writes(rec.commits[1 - KEPT:] + ((rec.serial, keys),))
 
 
-def written_between(before: Writes, after: Writes) -> tuple[Any, ...] | None:
+def written_between(before: Writes | None, after: Writes | None) -> tuple[Any, ...] | None:
     """The keys written, per map, by the commits that led from the state whose record is
     `before` to the one whose record is `after` (one commit, or a short chain within one
     transition); None when `after` was not committed from `before` in at most KEPT
-    commits."""
+    commits (or either has no record)."""
+    if before is None or after is None:
+        return None
     target = before.serial
     chain = []
     for base, keys in reversed(after.commits):

@@ -392,7 +392,7 @@ def test_a_corrupted_field_the_transition_did_not_write_is_caught_by_the_next_fu
         nid, n = _some_node(after, lambda n: n.id not in written[0] and n.lock == 0 and n.parent == ROOT_ID and not len(n.children))
         if k is None and lineno > 100 and t.name == "Arrive" and n is not None:
             after = replace(after, nodes=after.nodes.set(nid, n.with_(lock=1)))
-            object.__setattr__(after, "written", committed(before.written, written))  # as if the transition had written this state
+            object.__setattr__(after, "written", committed(before, written))  # as if the transition had written this state
             k = lineno
         elif k is not None:
             after = apply(s, t)

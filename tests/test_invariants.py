@@ -17,12 +17,13 @@ import pytest
 from kvsm.checking import Checker
 from kvsm.config import load_config
 from kvsm.invariants import Cache, Shadow, local_violations, step_violations, violations
-from kvsm.state import initial_state, lane_of
+from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY, apply
-from kvsm.transitions.base import rank_of
 from kvsm.tx import Tx
 from kvsm.walk import walk
 from kvsm.writes import written_between
+
+from .test_ownership import _write_done_of_the_other_lanes
 
 DIGEST_SUMS = "10 Counts: the digest sums differ from their recomputation"  # (whole-state only: they sum the whole state)
 
@@ -167,24 +168,11 @@ def test_the_rules_agree_along_correct_walks(config):
     assert _agree(load_config(config), 2, 300) == Counter()
 
 
-def _cross_lane_write_done(s, t):
-    """A mutant `WriteDone(r)`: rank r copies the pages of every lane but its own."""
-    r = rank_of(s, t)
-    tx = Tx(s)
-    nid = s.writes[s.write_done[r]]
-    obj = tx.objects[tx.pending[nid].obj]
-    for i, p in enumerate(tx.node(nid).dev):
-        if lane_of(p, s.config.R) != r:
-            tx.store_host(r, p, obj.base + i)
-    tx.write_done[r] += 1
-    return tx.commit()
-
-
 def test_ownership_has_one_rule_over_a_transition_which_the_checker_applies(monkeypatch):
     """11 Ownership is a rule over a transition's effects only: the checker reports, right
     after a step, exactly what `step_violations` says of it, and no whole-state rule
     names it."""
-    monkeypatch.setitem(REGISTRY, "WriteDone", replace(REGISTRY["WriteDone"], apply=_cross_lane_write_done))
+    monkeypatch.setitem(REGISTRY, "WriteDone", replace(REGISTRY["WriteDone"], apply=_write_done_of_the_other_lanes))
     cfg = load_config("default")
     caught = 0
     for seed in range(2):

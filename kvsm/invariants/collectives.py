@@ -1,7 +1,8 @@
 """Invariant 12, Collectives: call k of the commit collective on every rank is one
 collective: within a round, no rank returns early from a call another rank entered
 (that rank would wait in the MIN for a call that never comes, or pair it with another
-collective), and a round is open only while a backup is in flight."""
+collective), and a round is open only while a backup is in flight. Over a transition
+the rule is the same, checked when the round or the writes changed (`step.py`)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,3 @@ def holds(s: Any) -> bool:
             return False
     return True
 
-
-def step(d: Any) -> None:
-    """Over what a transition wrote: the round, when it or the writes changed."""
-    A, B = d.A, d.B
-    if A.commit_round != B.commit_round or A.writes is not B.writes:
-        whole(d)

@@ -247,6 +247,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
     if d.loads_changed:
         locks.step_loads(d)
         counts.step_load_done(d)
-    collectives.step(d)
-    agreement.whole(d)
+    if A.commit_round != B.commit_round or A.writes is not B.writes:
+        collectives.whole(d)  # (the round, when it or the writes changed)
+    if A.diverged is not None:
+        agreement.whole(d)  # (the state's record: the same rule as the whole state's)
     return d.out
