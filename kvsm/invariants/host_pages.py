@@ -24,6 +24,14 @@ def _leak(pages: list[int], region: int) -> str:
     return f"host pages {pages} (region {region}) are neither used nor free (leak)"
 
 
+def _twice(page: int, region: int, first: Any, second: Any) -> str:
+    return f"host page {page} (region {region}) is in object {first} and object {second}"
+
+
+def _free_and_used(page: int, key: Any) -> str:
+    return f"host page {page} is free and in object {key}"
+
+
 def _owner(nid: int, host: int) -> str:
     return f"node {nid} and object {host} disagree on ownership"
 
@@ -35,7 +43,7 @@ def _regions(w: Any) -> None:
         for key, obj in s.objects.items():
             for page in range(obj.base, obj.base + obj.length):
                 if page in used:
-                    w.bad(I, f"host page {page} (region {region}) is in object {used[page]} and object {key}")
+                    w.bad(I, _twice(page, region, used[page], key))
                 used[page] = f"{key}"
         prev_end = -1
         for base, length in runs:
@@ -46,7 +54,7 @@ def _regions(w: Any) -> None:
             prev_end = base + length
             for page in range(base, base + length):
                 if page in used:
-                    w.bad(I, f"host page {page} is free and in object {used[page]}")
+                    w.bad(I, _free_and_used(page, used[page]))
                 used[page] = "free"
         if len(used) != L2:
             missing = sorted(set(range(L2)) - set(used))
@@ -129,30 +137,6 @@ def step_node(d: Any, nid: int, a: Any, obj: Any) -> None:
         d.bad(I, _owner(nid, a.host))
 
 
-def _page(d: Any, runs: Any, page: int, region: int) -> None:
-    """A host page the transition moved, in one region: held once, by an object or a
-    free run; that run in range and apart from its neighbours."""
-    L2 = d.L2
-    owners = d.sh.host.get(page, ())
-    if len(owners) > 1:
-        d.bad(I, f"host page {page} (region {region}) is in object {owners[0]} and object {owners[1]}")
-    run = runs.floor_lt((page + 1, 0)) if runs else None
-    free = run is not None and run[0] <= page < run[0] + run[1]
-    if free and owners:
-        d.bad(I, f"host page {page} is free and in object {owners[0]}")
-    if not free and not owners:
-        d.bad(I, _leak([page], region))
-    if run is not None:
-        prev = runs.floor_lt(run)
-        nxt = runs.ceil_ge((run[0] + 1, 0))
-        if run[1] <= 0 or run[0] < 0 or run[0] + run[1] > L2:
-            d.bad(I, _outside(run[0], run[1]))
-        if prev is not None and prev[0] + prev[1] >= run[0]:
-            d.bad(I, _touch(run[0], region))
-        if nxt is not None and run[0] + run[1] >= nxt[0]:
-            d.bad(I, _touch(nxt[0], region))
-
-
 def step(d: Any) -> None:
     """The host pages the transition moved (`d.host_pages`), in every region whose free
     runs changed or holds them; the count of pages; the objects written."""
@@ -162,8 +146,25 @@ def step(d: Any) -> None:
         for region, runs in enumerate(A.l2_free):
             if runs is B.l2_free[region] and not host_pages:
                 continue
-            for page in sorted(host_pages):
-                _page(d, runs, page, region)
+            for page in sorted(host_pages):  # held once, by an object or a free run in range, apart from its neighbours
+                owners = sh.host.get(page, ())
+                if len(owners) > 1:
+                    d.bad(I, _twice(page, region, owners[0], owners[1]))
+                run = runs.floor_lt((page + 1, 0)) if runs else None
+                free = run is not None and run[0] <= page < run[0] + run[1]
+                if free and owners:
+                    d.bad(I, _free_and_used(page, owners[0]))
+                if not free and not owners:
+                    d.bad(I, _leak([page], region))
+                if run is not None:
+                    prev = runs.floor_lt(run)
+                    nxt = runs.ceil_ge((run[0] + 1, 0))
+                    if run[1] <= 0 or run[0] < 0 or run[0] + run[1] > L2:
+                        d.bad(I, _outside(run[0], run[1]))
+                    if prev is not None and prev[0] + prev[1] >= run[0]:
+                        d.bad(I, _touch(run[0], region))
+                    if nxt is not None and run[0] + run[1] >= nxt[0]:
+                        d.bad(I, _touch(nxt[0], region))
             if runs is not B.l2_free[region] or d.objects_w:
                 free_total = sum(r[1] for r in runs)
                 if free_total + sh.obj_pages != L2 and not d.has(I):
