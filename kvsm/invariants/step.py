@@ -10,6 +10,7 @@ device and host page (`Shadow`)."""
 from __future__ import annotations
 
 from collections import Counter
+from operator import is_
 from typing import Any, Callable
 
 from .. import effects as fx
@@ -75,12 +76,11 @@ class Step(Report):
     each rule look at; building it brings the shadow `sh` up to date."""
 
     def __init__(self, B: ClusterState, A: ClusterState, written: tuple[Any, ...], sh: Shadow, chain: Callable) -> None:
-        super().__init__()
+        self.out = []
         (self.nodes_w, self.objects_w, self.pending_w, self.requests_w,
          self.devc_w, self.hostc_w, self.cand_w, self.l3_w) = written
         self.A, self.B, self.s = A, B, A
         self.cfg = A.config
-        self.bare = contract(self.cfg)
         self.R, self.L2 = self.cfg.R, self.cfg.L2
         self.An, self.Bn, self.Ap, self.Bp = A.nodes, B.nodes, A.pending, B.pending
         self.sh, self.chain = sh, chain
@@ -97,6 +97,10 @@ class Step(Report):
         if self._prepared is None:
             self._prepared = pending.prepared_ids(self.A)
         return self._prepared
+
+    @property
+    def bare(self) -> Any:
+        return contract(self.cfg)
 
     def _nodes(self) -> None:
         """The nodes to look at, their lock relations and children, their device pages."""
@@ -207,12 +211,16 @@ def _node_rules(d: Step) -> None:
         p = tree.step_node(d, nid, a, b)
         if p is None:
             continue
-        counts.step_node(d, nid, a)
+        # (the rules cheap enough to be worth a call only when they may fail are guarded here)
+        if nid >= A.next_id or a.touched > A.clock:
+            counts.step_node(d, nid, a)
         obj = A.objects.get(a.host) if a.host is not None else None
         residency.step_node(d, nid, a, b, p, obj)
         if obj is not None:
-            host_pages.step_node(d, nid, a, obj)
-            reload.step_node(d, nid, a, obj)
+            if obj.owner != nid:
+                host_pages.step_node(d, nid, a, obj)
+            if not (a.pages == obj.length == len(a.hashes)):
+                reload.step_node(d, nid, a, obj)
         same = content.step_node(d, nid, a, b, p, obj)
         if a.durable:
             durable.step_node(d, nid, a, b, same)
@@ -230,16 +238,20 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
     if not tree.step_root(d):
         return d.out
     _node_rules(d)
-    if d.has(tree.T):
+    if d.out and d.has(tree.T):
         return d.out  # the rest reads the tree (children, paths) that is broken
+    # (a rule is called when something it reads was written: most transitions touch few)
     locks.step(d)
     pending.step(d)
     device_pages.step(d)
-    host_pages.step(d)
-    content.step_pages(d)
+    if d.host_pages or d.objects_w or d.unlinked or not all(map(is_, A.l2_free, B.l2_free)):
+        host_pages.step(d)
+    if d.devc_w or d.hostc_w or d.l3_w or A.spill_staged != B.spill_staged:
+        content.step_pages(d)
     if d.l3_removed:
         durable.step_removed(d)
-    reload.step(d)
+    if A.reloads is not B.reloads or d.requests_w or d.cand_w or A.spills is not B.spills or A.spill_queue is not B.spill_queue:
+        reload.step(d)
     counts.step(d)
     if A.loads and (d.loads_changed or d.dev_pages or d.nodes):
         device_pages.step_loads(d)
