@@ -36,6 +36,7 @@ from . import content
 from .config import Config
 from .digest_sums import COMPONENTS, recompute_sums, replicated_digest, state_digest
 from .effects import Effect
+from .writes import Writes
 from .sortedset import PSortedSet, RunSet
 
 ROOT_ID = 0
@@ -303,6 +304,11 @@ class ClusterState:
     # What the transition that produced this state asks the physical world to do
     # (`kvsm.effects`); not part of the state's identity, equality or digest.
     effects: tuple[Effect, ...] = field(default=(), compare=False)
+    # What the transaction(s) that produced this state wrote (`kvsm.writes`), set by
+    # `Tx.commit`; None for a state made otherwise (`replace` does not copy it) until a
+    # commit on it gives it a record of its own. Not part of the state's identity,
+    # equality or digest.
+    written: Writes | None = field(default=None, init=False, compare=False, repr=False)
     _digest: str | None = field(default=None, compare=False, repr=False)
 
     # ---- reading -------------------------------------------------------------------

@@ -10,8 +10,6 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from typing import Any, Iterable
 
 import immutables
@@ -21,25 +19,9 @@ from .digest_sums import CONTENT_COMPONENTS, I_DEV_FREE, I_L2_FREE, I_WRITES, MA
 from . import effects as fx
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of
 from .victims import backup_candidate, dev_victim_key, host_victim_key
+from .writes import committed
 
 _MISSING = object()
-
-# What each of this thread's recent transactions wrote, for `kvsm.checking` (which
-# checks after a transition only what it touched): (state before, state after, the
-# keys it set or deleted in each map of MAP_COMPONENTS, in that order). A side channel
-# rather than a field of the state, so that states kept by the thousand (exploration)
-# do not keep these sets alive.
-_written = threading.local()
-WRITTEN_KEPT = 8
-
-
-def recent_writes() -> deque:
-    """This thread's last WRITTEN_KEPT commits, oldest first (see `_written`)."""
-    q = getattr(_written, "q", None)
-    if q is None:
-        q = _written.q = deque(maxlen=WRITTEN_KEPT)
-    return q
-
 
 class _MapTx:
     __slots__ = ("name", "orig", "mut", "dirty")
@@ -466,9 +448,9 @@ class Tx:
             diverged=s.diverged,
             effects=tuple(self.effects),
         )
-        recent_writes().append((s, new, (
+        # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
+        object.__setattr__(new, "written", committed(s, (
             self.nodes.dirty, self.objects.dirty, self.pending.dirty, self.requests.dirty,
             self.dev_content.dirty, self.host_content.dirty, self.reload_candidates.dirty, self.l3.dirty,
         )))
         return new
-

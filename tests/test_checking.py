@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from kvsm import checking
-from kvsm.checking import Checker, holds
+from kvsm.checking import Checker
 from kvsm.config import load_config
 from kvsm.digest_sums import recompute_sums
-from kvsm.invariants import violations
+from kvsm.invariants import Cache, holds, violations
 from kvsm.log import Header, LogWriter, read_log
 from kvsm.replay import replay
 from kvsm.sim import SimOptions, simulate
 from kvsm.sim.stops import SimInvariantError
 from kvsm.state import ROOT_ID, Rejected, initial_state, lane_of
 from kvsm.transitions import REGISTRY, apply
-from kvsm.tx import Tx, recent_writes
+from kvsm.tx import Tx
 from kvsm.walk import walk
+from kvsm.writes import committed, written_between
 
 DATA = Path(__file__).parent / "data"
 
@@ -88,14 +88,16 @@ def test_the_fast_from_scratch_check_agrees_with_the_reference_on_correct_and_co
                _wrong_host_content, _wrong_child_entry, _wrong_pin, _late_stamp, _wrong_hashes, _cycle]
     checked = 0
     for p in logs:
+        cache = Cache()  # (one along the run, as the checker keeps it)
         for k, (_, _, _, s) in enumerate(_states(p)):
             if k % 9:
                 continue
-            assert holds(s) and violations(s) == [], p
+            assert holds(s, cache) and violations(s) == [], p
             for f in rng.sample(corrupt, 3):
                 bad = f(s)
                 if bad is not None:
-                    assert not holds(bad) and violations(bad), (p, f.__name__)
+                    assert not holds(bad, cache) and violations(bad), (p, f.__name__)
+                    assert not holds(bad), (p, f.__name__)  # (and with nothing remembered)
                     checked += 1
     assert checked > 100
 
@@ -108,6 +110,7 @@ def test_what_the_from_scratch_check_remembers_is_dropped_when_a_page_or_disk_en
     still rejected, and the clean state accepted again after it."""
     caught = {"device page": 0, "host page": 0, "disk entry": 0}
     for p in logs:
+        cache = Cache()
         for k, (_, _, _, s) in enumerate(_states(p)):
             if k % 7:
                 continue
@@ -118,21 +121,21 @@ def test_what_the_from_scratch_check_remembers_is_dropped_when_a_page_or_disk_en
                 if bad.sums is not None:
                     bad = replace(bad, sums=recompute_sums(bad))
                 assert bad.nodes is s.nodes
-                assert holds(s), p
-                assert not holds(bad) and violations(bad), (p, what)
+                assert holds(s, cache), p
+                assert not holds(bad, cache) and violations(bad), (p, what)
                 caught[what] += 1
-            assert holds(s), p
+            assert holds(s, cache), p
     assert all(n > 10 for n in caught.values()), caught
 
 
 def test_the_mirror_of_a_map_follows_it_whatever_the_order_of_its_keys():
-    """`_Mirror.update` reports every entry of the new map that differs from the last, and
+    """`Mirror.update` reports every entry of the new map that differs from the last, and
     every one gone, and ends equal to the map: with keys whose hashes collide (a map keeps
     no fixed order among them), many changes at once (it then looks every key up), and a
     walk a key at a time."""
     from immutables import Map
 
-    from kvsm.checking.full import _Mirror
+    from kvsm.invariants.mirror import Mirror
 
     class Key:
         __slots__ = ("v",)
@@ -150,7 +153,7 @@ def test_the_mirror_of_a_map_follows_it_whatever_the_order_of_its_keys():
     makers = (Key, int, lambda x: (x % 4, x * 7919))
     for trial in range(600):
         make = makers[trial % 3]
-        mirror = _Mirror(block=rng.choice([1, 4, 32]))
+        mirror = Mirror(block=rng.choice([1, 4, 32]))
         m = Map()
         copy = None
         for _ in range(10):
@@ -385,12 +388,12 @@ def test_a_corrupted_field_the_transition_did_not_write_is_caught_by_the_next_fu
     s = None
     found = None
     for lineno, t, before, after in _states(log, s0):
-        written = recent_writes()[-1][2]
+        written = written_between(before.written, after.written)
         # a leaf right under the root: no other node's lock relation reads its lock
         nid, n = _some_node(after, lambda n: n.id not in written[0] and n.lock == 0 and n.parent == ROOT_ID and not len(n.children))
         if k is None and lineno > 100 and t.name == "Arrive" and n is not None:
             after = replace(after, nodes=after.nodes.set(nid, n.with_(lock=1)))
-            recent_writes().append((before, after, written))  # as if the transition had written this state
+            object.__setattr__(after, "written", committed(before, written))  # as if the transition had written this state
             k = lineno
         elif k is not None:
             after = apply(s, t)
@@ -414,8 +417,9 @@ def test_sim_check_stops_a_run_at_the_planted_fault(monkeypatch):
 
 
 def test_a_state_whose_writes_are_not_known_is_checked_from_scratch(logs):
-    """A state the checker cannot trace to this thread's last transactions (here: changed
-    after the fact, with no record of it) gets the from-scratch check at once."""
+    """A state the checker cannot trace to the previous one by the commits recorded on it
+    (here: changed after the fact, with no record of it) gets the from-scratch check at
+    once."""
     log = logs[1]
     s0 = _initial(log)
     ck = Checker(s0, every=10**9, at_agreement=False)

@@ -1,30 +1,29 @@
 """Checking every invariant along a run at speed (`kvsm replay --check`, `kvsm sim --check`,
-`kvsm campaign`).
+`kvsm campaign`): the one way the simulator, the replay and the campaign check a run.
 
 `kvsm.invariants.violations` recomputes invariants 1-10 from the whole state, which costs
 time in proportion to the state; after every transition of a long run that dominates
 everything else. A `Checker` instead checks after each transition only what that
 transition can have broken: the nodes, requests, objects, pending backups, reload
-candidates, device pages, host pages and disk entries it wrote. Which keys a
-transition wrote comes from its transaction (`kvsm.tx.recent_writes`), which pages it
-moved from those entries and its effects (`kvsm.effects`). Each invariant is restated as a
-relation between an entry and its neighbours that, holding for every entry, gives the
-invariant for the whole state (e.g. a node's lock equals the requests that stop at it,
-plus its locked backup, plus its children's locks less theirs), so checking the
-entries a transition wrote, and their neighbours, keeps the whole state checked.
+candidates, device pages, host pages and disk entries it wrote
+(`kvsm.invariants.local_violations`, each invariant's rule over a transition). Which keys
+a transition wrote travels on the state it produced (`ClusterState.written`,
+`kvsm.writes`), which pages it moved from those entries and its effects
+(`kvsm.effects`).
 
 Two relations need an index that the state does not keep: which node or request holds a
 device page, and which object holds a host page. The checker keeps its own
-(`_Shadow`), built from the whole state at the start and whenever the writes of a
-transition are not known, and updated from every transition's writes.
+(`kvsm.invariants.Shadow`), built from the whole state at the start and whenever the
+writes of a transition are not known, and updated from every transition's writes.
 
-The from-scratch check (`full_violations`, which decides what `violations` would say)
-still runs: after every transition that is an agreement point (`Spec.agreement`:
-Commit, SpillAck, ReloadAdmit), after every `every` transitions, after a transition
-whose writes are not known (a state not produced by this thread's transactions), and
-at the end. It reads the whole state each time and takes nothing from the transactions;
-what it remembers between checks stands only while copies it compares with each new
-state whole say that what it rests on is unchanged (`full.py`). When it finds a violation that the
+The from-scratch check (`kvsm.invariants.full_violations`, which decides what
+`violations` would say) still runs: after every transition that is an agreement point
+(`Spec.agreement`: Commit, SpillAck, ReloadAdmit), after every `every` transitions,
+after a transition whose writes are not known (a state not committed from the previous
+one), and at the end. It reads the whole state each time and takes nothing from the
+transactions; what it remembers between checks is the checker's own
+(`kvsm.invariants.Cache`) and stands only while copies it compares with each new state
+whole say that what it rests on is unchanged. When it finds a violation that the
 per-transition checks did not, the checker checks the states since the last clean
 from-scratch check again, from scratch, and reports the first that fails, so a report
 always names the transition that broke the state. Invariant 11 (Ownership, over the
@@ -36,18 +35,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
-from ..invariants import step_violations
+from ..invariants import INVARIANTS, STATE_INVARIANTS, Cache, Shadow, full_violations, holds, local_violations, step_violations
 from ..state import ClusterState
 from ..transitions import REGISTRY, Transition
-from ..tx import recent_writes
-from .full import INVARIANTS, STATE_INVARIANTS, full_violations, holds, recompute_sums_fast
-from .local import _Shadow, local_violations
+from ..writes import written_between
 
 EVERY = 512  # transitions between two from-scratch checks when no agreement point comes sooner
 
-__all__ = ["EVERY", "INVARIANTS", "Checker", "Finding", "Stats", "full_violations", "holds", "local_violations", "recompute_sums_fast"]
+__all__ = ["EVERY", "INVARIANTS", "Checker", "Finding", "Stats", "full_violations", "holds"]
 
 
 @dataclass
@@ -105,7 +103,7 @@ class Checker:
     Each returns a `Finding` or None. `at` labels the transition in findings. The
     from-scratch check also runs after every agreement point (unless `at_agreement` is
     false, for measuring what those checks cost) and after `every` transitions; it is
-    `full` (default `full_violations`)."""
+    `full` (default `full_violations` with the checker's own cache, `self.cache`)."""
 
     def __init__(
         self,
@@ -118,10 +116,11 @@ class Checker:
             raise ValueError(f"every must be >= 1, got {every}")
         self.every = every
         self.at_agreement = at_agreement
-        self.full = full if full is not None else full_violations
+        self.cache = Cache()
+        self.full = full if full is not None else partial(full_violations, cache=self.cache)
         self.state = state
         self.stats = Stats()
-        self._shadow: _Shadow | None = None
+        self._shadow: Shadow | None = None
         # states since the last clean from-scratch check: (label, transition, state)
         self._since: list[tuple[Any, Transition | None, ClusterState]] = []
 
@@ -174,33 +173,14 @@ class Checker:
     # ---- per transition ------------------------------------------------------------------
     def _local(self, before: ClusterState, after: ClusterState) -> list[str] | None:
         """The per-transition checks; None when what the transition wrote is not known
-        (the state was not produced by this thread's last transactions): then the caller
-        checks from scratch, and the shadow indexes are rebuilt at the next transition."""
+        (`after` was not committed from `before`): then the caller checks from scratch,
+        and the shadow indexes are rebuilt at the next transition."""
         if after is before:
             return []
-        written = _writes_between(before, after)
+        written = written_between(before.written, after.written)
         if written is None or after.config is not before.config:
             self._shadow = None
             return None
         if self._shadow is None:
-            self._shadow = _Shadow(before)
-        return local_violations(before, after, written, self._shadow, self.stats)
-
-
-def _writes_between(before: ClusterState, after: ClusterState) -> tuple[set, ...] | None:
-    """The keys written by the commits that led from `before` to `after` (one commit, or a
-    short chain of them within one transition), per map; None if unknown."""
-    q = recent_writes()
-    chain = []
-    target = after
-    for base, new, written in reversed(q):
-        if new is target:
-            chain.append(written)
-            if base is before:
-                break
-            target = base
-    else:
-        return None
-    if len(chain) == 1:
-        return chain[0]
-    return tuple(set().union(*parts) for parts in zip(*chain))
+            self._shadow = Shadow(before)
+        return local_violations(before, after, written, self._shadow, self.cache.chain, self.stats)

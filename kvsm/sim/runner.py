@@ -13,7 +13,7 @@ from ..transitions import Transition
 from .metrics import Sample
 from .options import Prepared, SimOptions, prepare
 from .scheduler import Simulation
-from .stops import SimInvariantError
+from .watch import Watch
 
 
 @dataclass
@@ -43,7 +43,7 @@ def simulate(
     total = len(prep.workload.requests)
     progress = (lambda n: on_progress(n, total)) if on_progress is not None else None
     sim = Simulation(prep, opts.timing, opts.seed, check=False, on_progress=progress)
-    watch = _Watch(sim.cluster.state, opts.check, on_transition) if (opts.check or on_transition) else None
+    watch = Watch(sim.cluster.state, opts.check, on_transition) if (opts.check or on_transition) else None
     extra = {
         "workload": prep.workload.info(),
         "tiers": opts.tiers,
@@ -103,38 +103,8 @@ def simulate(
     return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
 
 
-class _Watch:
-    """What sees every transition of the log besides the log itself: the invariant
-    checker (with --check) and the caller's `on_transition`."""
-
-    def __init__(self, s0: ClusterState, check: bool, on_transition: Callable[[Transition, ClusterState], None] | None) -> None:
-        from ..checking import Checker
-
-        self.checker = Checker(s0) if check else None
-        self.on_transition = on_transition
-        self.count = 0
-        if self.checker is not None:
-            self._raise(self.checker.start(0))
-
-    def write(self, t: Transition, state: ClusterState) -> None:
-        self.count += 1
-        if self.checker is not None:
-            self._raise(self.checker.step(t, state, self.count))
-        if self.on_transition is not None:
-            self.on_transition(t, state)
-
-    def finish(self) -> None:
-        if self.checker is not None:
-            self._raise(self.checker.finish())
-
-    def _raise(self, found: Any) -> None:
-        if found is not None:
-            where = f"after log transition #{found.at} {found.transition}" if found.transition is not None else "in the initial state"
-            raise SimInvariantError(f"{where}: " + "; ".join(found.violations), found.at, tuple(found.violations))
-
-
 class _Tee:
-    def __init__(self, log: LogWriter, watch: _Watch) -> None:
+    def __init__(self, log: LogWriter, watch: Watch) -> None:
         self.log, self.watch = log, watch
 
     def write(self, t: Transition, state: ClusterState) -> None:

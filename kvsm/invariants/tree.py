@@ -1,0 +1,117 @@
+"""Invariant 1, Tree: node 0 is an empty root; every node is stored under its id, has a
+key, is its parent's child under its first page, and reaches the root; every child
+entry names a node that is that child."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..state import ROOT_ID
+
+T = 1
+
+
+def root_bad(root: Any) -> bool:
+    return root is None or root.key or root.dev or root.host is not None
+
+
+ROOT_MSG = "node 0 is not an empty root"
+
+
+def _stored(nid: int, n: Any) -> str:
+    return f"node stored under {nid} has id {n.id}"
+
+
+def _wrong_child(nid: int, cid: int, sym: Any) -> str:
+    return f"node {nid} lists child {cid} under page {sym} wrongly"
+
+
+def _child_ok(nodes: Any, nid: int, cid: int, sym: Any) -> bool:
+    c = nodes.get(cid)
+    return not (c is None or c.parent != nid or not c.key or c.key[0] != sym)
+
+
+def _reaches_root(nodes: Any, nid: int) -> bool:
+    seen, cur = set(), nid
+    while cur != ROOT_ID and cur in nodes and cur not in seen:
+        seen.add(cur)
+        cur = nodes[cur].parent
+    return cur == ROOT_ID
+
+
+def whole(w: Any) -> bool:
+    """The whole-state rule; False when the tree is broken (the other rules read it)."""
+    nodes = w.nodes
+    if root_bad(nodes.get(ROOT_ID)):
+        w.bad(T, ROOT_MSG)
+        return False
+    found = len(w.out)
+    for nid, n in nodes.items():
+        if nid != n.id:
+            w.bad(T, _stored(nid, n))
+        if nid == ROOT_ID:
+            continue
+        if not n.key:
+            w.bad(T, f"node {nid} has an empty key")
+        p = nodes.get(n.parent)
+        if p is None:
+            w.bad(T, f"node {nid} has missing parent {n.parent}")
+        elif p.children.get(n.key[0] if n.key else None) != nid:
+            w.bad(T, f"node {nid} is not its parent {n.parent}'s child for its first page")
+        if not _reaches_root(nodes, nid):
+            w.bad(T, f"node {nid} does not reach the root")
+    for nid, n in nodes.items():
+        for sym, cid in n.children.items():
+            if not _child_ok(nodes, nid, cid, sym):
+                w.bad(T, _wrong_child(nid, cid, sym))
+    return len(w.out) == found
+
+
+# ---- over what a transition wrote (`kvsm.invariants.step`) ------------------------------------
+
+
+def step_root(d: Any) -> bool:
+    """The root, when the transition wrote it; False when it is broken."""
+    if ROOT_ID in d.nodes and root_bad(d.An.get(ROOT_ID)):
+        d.bad(T, ROOT_MSG)
+        return False
+    return True
+
+
+def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
+    """Node `nid` as the transition left it (`a`, None if gone) and found it (`b`): a
+    node gone must be no child entry's; a node is stored under its id, its child
+    entries name it, it has a key and is its parent's child, it reaches the root. The
+    node's parent when the rest of the node's rules can read it, else None."""
+    An = d.An
+    if a is None:
+        if b is not None and nid != ROOT_ID:
+            p = An.get(b.parent)
+            if p is not None and b.key and p.children.get(b.key[0]) == nid:
+                d.bad(T, _wrong_child(b.parent, nid, b.key[0]))
+        return None
+    if nid != a.id:
+        d.bad(T, _stored(nid, a))
+    if b is None or a.children is not b.children:
+        for sym, cid in a.children.items():
+            if not _child_ok(An, nid, cid, sym):
+                d.bad(T, _wrong_child(nid, cid, sym))
+    if nid == ROOT_ID:
+        return None
+    if not a.key:
+        d.bad(T, f"node {nid} has an empty key")
+        return None
+    p = An.get(a.parent)
+    if p is None:
+        d.bad(T, f"node {nid} has missing parent {a.parent}")
+        return None
+    if p.children.get(a.key[0]) != nid:
+        d.bad(T, f"node {nid} is not its parent {a.parent}'s child for its first page")
+    if b is not None and b.key and (b.parent != a.parent or b.key[0] != a.key[0]):
+        q = An.get(b.parent)
+        if q is not None and q.children.get(b.key[0]) == nid and (b.parent, b.key[0]) != (a.parent, a.key[0]):
+            d.bad(T, _wrong_child(b.parent, nid, b.key[0]))
+    if not _reaches_root(An, nid):
+        d.bad(T, f"node {nid} does not reach the root")
+        return None
+    return p
