@@ -30,10 +30,10 @@ from ..state import ClusterState
 from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, tree
 from .agreement import agreement_violation
 from .collectives import collectives_violations
-from .common import INVARIANTS, NAMES, STATE_INVARIANTS, Whole, contract, label
+from .common import INVARIANTS, NAMES, STATE_INVARIANTS, Whole, contract, label, prepared_ids
 from .fast import Cache, holds
 from .ownership import step_violations
-from .pending import prepared_ids, prepared_violations
+from .pending import prepared_violations
 from .step import Shadow, local_violations
 
 # The whole-state rules, in the order their reports are listed (invariant 3's matched

@@ -65,6 +65,12 @@ class Report:
         return any(v.startswith(head) for v in self.out)
 
 
+def prepared_ids(s: ClusterState) -> set[int]:
+    """The node ids of the prepared backups not attached yet (each holds a write and an
+    uncommitted object keyed by that id)."""
+    return {nid for nid in s.prepared.values() if nid is not None}
+
+
 class Whole(Report):
     """A whole-state check of `s` under way: what the rules read of the state and what
     one rule found that a later one reads (the device pages' holders, `owner`)."""
@@ -84,8 +90,6 @@ class Whole(Report):
     @property
     def prepared(self) -> set[int]:
         if self._prepared is None:
-            from .pending import prepared_ids
-
             self._prepared = prepared_ids(self.s)
         return self._prepared
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..digest_sums import recompute_sums
 from ..victims import backup_candidate, dev_victim_key, host_victim_key
+from .facts import GET_BACKUP, GET_DKEY, GET_HKEY, GET_NID, GET_PIN
 
 I = 10
 DEV_INDEX = "the device victim index differs from its recomputation"
@@ -118,7 +119,6 @@ def holds(s: Any, facts: Any, per_rank: Any, sums: Any) -> bool:
     `facts` are the nodes' facts there (the root's not among them, never a victim nor a
     backup candidate), `per_rank` the disks' entries per rank, `sums` the digest sums
     recomputed (called only when the state keeps them)."""
-    from .fast import GET_BACKUP, GET_DKEY, GET_HKEY, GET_NID, GET_PIN
 
     dev_keys = sorted(filter(None, map(GET_DKEY, facts)))
     if len(s.dev_index) != len(dev_keys) or s.dev_index.to_list() != dev_keys:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain, cycle, repeat
-from operator import attrgetter, itemgetter, methodcaller
+from operator import attrgetter, methodcaller
 from typing import Any
 
 from .. import content as prefixes
@@ -30,16 +30,12 @@ from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_
 from ..state import MATCHED, PHASES, QUEUED, ROOT_ID, ClusterState
 from ..victims import backup_candidate, dev_victim_key, host_victim_key
 from . import agreement, collectives, content, counts, device_pages, durable, host_pages, pending, reload
-from .common import contract, copying
-from .mirror import NID, Disks, Pages
+from .common import contract, copying, prepared_ids
+from .facts import DEV, DEV_EXP, GET_DEV, GET_DEV_EXP, GET_DURABLE, HOST, HOST_EXP
+from .mirror import Disks, Pages
 
 CHAIN_MAX = 1 << 16
 
-# a node's facts: (node, parent's last content, object, pending?, then these, then its id)
-_DEV, _DEV_EXP, _HOST, _HOST_EXP, _DURABLE, _DKEY, _HKEY, _BACKUP = range(4, 12)
-GET_DEV, GET_DEV_EXP, GET_DURABLE, GET_DKEY, GET_HKEY, GET_BACKUP, GET_NID = (
-    itemgetter(i) for i in (_DEV, _DEV_EXP, _DURABLE, _DKEY, _HKEY, _BACKUP, NID))
-GET_PIN = attrgetter("pin")
 _LOCK, _ONDEV, _TOUCHED, _CHILDREN = (attrgetter(f) for f in ("lock", "ondev", "touched", "children"))
 _VALUES = methodcaller("values")
 
@@ -236,7 +232,7 @@ def _pages_hold(s: ClusterState, facts: list, cache: Cache) -> bool:
     dc = s.dev_content
     cp = copying(s) if s.loads else None
     if not cp:
-        if not cache.dev_pages.holds(dc, facts, _DEV, _DEV_EXP):
+        if not cache.dev_pages.holds(dc, facts, DEV, DEV_EXP):
             return False
     else:  # a page a load-back still copies into holds nothing yet: checked whole
         d = cache.dev_pages.update(dc)
@@ -244,7 +240,7 @@ def _pages_hold(s: ClusterState, facts: list, cache: Cache) -> bool:
         for p, want in zip(used, chain.from_iterable(map(GET_DEV_EXP, facts))):
             if d.get(p) != (None if p in cp else want):
                 return False
-    if not cache.host_pages.holds(s.host_content, facts, _HOST, _HOST_EXP):
+    if not cache.host_pages.holds(s.host_content, facts, HOST, HOST_EXP):
         return False
     return durable.holds(list(filter(None, map(GET_DURABLE, facts))), cache.disks.mirror.d, cache)
 
@@ -299,7 +295,7 @@ def holds(s: ClusterState, cache: Cache | None = None) -> bool:
         return False
     if not _locks_hold(s):
         return False
-    prepared = pending.prepared_ids(s)
+    prepared = prepared_ids(s)
     if not pending.holds(s, prepared, contract(s.config)):
         return False
     used = list(chain.from_iterable(map(GET_DEV, facts)))

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..digest import page_weight
 from ..digest_sums import value_hash
+from .facts import NID
 
 _FIRST = itemgetter(0)
-NID = 12  # where a node's id sits in its facts (`kvsm.invariants.fast`)
 _GET_NID = itemgetter(NID)
 
 

@@ -15,12 +15,6 @@ from .common import label
 I = 4
 
 
-def prepared_ids(s: ClusterState) -> set[int]:
-    """The node ids of the prepared backups not attached yet (each holds a write and an
-    uncommitted object keyed by that id)."""
-    return {nid for nid in s.prepared.values() if nid is not None}
-
-
 def prepared_violations(s: ClusterState) -> list[str]:
     """The rule on the prepared backups, whole. O(prepared backups x writes)."""
     out = []

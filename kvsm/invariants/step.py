@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .. import effects as fx
 from ..state import QUEUED, ROOT_ID, ClusterState
 from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, tree
-from .common import Report, contract, copying
+from .common import Report, contract, copying, prepared_ids
 
 
 class Shadow:
@@ -95,7 +95,7 @@ class Step(Report):
     @property
     def prepared(self) -> set[int]:
         if self._prepared is None:
-            self._prepared = pending.prepared_ids(self.A)
+            self._prepared = prepared_ids(self.A)
         return self._prepared
 
     @property
