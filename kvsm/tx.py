@@ -12,83 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import immutables
-
-from .digest import MOD, content_hash, entry_hash, free_page_hash, memo_hash
-from .digest_sums import CONTENT_COMPONENTS, I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum, value_hash
+from .digest import MOD, entry_hash, free_page_hash
+from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import effects as fx
+from .maptx import MapTx
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of
 from .victims import backup_candidate, dev_victim_key, host_victim_key
 from .writes import committed
-
-_MISSING = object()
-
-class _MapTx:
-    __slots__ = ("name", "orig", "mut", "dirty")
-
-    def __init__(self, name: str, m: immutables.Map) -> None:
-        self.name = name
-        self.orig = m
-        self.mut: Any = None
-        self.dirty: set = set()
-
-    def get(self, k: Any, default: Any = None) -> Any:
-        return (self.mut if self.mut is not None else self.orig).get(k, default)
-
-    def __getitem__(self, k: Any) -> Any:
-        return (self.mut if self.mut is not None else self.orig)[k]
-
-    def __contains__(self, k: Any) -> bool:
-        return k in (self.mut if self.mut is not None else self.orig)
-
-    def __len__(self) -> int:
-        return len(self.mut if self.mut is not None else self.orig)
-
-    def keys(self) -> Iterable[Any]:
-        return (self.mut if self.mut is not None else self.orig).keys()
-
-    def set(self, k: Any, v: Any) -> None:
-        if self.mut is None:
-            self.mut = self.orig.mutate()
-        self.mut[k] = v
-        self.dirty.add(k)
-
-    def delete(self, k: Any) -> None:
-        if self.mut is None:
-            self.mut = self.orig.mutate()
-        del self.mut[k]
-        self.dirty.add(k)
-
-    def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
-        """The new map and (with `track`) the change of its digest sum."""
-        if self.mut is None:
-            return self.orig, 0
-        new = self.mut.finish()
-        delta = 0
-        if not track:
-            return new, 0
-        name = self.name
-        for k in self.dirty:
-            o = self.orig.get(k, _MISSING)
-            n = new.get(k, _MISSING)
-            if o is n:
-                continue
-            if o is _MISSING:
-                delta += value_hash(name, k, n)
-            elif n is _MISSING:
-                delta -= value_hash(name, k, o)
-            elif name in CONTENT_COMPONENTS:
-                delta += content_hash(name, k, n) - content_hash(name, k, o)
-            else:
-                delta -= memo_hash(name, k, o)
-                delta += memo_hash(name, k, n)
-                bulky = getattr(n, "BULKY", None)
-                if bulky is not None:
-                    bo, bn = getattr(o, bulky), getattr(n, bulky)
-                    if bo is not bn and bo != bn:
-                        delta -= memo_hash(name + "#", k, bo)
-                        delta += memo_hash(name + "#", k, bn)
-        return new, delta
 
 
 class Tx:
@@ -97,15 +27,15 @@ class Tx:
     def __init__(self, s: ClusterState) -> None:
         self.s = s
         self.cfg = s.config
-        self.nodes = _MapTx("nodes", s.nodes)
-        self.objects = _MapTx("objects", s.objects)
-        self.pending = _MapTx("pending", s.pending)
-        self.requests = _MapTx("requests", s.requests)
-        self.dev_content = _MapTx("dev_content", s.dev_content)
-        self.host_content = _MapTx("host_content", s.host_content)
-        self.reload_candidates = _MapTx("reload_candidates", s.reload_candidates)
-        self.l3 = _MapTx("l3", s.l3)
-        self.prepared = _MapTx("prepared", s.prepared)
+        self.nodes = MapTx("nodes", s.nodes)
+        self.objects = MapTx("objects", s.objects)
+        self.pending = MapTx("pending", s.pending)
+        self.requests = MapTx("requests", s.requests)
+        self.dev_content = MapTx("dev_content", s.dev_content)
+        self.host_content = MapTx("host_content", s.host_content)
+        self.reload_candidates = MapTx("reload_candidates", s.reload_candidates)
+        self.l3 = MapTx("l3", s.l3)
+        self.prepared = MapTx("prepared", s.prepared)
         self.l3_used = list(s.l3_used)
         self.spill_queue = s.spill_queue
         self.spills = s.spills

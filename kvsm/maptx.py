@@ -1,0 +1,84 @@
+"""`MapTx`: one of a state's persistent maps (`immutables.Map`) during a transaction
+(`kvsm.tx.Tx`), with the keys it wrote and the change of its digest sum."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import immutables
+
+from .digest import content_hash, memo_hash
+from .digest_sums import CONTENT_COMPONENTS, value_hash
+
+_MISSING = object()
+
+class MapTx:
+    """One persistent map under a transaction: read through, copied on the first write,
+    and the keys written remembered, so that `finish` returns the new map and the change
+    of its digest sum computed from those keys alone."""
+
+    __slots__ = ("name", "orig", "mut", "dirty")
+
+    def __init__(self, name: str, m: immutables.Map) -> None:
+        self.name = name
+        self.orig = m
+        self.mut: Any = None
+        self.dirty: set = set()
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        return (self.mut if self.mut is not None else self.orig).get(k, default)
+
+    def __getitem__(self, k: Any) -> Any:
+        return (self.mut if self.mut is not None else self.orig)[k]
+
+    def __contains__(self, k: Any) -> bool:
+        return k in (self.mut if self.mut is not None else self.orig)
+
+    def __len__(self) -> int:
+        return len(self.mut if self.mut is not None else self.orig)
+
+    def keys(self) -> Iterable[Any]:
+        return (self.mut if self.mut is not None else self.orig).keys()
+
+    def set(self, k: Any, v: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        self.mut[k] = v
+        self.dirty.add(k)
+
+    def delete(self, k: Any) -> None:
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        del self.mut[k]
+        self.dirty.add(k)
+
+    def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
+        """The new map and (with `track`) the change of its digest sum."""
+        if self.mut is None:
+            return self.orig, 0
+        new = self.mut.finish()
+        delta = 0
+        if not track:
+            return new, 0
+        name = self.name
+        for k in self.dirty:
+            o = self.orig.get(k, _MISSING)
+            n = new.get(k, _MISSING)
+            if o is n:
+                continue
+            if o is _MISSING:
+                delta += value_hash(name, k, n)
+            elif n is _MISSING:
+                delta -= value_hash(name, k, o)
+            elif name in CONTENT_COMPONENTS:
+                delta += content_hash(name, k, n) - content_hash(name, k, o)
+            else:
+                delta -= memo_hash(name, k, o)
+                delta += memo_hash(name, k, n)
+                bulky = getattr(n, "BULKY", None)
+                if bulky is not None:
+                    bo, bn = getattr(o, bulky), getattr(n, bulky)
+                    if bo is not bn and bo != bn:
+                        delta -= memo_hash(name + "#", k, bo)
+                        delta += memo_hash(name + "#", k, bn)
+        return new, delta
