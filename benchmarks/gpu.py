@@ -45,7 +45,7 @@ def build_log(path: Path, R: int, pages: int, cycles: int) -> int:
     cfg = Config(name="bench-gpu", R=R, P=1, L1=pages, L2=2 * n)
     s = initial_state(cfg)
     count = 0
-    with LogWriter(path, Header(cfg, None, "hand", s.digest(), {"benchmark": "gpu", "pages": pages, "cycles": cycles})) as w:
+    with LogWriter(path, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={"benchmark": "gpu", "pages": pages, "cycles": cycles})) as w:
 
         def step(name: str, rank: int | None = None, **args: object) -> None:
             nonlocal s, count

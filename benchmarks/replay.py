@@ -75,7 +75,7 @@ def measure(nodes: int, window: int, workdir: Path) -> dict:
     log = workdir / f"walk-{nodes}.jsonl"
     s0 = initial_state(cfg)
     final = s0
-    with LogWriter(log, Header(cfg, 1, "walk", s0.digest(), {})) as w:
+    with LogWriter(log, Header(config=cfg, seed=1, source="walk", initial_digest=s0.digest(), extra={})) as w:
         for t, s in walk(cfg, steps, seed=1, state=s0):
             w.write(t, s)
             final = s

@@ -71,7 +71,7 @@ def reference_sim(capacity: int, log: bool) -> tuple[float, float, float]:
     sim = Simulation(prepare(opts), opts.timing, opts.seed)
     with tempfile.TemporaryDirectory() as d:
         if log:
-            header = Header(sim.cfg, opts.seed, "sim", sim.cluster.state.digest(), {})
+            header = Header(config=sim.cfg, seed=opts.seed, source="sim", initial_digest=sim.cluster.state.digest(), extra={})
             with LogWriter(Path(d) / "ref.jsonl", header) as w:
                 sim.writer = w
                 w0, c0 = _clocks()

@@ -103,7 +103,7 @@ def walk(
     if not bounded:
         cfg = replace(cfg, max_requests=0, max_disk_faults=0)
     s0 = initial_state(cfg)
-    header = Header(cfg, seed, "walk", s0.digest(), {"steps": steps})
+    header = Header(config=cfg, seed=seed, source="walk", initial_digest=s0.digest(), extra={"steps": steps})
     weights = dict(cfg.walk_weights)
     taken: Counter[str] = Counter()
     t0 = time.perf_counter()

@@ -190,7 +190,7 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     from .transitions import apply
 
     s = initial_state(cfg)
-    with LogWriter(path, Header(cfg, None, source, s.digest(), extra or {})) as w:
+    with LogWriter(path, Header(config=cfg, seed=None, source=source, initial_digest=s.digest(), extra=extra or {})) as w:
         for t in steps:
             s = apply(s, t)
             w.write(t, s)

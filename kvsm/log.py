@@ -53,7 +53,7 @@ class LogError(ValueError):
         self.path, self.line, self.reason, self.malformed = path, line, reason, malformed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Header:
     config: Config
     seed: int | None

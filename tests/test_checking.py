@@ -46,7 +46,7 @@ def logs(tmp_path_factory) -> list[Path]:
         c = load_config(cfg)
         s0 = initial_state(c)
         p = d / f"walk-{c.name}.jsonl"
-        with LogWriter(p, Header(c, 1, "walk", s0.digest(), {})) as w:
+        with LogWriter(p, Header(config=c, seed=1, source="walk", initial_digest=s0.digest(), extra={})) as w:
             for t, s in walk(c, 600, 1, s0):
                 w.write(t, s)
         out.append(p)
@@ -349,7 +349,7 @@ def _rewrite(log: Path, out: Path) -> None:
     written with the digests that gives (up to the first transition it rejects)."""
     h, stream = read_log(log)
     s = initial_state(h.config)
-    with LogWriter(out, Header(h.config, h.seed, h.source, s.digest(), h.extra)) as w:
+    with LogWriter(out, Header(config=h.config, seed=h.seed, source=h.source, initial_digest=s.digest(), extra=h.extra)) as w:
         for _, _, t, _ in stream:
             try:
                 s = apply(s, t)

@@ -327,7 +327,7 @@ def test_add_keeps_a_refused_step_as_a_rejects_directive(tmp_path):
     s = initial_state(cfg)
     log = tmp_path / "hand.jsonl"
     T = Transition.make
-    with LogWriter(log, Header(cfg, None, "hand", s.digest(), {})) as w:
+    with LogWriter(log, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
         for t in (T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0),
                   T("Arrive", rid=1, tokens=[4], out_pages=0), T("Match", rid=1)):
             s = apply(s, t)

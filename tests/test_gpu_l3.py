@@ -33,7 +33,7 @@ CUDA = pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
 
 
 def _write(steps: list, cfg, out: Path, source: str, seed: int | None) -> Path:
-    with LogWriter(out, Header(cfg, seed, source, initial_state(cfg).digest(), {})) as w:
+    with LogWriter(out, Header(config=cfg, seed=seed, source=source, initial_digest=initial_state(cfg).digest(), extra={})) as w:
         for t, s in steps:
             w.write(t, s)
     return out

@@ -38,7 +38,7 @@ SMALL = dict(page_bytes=256, layers=2, timeout_s=120)
 def _write_walk(cfg_name: str | Path, steps: int, seed: int, out: Path) -> Path:
     cfg = load_config(cfg_name)
     s0 = initial_state(cfg)
-    with LogWriter(out, Header(cfg, seed, "walk", s0.digest(), {"steps": steps})) as w:
+    with LogWriter(out, Header(config=cfg, seed=seed, source="walk", initial_digest=s0.digest(), extra={"steps": steps})) as w:
         for t, s in walk(cfg, steps, seed, s0):
             w.write(t, s)
     return out

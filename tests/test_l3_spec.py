@@ -261,7 +261,7 @@ def _three_request_log(path, steps):
     cfg = replace(load_config("l3"), name="l3-three", max_requests=3)
     s = initial_state(cfg)
     states = [s]
-    with LogWriter(path, Header(cfg, None, "hand", s.digest(), {})) as w:
+    with LogWriter(path, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
         for t in steps:
             s = apply(s, t)
             states.append(s)

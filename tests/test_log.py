@@ -22,7 +22,7 @@ def write_walk(path, config="small", steps=150, seed=3):
     cfg = load_config(config)
     s0 = initial_state(cfg)
     digests = []
-    with LogWriter(path, Header(cfg, seed, "walk", s0.digest(), {})) as w:
+    with LogWriter(path, Header(config=cfg, seed=seed, source="walk", initial_digest=s0.digest(), extra={})) as w:
         for t, s in walk(cfg, steps, seed, s0):
             w.write(t, s)
             digests.append(s.digest())
@@ -137,7 +137,7 @@ def test_failed_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
     p.write_text("precious\n")
     cfg = load_config("small")
     with pytest.raises(RuntimeError):
-        with LogWriter(p, Header(cfg, 0, "walk", initial_state(cfg).digest(), {})) as w:
+        with LogWriter(p, Header(config=cfg, seed=0, source="walk", initial_digest=initial_state(cfg).digest(), extra={})) as w:
             for t, s in walk(cfg, 5, 0):
                 w.write(t, s)
             raise RuntimeError("crash mid-write")
@@ -188,7 +188,7 @@ def test_a_missing_log_is_named_without_a_line_number(tmp_path):
 
 def test_a_log_path_that_cannot_be_written_is_an_error_before_anything_runs(tmp_path):
     cfg = load_config("small")
-    header = Header(cfg, 0, "walk", initial_state(cfg).digest(), {})
+    header = Header(config=cfg, seed=0, source="walk", initial_digest=initial_state(cfg).digest(), extra={})
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_text("a file\n")
     for target, why in ((tmp_path / "d", "is a directory"), (tmp_path / "f" / "x.jsonl", "not a directory")):
@@ -203,7 +203,7 @@ def test_a_rename_that_fails_at_the_end_leaves_no_temporary_file(tmp_path):
     cfg = load_config("small")
     target = tmp_path / "late.jsonl"
     with pytest.raises(OutputError) as e:
-        with LogWriter(target, Header(cfg, 0, "walk", initial_state(cfg).digest(), {})) as w:
+        with LogWriter(target, Header(config=cfg, seed=0, source="walk", initial_digest=initial_state(cfg).digest(), extra={})) as w:
             for t, s in walk(cfg, 5, 0):
                 w.write(t, s)
             target.mkdir()  # the path became a directory while the run wrote
@@ -223,7 +223,7 @@ def test_the_writer_ends_every_log_with_its_count_and_final_digest(tmp_path):
     empty = tmp_path / "empty.jsonl"
     cfg = load_config("small")
     s0 = initial_state(cfg)
-    with LogWriter(empty, Header(cfg, 0, "walk", s0.digest(), {})):
+    with LogWriter(empty, Header(config=cfg, seed=0, source="walk", initial_digest=s0.digest(), extra={})):
         pass
     assert json.loads(empty.read_text().splitlines()[-1]) == {"end": True, "transitions": 0, "final_digest": s0.digest()}
     assert replay(empty).ok

@@ -162,7 +162,7 @@ def test_tail_story_ends_where_replay_stops(tmp_path):
     cfg = fresh().config
     s = initial_state(cfg)
     log = tmp_path / "bad.jsonl"
-    with LogWriter(log, Header(cfg, None, "hand", s.digest(), {})) as w:
+    with LogWriter(log, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
         for t in (T("Arrive", rid=0, tokens=[1], out_pages=0), T("Match", rid=0)):
             s = apply(s, t)
             w.write(t, s)

@@ -194,7 +194,7 @@ def test_validate_accepts_walks_where_the_l3_tier_is_busy(tmp_path):
 def _log_of(path: Path, steps: list[Transition]) -> Path:
     cfg = load_config("small")
     s = initial_state(cfg)
-    with LogWriter(path, Header(cfg, None, "hand", s.digest(), {})) as w:
+    with LogWriter(path, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
         for t in steps:
             s = apply(s, t)
             w.write(t, s)
@@ -257,7 +257,7 @@ def test_the_spec_plans_a_load_back_through_unlock_contributions_as_the_model_do
     monkeypatch.setattr(planner, "_unlock", lambda *a: unlocks.append(real_unlock(*a)) or unlocks[-1])
     s = initial_state(cfg)
     log = tmp_path / "unlock.jsonl"
-    with LogWriter(log, Header(cfg, None, "hand", s.digest(), {})) as w:
+    with LogWriter(log, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
         for t in steps:
             if t.name == "LoadBack":
                 before = s

@@ -143,7 +143,7 @@ def log_text(cfg: Any, seed: int, transitions: Sequence[Transition], extra: dict
     """A kvsm log of `transitions` applied from the initial state (up to the first one the
     model rejects), with the digests the model gives; and how many it holds."""
     s = initial_state(cfg)
-    lines = [dumps(Header(cfg, seed, "sim", s.digest(), extra).to_json())]
+    lines = [dumps(Header(config=cfg, seed=seed, source="sim", initial_digest=s.digest(), extra=extra).to_json())]
     n = 0
     for t in transitions:
         try:

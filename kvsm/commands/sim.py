@@ -69,7 +69,7 @@ def _tell_story(opts: Any, output: Optional[Path]) -> None:
     try:
         prep = prepare(opts)
         sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
-        header = Header(prep.cfg, opts.seed, "sim", sim.cluster.state.digest(), {"stopped": "a failed run, up to where it stopped"})
+        header = Header(config=prep.cfg, seed=opts.seed, source="sim", initial_digest=sim.cluster.state.digest(), extra={"stopped": "a failed run, up to where it stopped"})
         stopped = False
         with LogWriter(path, header) as w:
             sim.writer = w

@@ -265,7 +265,7 @@ def case_to_log(case: Case, path: str | Path, with_bug: bool = True) -> Path:
     origin = case.origin
     extra = dict(origin.get("extra") or {})
     extra["case"] = case_info(case)
-    header = Header(cfg, origin.get("seed"), origin.get("source", "hand"), s.digest(), extra)
+    header = Header(config=cfg, seed=origin.get("seed"), source=origin.get("source", "hand"), initial_digest=s.digest(), extra=extra)
     with LogWriter(path, header) as w:
         for e in case.script:
             if e.kind != "step":
