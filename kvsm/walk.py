@@ -15,29 +15,108 @@ from typing import Iterator
 from .config import Config
 from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, names_for
+from .transitions.registry import cluster_view, waits_for_round
+from .transitions.reserve import FitsByLength
 
 
-def _candidates(state: ClusterState, name: str, rng: random.Random) -> Iterator[Transition]:
-    """A family's instances in random order; large families are sampled first."""
+def _candidates(state: ClusterState, name: str, rng: random.Random, blocked: bool = False) -> Iterator[Transition]:
+    """A family's instances in the walk's random order; large families are sampled first.
+    With `blocked` (every instance is known to be disabled), nothing is yielded but the
+    random draws are the same, so that the walk goes on as if each had been rejected."""
     spec = REGISTRY[name]
     if name == "Arrive" and state.config.prompts:
         # one prompt drawn from the config's list (a list of 100k prompts is not
         # enumerated at every step); a rejected arrival rejects them all
         p = rng.choice(state.config.prompts)
-        yield Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)
+        if not blocked:
+            yield Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)
         return
-    if name == "Reserve" and len(state.backup_index) > 16:
-        # a large tree can have thousands of backup candidates: try a few drawn at
-        # random before enumerating them all
-        from .transitions.reserve import reserve_fits
-
-        pool = state.backup_index
-        for _ in range(8):
-            nid = pool[rng.randrange(len(pool))]
-            yield Transition.make("Reserve", node=nid, fits=reserve_fits(state, nid))
+    if name == "Reserve":
+        yield from _reserve_candidates(state, rng, blocked)
+        return
     cands = list(spec.candidates(state))
     rng.shuffle(cands)
-    yield from cands
+    if not blocked:
+        yield from cands
+
+
+def _reserve_candidates(state: ClusterState, rng: random.Random, blocked: bool) -> Iterator[Transition]:
+    """`Reserve` has a candidate for every node of `state.backup_index` (thousands on a
+    large tree): the node ids are drawn and shuffled, and a candidate's `fits` is decided
+    only when the walk tries it, once per page length (`FitsByLength`). The order is the
+    one `reserve_candidates` shuffled would give: a shuffle's permutation depends only on
+    the list's length."""
+    pool = state.backup_index
+    view = cluster_view(state.config)
+    fits = FitsByLength(state, view)
+    if len(pool) > 16:
+        # try a few drawn at random before the whole shuffled pool (decided from the
+        # cluster's view None, as these draws always have been)
+        drawn = fits if view is None else FitsByLength(state, None)
+        for _ in range(8):
+            nid = pool[rng.randrange(len(pool))]
+            if not blocked:
+                yield Transition.make("Reserve", node=nid, fits=drawn(nid))
+    if blocked:
+        advance_as_shuffle(rng, len(pool))
+        return
+    ids = pool.to_list()
+    rng.shuffle(ids)
+    for nid in ids:
+        yield Transition.make("Reserve", node=nid, fits=fits(nid))
+
+
+def _shuffle_words(rng: random.Random, n: int) -> None:
+    """Advance `rng` as `rng.shuffle` of an `n`-item list does, without the list: that
+    shuffle draws `_randbelow(m)` for m = n down to 2, each a `getrandbits(m.bit_length())`
+    repeated until below m, and every such call takes one 32-bit word of the generator.
+    The words are drawn by the thousand in one call and the rejections replayed on
+    them; the generator is then set back and advanced by exactly the words used."""
+    getrandbits = rng.getrandbits
+    m = n
+    while m >= 2:
+        k = m.bit_length()
+        lo = max(2, 1 << (k - 1))  # every m down to lo has k bits
+        # a word w gives (w >> shift) < m exactly when w < m << shift
+        shift = 32 - k
+        bound, unit, end = m << shift, 1 << shift, lo << shift
+        while bound >= end:
+            saved = rng.getstate()
+            count = 2 * ((bound - end) >> shift) + 34  # each m takes 2 words on average at worst
+            words = memoryview(getrandbits(32 * count).to_bytes(4 * count, "little")).cast("I")
+            for used, w in enumerate(words, 1):
+                if w < bound:
+                    bound -= unit
+                    if bound < end:
+                        rng.setstate(saved)
+                        getrandbits(32 * used)
+                        break
+        m = lo - 1
+
+
+_SHUFFLE_WORDS_AGREE: bool | None = None
+
+
+def advance_as_shuffle(rng: random.Random, n: int) -> None:
+    """Advance `rng` exactly as `rng.shuffle` of an `n`-item list would: by `_shuffle_words`
+    where it agrees with this Python's `random.shuffle` (checked once), else by shuffling."""
+    global _SHUFFLE_WORDS_AGREE
+    if _SHUFFLE_WORDS_AGREE is None:
+        _SHUFFLE_WORDS_AGREE = _shuffle_words_agree()
+    if _SHUFFLE_WORDS_AGREE:
+        _shuffle_words(rng, n)
+    else:
+        rng.shuffle(list(range(n)))
+
+
+def _shuffle_words_agree() -> bool:
+    for n in (0, 1, 2, 3, 17, 100, 1025):
+        a, b = random.Random(n), random.Random(n)
+        a.shuffle(list(range(n)))
+        _shuffle_words(b, n)
+        if a.getstate() != b.getstate():
+            return False
+    return True
 
 
 def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> tuple[Transition, ClusterState] | None:
@@ -46,7 +125,7 @@ def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> 
         w = [weights.get(n, 1.0) for n in names]
         name = rng.choices(names, weights=w)[0]
         spec = REGISTRY[name]
-        for t in _candidates(state, name, rng):
+        for t in _candidates(state, name, rng, waits_for_round(spec, state)):
             try:
                 return t, spec.apply(state, t)
             except Rejected:
