@@ -1,10 +1,12 @@
 """Replay cost per transition as the tree grows: walks over trees of about 1k, 10k and
-100k nodes, replayed (parse, apply, verify digest) from their logs; the time per
-transition is measured over the last WINDOW transitions of each replay, once the tree
-has its size, and the largest tree's figure is divided by the smallest's.
+100k nodes (or --sizes), replayed (parse, apply, verify digest) from their logs; the
+time per transition is measured over the last WINDOW transitions of each replay, once
+the tree has its size, and the largest tree's figure is divided by the smallest's.
 
-Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...],
-"ratio_100k_over_1k": r}. Target: ratio <= 2.
+Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...], "walk_s": [...],
+"ratio_100k_over_1k": r} (the key names the sizes). Target (issue 26): ratio <= 1.5
+for 1M over 1k (`--sizes 1000,1000000`: the 1M walk is 11.4M steps, hours on a
+shared core); the default sizes had ratio <= 2 as theirs.
 
 With --check, measures instead what checking every invariant costs (`kvsm replay
 --check`, `kvsm.checking`): a 4-rank L3 simulator log (the first --requests requests of
@@ -75,12 +77,14 @@ def measure(nodes: int, window: int, workdir: Path) -> dict:
     log = workdir / f"walk-{nodes}.jsonl"
     s0 = initial_state(cfg)
     final = s0
+    t0 = time.perf_counter()
     with LogWriter(log, Header(cfg, 1, "walk", s0.digest(), {})) as w:
         for t, s in walk(cfg, steps, seed=1, state=s0):
             w.write(t, s)
             final = s
+    walk_s = time.perf_counter() - t0
     total, node_count = w.count, len(final.nodes)
-    print(f"  {nodes}: walk of {total} transitions, {node_count} nodes", file=sys.stderr, flush=True)
+    print(f"  {nodes}: walk of {total} transitions, {node_count} nodes, {walk_s:.0f} s", file=sys.stderr, flush=True)
     # The replay is measured alone: the walk's final state (a whole tree and its indexes)
     # would otherwise stay alive beside the replay's, doubling what every full collection
     # traverses and what the caches hold.
@@ -95,7 +99,7 @@ def measure(nodes: int, window: int, workdir: Path) -> dict:
 
     res = replay(log, on_step=on_step)
     assert res.ok, res.to_json()
-    return {"nodes": node_count, "transitions": total,
+    return {"nodes": node_count, "transitions": total, "walk_s": walk_s,
             "per_transition_us": (stamps[total] - stamps[start]) / window * 1e6}
 
 
@@ -155,6 +159,10 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     }
 
 
+def _size(n: int) -> str:
+    return f"{n // 1000000}M" if n >= 1000000 and n % 1000000 == 0 else f"{n // 1000}k"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
@@ -176,8 +184,9 @@ def main() -> int:
         "sizes": sizes,
         "nodes": [r["nodes"] for r in rows],
         "transitions": [r["transitions"] for r in rows],
+        "walk_s": [round(r["walk_s"]) for r in rows],
         "per_transition_us": [round(r["per_transition_us"], 1) for r in rows],
-        f"ratio_{sizes[-1] // 1000}k_over_{sizes[0] // 1000}k": round(rows[-1]["per_transition_us"] / rows[0]["per_transition_us"], 2),
+        f"ratio_{_size(sizes[-1])}_over_{_size(sizes[0])}": round(rows[-1]["per_transition_us"] / rows[0]["per_transition_us"], 2),
     }
     print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
     return 0

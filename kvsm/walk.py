@@ -5,6 +5,13 @@ Each step picks a transition at random, weighted by the config's `walk_weights`
 enabled instances uniformly (for `Arrive`: a prompt drawn uniformly from the config's
 list). The same config and seed give the
 same walk, byte for byte.
+
+A step costs what the walk tries, not the tree's size: `Reserve`'s candidates (one per
+node of `backup_index`) are shuffled as node ids and each one's `fits` is decided when
+it is tried, once per page length; a family the open commit round blocks is not tried
+at all, only its random draws are made (for `Reserve`, the shuffle's draws without the
+list). What remains linear is the draws of a blocked `Reserve`'s shuffle, about 0.2 us
+a candidate.
 """
 
 from __future__ import annotations
