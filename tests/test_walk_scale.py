@@ -16,6 +16,7 @@ from kvsm.state import ClusterState, Rejected
 from kvsm.transitions import REGISTRY, Transition, names_for
 from kvsm.transitions.registry import cluster_view, waits_for_round
 from kvsm.transitions.reserve import FitsByLength, reserve, reserve_candidates, reserve_fits
+from kvsm import walk as walk_module
 from kvsm.walk import _candidates, advance_as_shuffle, walk
 
 
@@ -122,19 +123,32 @@ def test_blocked_families_draw_as_if_tried():
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(0, 5000), seed=st.integers(0, 2**32 - 1))
 def test_advance_as_shuffle_is_a_shuffle(n, seed):
-    a, b = random.Random(seed), random.Random(seed)
+    a, b, c = random.Random(seed), random.Random(seed), random.Random(seed)
     a.shuffle(list(range(n)))
     advance_as_shuffle(b, n)
-    assert a.getstate() == b.getstate()
+    walk_module._shuffle_words(c, n)  # what advance_as_shuffle uses where it agrees
+    assert a.getstate() == b.getstate() == c.getstate()
     assert a.random() == b.random()
 
 
-def test_advance_as_shuffle_at_block_edges():
-    """Lengths at and around powers of two, where the bits per draw change."""
-    for k in range(1, 17):
+def test_shuffle_words_agree_here():
+    """This Python's shuffle is the one `_shuffle_words` replays (else walks fall back
+    to shuffling, slower but alike)."""
+    assert walk_module._shuffle_words_agree()
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_advance_as_shuffle_at_block_edges(numpy, monkeypatch):
+    """Lengths at and around powers of two, where the bits per draw change, with the
+    draws replayed by numpy (where installed) and without."""
+    if numpy:
+        pytest.importorskip("numpy")
+    else:
+        monkeypatch.setattr(walk_module, "_np", None)
+    for k in range(1, 18):
         for n in (2**k - 1, 2**k, 2**k + 1):
             for seed in range(3):
                 a, b = random.Random(seed), random.Random(seed)
                 a.shuffle(list(range(n)))
-                advance_as_shuffle(b, n)
+                walk_module._shuffle_words(b, n)
                 assert a.getstate() == b.getstate(), n
