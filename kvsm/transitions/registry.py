@@ -86,6 +86,12 @@ def _every_rank_decides(decide: Callable[..., ClusterState]) -> Callable[..., Cl
     return apply
 
 
+def waits_for_round(spec: Spec, s: ClusterState) -> bool:
+    """Whether every instance of `spec` is disabled in `s` because a round of the commit
+    collective is open (the guard `register` adds to replicated steps)."""
+    return not spec.per_rank and not spec.in_round and any(s.commit_round)
+
+
 def _after_round(apply: Callable[..., ClusterState]) -> Callable[..., ClusterState]:
     def guarded(s: ClusterState, t: Transition, *view: int | None) -> ClusterState:
         if any(s.commit_round):

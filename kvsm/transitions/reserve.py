@@ -47,10 +47,32 @@ def _eligible(s: ClusterState, nid: int) -> None:
 def reserve_fits(s: ClusterState, nid: int, view: int | None = None) -> bool:
     """Whether a reserve of eligible node `nid` finds a run, evicting from the snapshot
     (rank `view`'s decision)."""
-    length = s.nodes[nid].pages
+    return _fits(s, s.nodes[nid].pages, view)
+
+
+def _fits(s: ClusterState, length: int, view: int | None) -> bool:
     if Tx(s).first_fit(length) is not None:
         return True
     return evict_host_to_fit(Tx(s), length, view) is not None
+
+
+class FitsByLength:
+    """`reserve_fits(s, nid, view)` for any node of one state, each page length decided
+    once: the outcome depends on the state and the node's length only, so a state's
+    thousands of backup candidates cost as many decisions as they have distinct lengths."""
+
+    __slots__ = ("s", "view", "known")
+
+    def __init__(self, s: ClusterState, view: int | None) -> None:
+        self.s, self.view = s, view
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, nid: int) -> bool:
+        length = self.s.nodes[nid].pages
+        fits = self.known.get(length)
+        if fits is None:
+            fits = self.known[length] = _fits(self.s, length, self.view)
+        return fits
 
 
 def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
@@ -77,8 +99,9 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
 
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
+    fits = FitsByLength(s, cluster_view(s.config))
     for nid in s.backup_index:
-        yield Transition.make("Reserve", node=nid, fits=reserve_fits(s, nid, cluster_view(s.config)))
+        yield Transition.make("Reserve", node=nid, fits=fits(nid))
 
 
 def prepare_length(s: ClusterState, rid: int) -> int:
@@ -91,8 +114,7 @@ def prepare_length(s: ClusterState, rid: int) -> int:
 
 
 def prepare_fits(s: ClusterState, rid: int) -> bool:
-    length = prepare_length(s, rid)
-    return Tx(s).first_fit(length) is not None or evict_host_to_fit(Tx(s), length) is not None
+    return _fits(s, prepare_length(s, rid), None)
 
 
 def prepare(s: ClusterState, t: Transition) -> ClusterState:
