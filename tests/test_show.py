@@ -142,7 +142,7 @@ def test_the_viewer_opens_at_the_step_in_its_url_and_highlights_what_changed(tmp
     out = tmp_path / "anchor.html"
     assert runner.invoke(app, ["show", str(ANCHOR), "--html", str(out)]).exit_code == 0
     dom = _browse("--dump-dom", f"file://{out}#step=16").stdout
-    assert "step 16: Match rid=1   (line 28)" in dom and "step 16 / 44" in dom
+    assert "step 16: Match rid=1   (line 35)" in dom and "step 16 / 44" in dom
     # the split: #2 is new (green), #1 changed (yellow) with its changed fields marked
     assert 'class="node added" data-key="node 2"' in dom
     assert 'class="node changed" data-key="node 1"' in dom and 'class="f fchanged"' in dom
