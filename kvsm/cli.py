@@ -94,7 +94,8 @@ def walk(
 ) -> None:
     """A seeded random walk over the enabled transitions, written as a log; it says which transitions it took. Each step picks a transition family weighted by the config's walk_weights, then one of its enabled instances. With --bug, the model has that defect, and the log's header names it."""
     from .invariants import violations_after
-    from .log import Header, LogWriter, OutputError
+    from .log import Header, LogWriter
+    from .output import OutputError
     from .state import initial_state
     from .transitions import names_for
     from .walk import walk as do_walk

@@ -25,7 +25,7 @@ from typing import IO, Any, Iterator
 
 from .bounds import INT64_MAX, MAX_DEVICE_PAGES, MAX_LINE_BYTES
 from .config import Config, ConfigError
-from .output import AtomicFile, OutputError, check_output_file  # noqa: F401 - OutputError, check_output_file: re-exported
+from .output import AtomicFile, OutputError
 from .state import ClusterState
 from .transitions import REGISTRY, Transition
 

@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 
 from kvsm.config import load_config
-from kvsm.log import Header, LogError, LogWriter, OutputError, read_log
+from kvsm.log import Header, LogError, LogWriter, read_log
+from kvsm.output import OutputError
 from kvsm.replay import replay
 from kvsm.state import initial_state
 from kvsm.walk import walk

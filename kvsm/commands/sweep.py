@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         an HTML report."""
         from ..campaign.execute import run_all
         from ..campaign.store import StoreError
-        from ..log import OutputError, check_output_file
+        from ..output import OutputError, check_output_file
         from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, parse_axes, run_point
         from ..sweep.report import CSV, REPORT, knees, write_outputs
 

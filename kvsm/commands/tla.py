@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
         with --simulate its invariants along random behaviours (with --bug, of the spec
         with that defect). A violation's trace becomes a kvsm log that `kvsm replay
         --check` replays (with the same --bug)."""
-        from ..log import OutputError, check_output_file
+        from ..output import OutputError, check_output_file
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
 

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..log import Header, LogWriter, OutputError
+from ..log import Header, LogWriter
+from ..output import OutputError
 from ..state import initial_state
 from ..transitions import successors
 from .models import ModelConfig, load_model
