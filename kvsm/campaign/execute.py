@@ -73,15 +73,34 @@ class Session:
     scratch: str | None = None  # the local workers' directory, removed at close
 
     def close(self) -> None:
-        try:
-            self.client.close()
-        finally:
+        # a local scheduler runs in this process: while the client and the cluster go
+        # down, it may still try to send a finished task's news to the closed client and
+        # log that as CRITICAL with a traceback, news nobody waits for any more
+        with _quiet_dask():
             try:
-                if self.local is not None:
-                    self.local.close()
+                self.client.close()
             finally:
-                if self.scratch is not None:
-                    shutil.rmtree(self.scratch, ignore_errors=True)
+                try:
+                    if self.local is not None:
+                        self.local.close()
+                finally:
+                    if self.scratch is not None:
+                        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@contextmanager
+def _quiet_dask() -> Iterator[None]:
+    """Dask's and tornado's loggers silent, at every level, for the block's length."""
+    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in ("distributed", "tornado")]
+    loggers = [logging.getLogger(n) for n in {"distributed", "tornado", *names}]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
 
 
 def connect(workers: int | None = None, scheduler: str | None = None, processes: bool = True, timeout: float = 30.0) -> Session:
