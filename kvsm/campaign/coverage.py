@@ -12,9 +12,12 @@ Per run (`Coverage`, fed every transition of the log with the state before and a
 - `invariants`: how many times each invariant was evaluated, from scratch (`full`) and
   after a transition from what it wrote (`step`) (`kvsm.checking.Stats`);
 - `scenarios`: the edges of the spec's scenario list (docs/tla.md) the run took, each
-  recognised from the transition and the states around it (`SCENARIOS`).
+  recognised from the transition and the states around it (`SCENARIOS`);
+- `pairs`: how many times each ordered pair of transition kinds `a>b` was taken, b right
+  after a in the log (on the same request or another).
 
-`merge` adds runs' coverages into a campaign's.
+`merge` adds runs' coverages into a campaign's; `against_graph` compares a campaign's
+kinds and pairs with those of the state graph of `small` (`kvsm.campaign.spec_graph`).
 """
 
 from __future__ import annotations
@@ -141,12 +144,18 @@ class Coverage:
         self.transitions: dict[str, int] = {}
         self.guards: dict[str, dict[str, int]] = {}
         self.scenarios: dict[str, int] = {}
+        self.pairs: dict[str, int] = {}
+        self.last: str | None = None
         self.count = 0
 
     def after(self, t: Transition, before: ClusterState, after: ClusterState) -> None:
         self.count += 1
         name = t.name
         self.transitions[name] = self.transitions.get(name, 0) + 1
+        if self.last is not None:
+            pair = f"{self.last}>{name}"
+            self.pairs[pair] = self.pairs.get(pair, 0) + 1
+        self.last = name
         for sname, f in _BY_TRANSITION.get(name, ()):
             if f(before, t, after):
                 self.scenarios[sname] = self.scenarios.get(sname, 0) + 1
@@ -182,6 +191,7 @@ class Coverage:
             "faults": {k: v for k, v in sorted(faults.items()) if v},
             "invariants": invariants,
             "scenarios": dict(sorted(self.scenarios.items())),
+            "pairs": dict(sorted(self.pairs.items())),
         }
 
 
@@ -197,6 +207,7 @@ def empty() -> dict[str, Any]:
         "faults": {k: 0 for k in KINDS},
         "invariants": {k: {"full": 0, "step": 0} for k in INVARIANTS},
         "scenarios": {name: 0 for name, _, _ in SCENARIOS},
+        "pairs": {},
     }
 
 
@@ -216,3 +227,30 @@ def merge(total: dict[str, Any], run: dict[str, Any]) -> None:
             t[kind] = t.get(kind, 0) + v
     for k, v in run.get("scenarios", {}).items():
         total["scenarios"][k] = total["scenarios"].get(k, 0) + v
+    pairs = total.setdefault("pairs", {})
+    for k, v in run.get("pairs", {}).items():
+        pairs[k] = pairs.get(k, 0) + v
+
+
+def against_graph(total: dict[str, Any], graph: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The kinds and pairs of kinds of the spec's graph of `small` (`spec_graph.load()`)
+    that the campaign's coverage `total` reached, and those it never reached."""
+    from .spec_graph import load
+
+    g = graph if graph is not None else load()
+    taken = {k for k, v in total.get("transitions", {}).items() if v}
+    pairs = {k for k, v in total.get("pairs", {}).items() if v}
+    kinds, gpairs = g["kinds"], g["pairs"]
+    reached_p = [p for p in gpairs if p in pairs]
+    return {
+        "config": g["config"],
+        "kinds": {"reached": sum(k in taken for k in kinds), "of": len(kinds), "missing": [k for k in kinds if k not in taken]},
+        "pairs": {
+            "reached": len(reached_p),
+            "of": len(gpairs),
+            "percent": round(100.0 * len(reached_p) / max(1, len(gpairs)), 1),
+            "missing": [p for p in gpairs if p not in pairs],
+            # pairs the runs took that the small model cannot (more requests, ranks or tiers)
+            "beyond": sum(1 for p in pairs if p not in set(gpairs)),
+        },
+    }

@@ -1,11 +1,15 @@
 """What one run of a campaign is, derived from its number alone.
 
-A campaign's choices (`Space`: the configs, tier sets, fault mixes and injected
-defect it was given) and a run's number (its seed) decide everything about the run:
-which config, tiers and fault mix, which workload and how many requests, the page
-capacities, the rank count and the victim order. The same space and number give the
-same `RunSpec` on every machine, and `command(spec)` is the `kvsm sim` command that
-reproduces the run alone.
+A campaign's choices (`Space`: the configs, tier sets, fault mixes, schedule and
+injected defect it was given) and a run's number (its seed) decide everything about
+the run, swarm-style (each run draws its own features, Groce et al., ISSTA 2012):
+which config, tiers and fault mix (with the default `swarm` mix, which fault kinds are
+on and at what rate), which workload and how many requests, the page capacities (tiny
+ones included), the rank count, the victim order, and the config's knobs (`SETTINGS`:
+prepared backups, the commit call, thresholds, the L3 limits, and with
+`knobs = reference` the fidelity knobs' reference values). The same space and number
+give the same `RunSpec` on every machine, and `command(spec)` is the `kvsm sim` command
+that reproduces the run alone.
 """
 
 from __future__ import annotations
@@ -15,14 +19,19 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..config import ConfigError, load_config
+from ..config import KNOB_VALUES, KNOBS, ConfigError, load_config
 from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
-from ..sim.options import TIERS, prepare
+from ..sim.faults import KINDS
+from ..sim.options import TIERS, format_setting, parse_schedule, prepare
 
 CONFIGS = ("small", "default", "l3")
 TIER_SETS = TIERS
-# one mix per fault kind, and one with every kind (disk is dropped where a run has no L3)
-FAULT_MIXES = (
+# `--faults swarm` (the default): each run turns each fault kind on with probability 1/2,
+# at a rate drawn from the kind's own (disk only with L3)
+SWARM = "swarm"
+FAULT_MIXES = (SWARM,)
+# the mixes campaigns drew before swarm runs: one per fault kind, and one with every kind
+FIXED_MIXES = (
     "none",
     "slow:0.1",
     "stall:0.05",
@@ -36,11 +45,32 @@ WORKLOADS = ("system-prompts", "multi-turn", "long-doc", "thrash", "synthetic")
 # config's own pages): small ones make every tier evict, large ones let reloads and
 # load-backs happen. The worker turns them into pages from the run's workload
 # (`resolve`), so that they mean the same for two-page and hundred-page prompts.
-L1_PROMPTS = (None, 0.5, 1, 2, 4, 16)  # device pages of all lanes together
-L2_PROMPTS = (None, 1, 4, 16)
-L3_PROMPTS = (None, 2, 8, 32)
+L1_PROMPTS = (None, 0.25, 0.5, 1, 2, 4, 16)  # device pages of all lanes together
+L2_PROMPTS = (None, 0.5, 1, 4, 16)
+L3_PROMPTS = (None, 1, 2, 8, 32)
 RANKS = (None, 1, 2, 4)
 EVICTIONS = (None, "lru", "slru")
+
+
+SWARM_RATES = {"slow": (0.02, 0.1, 0.3), "stall": (0.01, 0.05, 0.2), "abort": (0.02, 0.1, 0.3),
+               "burst": (0.02, 0.1), "disk": (0.002, 0.01, 0.05)}
+# Config fields a run draws (None: the config's own), and for which tier sets; each
+# fidelity knob of `kvsm.config.KNOBS` joins with its non-default values when the
+# campaign's `knobs` is `reference` (they model the reference's findings: runs that
+# take them fail by design).
+SETTINGS: tuple[tuple[str, tuple[Any, ...], str], ...] = (
+    ("prepared_backups", (None, False, True), "l1,l2"),
+    ("commit_call", (None, "fixed", "atomic"), "l1"),
+    ("policy", (None, None, "write_back"), "l1,l2"),
+    ("write_threshold", (None, 1, 2, 4), "l1,l2"),
+    ("load_back_threshold", (None, 1, 16, 64), "l1,l2"),
+    ("reload_ttl", (None, 1, 2, 8), "l1,l2,l3"),
+    ("spill_inflight", (None, 1, 2, 4), "l1,l2,l3"),
+    ("reload_inflight", (None, 1, 2), "l1,l2,l3"),
+    ("spill_queue_cap", (None, 1, 2, 8), "l1,l2,l3"),
+)
+KNOB_MODES = ("fixed", "reference")
+SCHEDULE = "random"
 
 
 class SpaceError(ValueError):
@@ -58,6 +88,8 @@ class Space:
     workloads: tuple[str, ...] = WORKLOADS
     requests: tuple[int, int] = (8, 48)
     tiers_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    schedule: str = SCHEDULE
+    knobs: str = "fixed"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -72,6 +104,8 @@ def make_space(
     bug: str = "none",
     requests: tuple[int, int] = (8, 48),
     workloads: list[str] | None = None,
+    schedule: str = SCHEDULE,
+    knobs: str = "fixed",
 ) -> Space:
     """Check every choice before any run starts: each config loads and accepts the
     injected defect `bug` (the config's own refusal otherwise), each tier set and fault
@@ -84,7 +118,15 @@ def make_space(
     for t in tiers:
         if t not in TIER_SETS:
             raise SpaceError(f"--tiers {t!r}: must be one of {' | '.join(TIER_SETS)}")
+    try:
+        parse_schedule(schedule)
+    except SimError as e:
+        raise SpaceError(str(e)) from None
+    if knobs not in KNOB_MODES:
+        raise SpaceError(f"--knobs {knobs!r}: must be one of {' | '.join(KNOB_MODES)}")
     for f in faults:
+        if f == SWARM:
+            continue
         try:
             Faults.parse(f)
         except FaultSpecError as e:
@@ -105,14 +147,14 @@ def make_space(
         ok = []
         for t in tiers:
             try:
-                prepare(SimOptions(workload="system-prompts", requests=1, config=c, tiers=t, bug=bug))
+                prepare(SimOptions(workload="system-prompts", requests=1, config=c, tiers=t, bug=bug, schedule=schedule))
             except SimError:
                 continue  # e.g. a write_back config cannot run without L2
             ok.append(t)
         if not ok:
             raise SpaceError(f"config '{c}' can run none of the tier sets {', '.join(tiers)}")
         tiers_for.append((c, tuple(ok)))
-    return Space(tuple(configs), tuple(tiers), tuple(faults), bug, tuple(workloads or WORKLOADS), (lo, hi), tuple(tiers_for))
+    return Space(tuple(configs), tuple(tiers), tuple(faults), bug, tuple(workloads or WORKLOADS), (lo, hi), tuple(tiers_for), schedule, knobs)
 
 
 @dataclass(frozen=True)
@@ -133,10 +175,13 @@ class RunSpec:
     bug: str = "none"
     # tier sizes in average prompts (L1, L2, L3), turned into the pages above by `resolve`
     prompts: tuple[float | None, float | None, float | None] | None = None
+    schedule: str = "auto"  # `kvsm sim --schedule` (records before swarm runs: auto)
+    settings: tuple[tuple[str, Any], ...] = ()  # config fields, as `kvsm sim --set`
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["prompts"] = list(self.prompts) if self.prompts is not None else None
+        d["settings"] = dict(self.settings)
         return d
 
     @classmethod
@@ -144,6 +189,7 @@ class RunSpec:
         d = dict(d)
         if d.get("prompts") is not None:
             d["prompts"] = tuple(d["prompts"])
+        d["settings"] = tuple((d.get("settings") or {}).items())
         return cls(**d)
 
     def options(self, check: bool = False, workload: str | None = None) -> SimOptions:
@@ -165,6 +211,8 @@ class RunSpec:
             faults=self.faults,
             check=check,
             bug=self.bug,
+            schedule=self.schedule,
+            settings=self.settings,
         )
 
 
@@ -173,7 +221,8 @@ def derive(space: Space, seed: int) -> RunSpec:
     rng = random.Random(f"kvsm-campaign:{seed}")
     config = rng.choice(space.configs)
     tiers = rng.choice(dict(space.tiers_for)[config])
-    faults = _fit_faults(rng.choice(space.faults), tiers)
+    mix = rng.choice(space.faults)
+    faults = _swarm_faults(rng, tiers) if mix == SWARM else _fit_faults(mix, tiers)
     workload = rng.choice(space.workloads)
     requests = rng.randint(*space.requests)
     ranks = rng.choice(RANKS)
@@ -181,7 +230,41 @@ def derive(space: Space, seed: int) -> RunSpec:
     l2 = rng.choice(L2_PROMPTS) if tiers != "l1" else None
     l3 = rng.choice(L3_PROMPTS) if tiers == "l1,l2,l3" else None
     eviction = rng.choice(EVICTIONS)
-    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug, prompts=(l1, l2, l3))
+    settings = _draw_settings(rng, space, config, tiers)
+    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug,
+                   prompts=(l1, l2, l3), schedule=space.schedule, settings=settings)
+
+
+def _swarm_faults(rng: random.Random, tiers: str) -> str:
+    """Each fault kind on with probability 1/2, at a drawn rate (disk only with L3)."""
+    items = []
+    for kind in KINDS:
+        on = rng.random() < 0.5
+        rate = rng.choice(SWARM_RATES.get(kind, (0.05,)))
+        if on and (kind != "disk" or tiers == "l1,l2,l3"):
+            items.append(f"{kind}:{rate:g}")
+    return ",".join(items) or "none"
+
+
+def _draw_settings(rng: random.Random, space: Space, config: str, tiers: str) -> tuple[tuple[str, Any], ...]:
+    """The config fields this run sets (`SETTINGS`, and the fidelity knobs with
+    `knobs = reference`), each only where the run's tier set uses it."""
+    cfg = load_config(config)
+    table = list(SETTINGS)
+    if space.knobs == "reference":
+        table += [(k, (None,) + tuple(v for v in KNOB_VALUES if v != "fixed"), "l1") for k in KNOBS]
+        table.append(("commit_call", (None, "reference"), "l1"))
+    out: dict[str, Any] = {}
+    for key, values, needs in table:
+        v = rng.choice(values)
+        if v is None or len(tiers) < len(needs) or getattr(cfg, key, None) == v:
+            continue
+        if key == "policy" and (tiers == "l1" or out.get("prepared_backups")):
+            continue  # write_back needs L2; prepared backups are write-through's
+        if key == "prepared_backups" and cfg.policy != "write_through":
+            continue
+        out[key] = v
+    return tuple(out.items())
 
 
 def resolve(spec: RunSpec) -> RunSpec:
@@ -220,6 +303,10 @@ def command(spec: RunSpec, workload: str | None = None) -> str:
             args += [flag, str(v)]
     if o.faults != "none":
         args += ["--faults", o.faults]
+    if o.schedule != "auto":
+        args += ["--schedule", o.schedule]
+    for key, value in o.settings:
+        args += ["--set", format_setting(key, value)]
     if spec.bug != "none":
         args += ["--bug", spec.bug]
     args.append("--check")

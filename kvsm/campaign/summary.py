@@ -8,7 +8,9 @@ lowest seed's among equals),
 `workers` and `seconds` are this invocation's. `coverage` is `kvsm.campaign.coverage`'s
 totals plus `runs` (how many ended `ok`, `failed`, `budget`, `killed`, `error`; how many
 were retried on another worker; the workers lost meanwhile) and `spec` (runs per config,
-tier set, fault mix and workload).
+tier set, fault mix and workload) and `graph` (the transition kinds and ordered pairs of
+kinds of the spec's state graph of `small` that the runs reached, and those never
+reached: `kvsm.campaign.coverage.against_graph`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Iterable
 from rich.console import Group
 from rich.table import Table
 
-from .coverage import empty, merge
+from .coverage import against_graph, empty, merge
 
 STATUSES = ("ok", "failed", "budget", "killed", "error")
 
@@ -58,6 +60,7 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
                 g["case"], g["_size"] = rec["case"], key
     cov["runs"] = {s: status.get(s, 0) for s in STATUSES} | {"retried": retried, "workers_lost": list(lost or [])}
     cov["spec"] = {k: dict(sorted(v.items())) for k, v in spec.items()}
+    cov["graph"] = against_graph(cov)
     failures = []
     for g in sorted(groups.values(), key=lambda g: (-len(g["runs"]), g["signature"])):
         g.pop("_size")
@@ -109,6 +112,12 @@ def render(s: dict[str, Any], outdir: Path) -> Group:
     missing = [k for k, v in sc.items() if not v]
     if missing:
         ct.add_row("scenarios not reached", str(len(missing)), "; ".join(missing))
+    g = cov.get("graph")
+    if g:
+        k, p = g["kinds"], g["pairs"]
+        ct.add_row(f"kinds of {g['config']}'s state graph", f"{k['reached']}/{k['of']}", "not reached: " + (", ".join(k["missing"]) or "none"))
+        ct.add_row(f"pairs a>b of {g['config']}'s state graph", f"{p['reached']}/{p['of']} ({p['percent']:g}%)",
+                   "not reached: " + (", ".join(p["missing"]) or "none") + f"; {p['beyond']} pairs beyond the graph")
     parts.append(ct)
     return Group(*parts)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.table import Table
@@ -139,7 +139,8 @@ def register(app: typer.Typer) -> None:
         l3_pages: Optional[int] = typer.Option(None, "--l3-pages", help="disk pages per rank (with --tiers l1,l2,l3); 0 = enough for the whole workload"),
         eviction: Optional[str] = typer.Option(None, "--eviction", help="lru | slru (default: the config's)"),
         faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02,disk:0.001 (docs/sim.md)"),
-        schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed; auto = serial for --tiers l1 --ranks 1"),
+        schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed | random | random:B; auto = serial for --tiers l1 --ranks 1; random takes any order the reference leaves open, with bias B (default: drawn from the seed)"),
+        settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE: set a config field (repeat), e.g. --set prepared_backups=true"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
@@ -153,6 +154,12 @@ def register(app: typer.Typer) -> None:
         from ..sim.report import PLOTS
         from ..sim import STOPS, FaultSpecError, SimError, SimOptions, WorkloadError, simulate, stop_record
 
+        from ..sim.options import parse_setting
+
+        try:
+            sets = tuple(parse_setting(x) for x in settings or ())
+        except SimError as e:
+            raise fail(str(e)) from None
         opts = SimOptions(
             workload=workload,
             config=config,
@@ -169,6 +176,7 @@ def register(app: typer.Typer) -> None:
             schedule=schedule,
             check=check,
             bug=bug,
+            settings=sets,
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             if plot is not None:

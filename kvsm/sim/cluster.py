@@ -187,14 +187,21 @@ class Cluster:
         """Every rank's landed load-back copies since the last sync point reach the others."""
         self._learn(self._loads_unseen, "sync point")
 
-    def commit_calls(self) -> bool:
-        """Every rank reaches the commit collective's call, then learns every other rank's;
-        returns whether they entered it. Under `commit_call = reference` (or the defect
-        `skip_collective`) a rank whose own ack queue is empty returns early instead: when
-        every rank does, there is no collective; when another rank entered, the calls no
-        longer pair up and the run stops (invariant 12)."""
-        for r in range(self.R):
+    def commit_calls(self, order: list[int] | None = None, before_call: Callable[[int, set[int]], None] | None = None) -> bool:
+        """Every rank reaches the commit collective's call (in rank order, or `order`; the
+        random schedule's `before_call(rank, entered)` may let the ranks that have not
+        entered finish writes first), then learns every other rank's, after that rank's
+        finished writes up to the MIN; returns whether they entered it. Under
+        `commit_call = reference` (or the defect `skip_collective`) a rank whose own ack
+        queue is empty returns early instead: when every rank does, there is no
+        collective; when another rank entered, the calls no longer pair up and the run
+        stops (invariant 12)."""
+        entered: set[int] = set()
+        for r in order if order is not None else range(self.R):
+            if before_call is not None:
+                before_call(r, entered)
             self.rank_step(r, Transition.make("CommitCall", rank=r))
+            entered.add(r)
         rounds = self.state.commit_round
         if any(rounds) and not all(x == Round.IN for x in rounds):
             early = [r for r, x in enumerate(rounds) if x == Round.SKIPPED]
@@ -205,6 +212,9 @@ class Cluster:
                 f"longer pair up (invariant 12 Collectives; {cause})",
                 self._where(early[0]),
             )
+        if before_call is not None:
+            # writes finished during the calls: a rank's count travels with its call
+            self.learn_min()
         self._learn(self._calls_unseen, "commit collective")
         return any(rounds)
 

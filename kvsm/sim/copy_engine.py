@@ -59,6 +59,7 @@ class CopyEngine:
         self.busy_ms = [0.0] * self.R  # when each rank's last submitted write ends
         self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
         self.reserved_at: dict[int, int] = {}  # node -> tick of its Reserve
+        self.loads_started = 0  # load-backs handed to the load streams
 
     def start_load(self, tick: int) -> float:
         """The load-back the model just issued (the newest of its `loads`) goes to every
@@ -68,6 +69,7 @@ class CopyEngine:
         R = self.R
         now_ms = tick * tm.tick_ms
         op = self.cluster.state.loads[-1]
+        self.loads_started += 1
         lanes = [0] * R
         for p, _ in op.pages:
             lanes[lane_of(p, R)] += 1

@@ -14,7 +14,14 @@ from .trace import Workload
 from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
-SCHEDULES = ("auto", "serial", "timed")
+SCHEDULES = ("auto", "serial", "timed", "random")
+# The random schedule's bias (how often it takes another enabled step than the timed
+# order's: postpones a rank's completions, reorders a tick's steps, interleaves a commit
+# round with writes, skips a collective), drawn from the seed unless given (random:B).
+BIASES = (0.05, 0.15, 0.3, 0.5)
+# Config fields `--set` may not change: those with options of their own, the exploration
+# bounds and the model's prompts (the simulator's workload replaces them).
+_NOT_SETTABLE = frozenset(("name", "R", "P", "L1", "L2", "L3", "eviction", "bug", "payloads", "max_requests", "max_live", "max_disk_faults", "prompts", "walk_weights"))
 
 
 class SimError(ValueError):
@@ -76,10 +83,12 @@ class SimOptions:
     l3_pages: int | None = None  # disk pages per rank (config L3); 0 = enough for the whole workload
     eviction: str | None = None
     faults: str = "none"
-    schedule: str = "auto"
+    schedule: str = "auto"  # auto | serial | timed | random | random:B (B: the bias, in [0, 1])
     timing: Timing = field(default_factory=Timing)
     check: bool = False  # check every invariant after every transition (kvsm.checking)
     bug: str | None = None  # an injected defect of the model (docs/defects.md); None: the config's own
+    # config fields set by `--set KEY=VALUE` (`parse_setting`), in the order given
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,9 +96,49 @@ class Prepared:
     cfg: Config
     workload: Workload
     faults: Faults
-    schedule: str  # "serial" or "timed"
+    schedule: str  # "serial", "timed" or "random"
     l2: bool  # whether the host tier is in use
     l3: bool  # whether the disk tier is in use
+    bias: float | None = None  # the random schedule's bias, when given (None: drawn from the seed)
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` of `--set`: true/false a bool, an integer an int, anything else a string
+    (the config checks the field and its value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise SimError(f"--set {text!r}: expected KEY=VALUE, e.g. --set prepared_backups=true")
+    if key in _NOT_SETTABLE or key not in Config.__dataclass_fields__:
+        settable = sorted(k for k in Config.__dataclass_fields__ if k not in _NOT_SETTABLE)
+        raise SimError(f"--set {text!r}: '{key}' is not a config field --set can change (one of {', '.join(settable)})")
+    value: Any = raw
+    if raw in ("true", "false"):
+        value = raw == "true"
+    elif raw.lstrip("-").isdigit():
+        value = int(raw)
+    return key, value
+
+
+def format_setting(key: str, value: Any) -> str:
+    """The `--set` argument that gives `key` the value `value`."""
+    v = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return f"{key}={v}"
+
+
+def parse_schedule(text: str) -> tuple[str, float | None]:
+    """`--schedule`: a name, or `random:B` with the bias B in [0, 1]."""
+    name, sep, b = text.partition(":")
+    if name not in SCHEDULES or (sep and name != "random"):
+        raise SimError(f"--schedule must be one of {' | '.join(SCHEDULES)} | random:B, got {text!r}")
+    if not sep:
+        return name, None
+    try:
+        bias = float(b)
+    except ValueError:
+        bias = -1.0
+    if not 0.0 <= bias <= 1.0:
+        raise SimError(f"--schedule {text}: the bias B of random:B must be a number in [0, 1]")
+    return name, bias
 
 
 def _positive(name: str, v: int | None, lo: int) -> None:
@@ -105,8 +154,7 @@ def prepare(opts: SimOptions) -> Prepared:
             # a reload lands in the shared host pool and a spill copies out of it
             raise SimError(f"--tiers {opts.tiers}: L3 needs L2 (reloads land in, and spills copy out of, the shared host pool)")
         raise SimError(f"--tiers must be one of {' | '.join(TIERS)}, got {opts.tiers!r}")
-    if opts.schedule not in SCHEDULES:
-        raise SimError(f"--schedule must be one of {' | '.join(SCHEDULES)}, got {opts.schedule!r}")
+    schedule, bias = parse_schedule(opts.schedule)
     if opts.eviction is not None and opts.eviction not in EVICTIONS:
         raise SimError(f"--eviction must be one of {' | '.join(EVICTIONS)}, got {opts.eviction!r}")
     _positive("--ranks", opts.ranks, 1)
@@ -128,13 +176,12 @@ def prepare(opts: SimOptions) -> Prepared:
     L1 = opts.l1_pages if opts.l1_pages is not None else base.L1
     workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1))
     l2 = opts.tiers in ("l1,l2", "l1,l2,l3")
-    schedule = opts.schedule
     if schedule == "auto":
         schedule = "serial" if (not l2 and R == 1) else "timed"
     serial = schedule == "serial"
     if serial and l3:
         # spills and reloads are asynchronous per-rank work; the serial schedule has no time for them
-        raise SimError("--tiers l1,l2,l3 needs the timed schedule, got --schedule serial")
+        raise SimError("--tiers l1,l2,l3 needs the timed schedule (or random), got --schedule serial")
     if L1 == 0:
         # every page a request ever holds, per lane: position k of a request is in lane k mod R
         L1 = 1 + sum(-(-(len(r.hash_ids) + (0 if serial else workload.out_pages(r))) // R) for r in workload.requests)
@@ -172,6 +219,8 @@ def prepare(opts: SimOptions) -> Prepared:
         data["eviction"] = opts.eviction
     if opts.bug is not None:
         data["bug"] = opts.bug
+    for key, value in opts.settings:
+        data[key] = value
     try:
         cfg = Config.from_json(data, where=f"config '{opts.config}' with the command's overrides")
     except ConfigError as e:
@@ -179,4 +228,4 @@ def prepare(opts: SimOptions) -> Prepared:
     if cfg.policy == "write_back" and not l2:
         # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
         raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
-    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3)
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias)

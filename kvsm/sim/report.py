@@ -21,7 +21,7 @@ PLOTS = ("hit_rate.png", "occupancy.png", "lanes.png")  # what `write_plots` wri
 def _axis(result: SimResult) -> tuple[list[float], str, float]:
     """The samples' x values, the axis label and where the axis ends: the whole simulated
     time (timed schedule) or every request (serial)."""
-    if result.summary["schedule"] == "timed":
+    if result.summary["schedule"] != "serial":
         return [s.t_ms / 1000 for s in result.samples], "simulated time (s)", result.summary["simulated_ms"] / 1000
     return [float(s.requests) for s in result.samples], "requests served", float(result.summary["requests"])
 

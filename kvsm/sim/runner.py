@@ -49,8 +49,10 @@ def simulate(
         "tiers": opts.tiers,
         "schedule": prep.schedule,
         "faults": str(prep.faults),
-        "timing": opts.timing.to_json(prep.l3) if prep.schedule == "timed" else None,
+        "timing": opts.timing.to_json(prep.l3) if prep.schedule != "serial" else None,
     }
+    if sim.bias is not None:
+        extra["bias"] = sim.bias
     t0 = time.perf_counter()
     if log is not None:
         header = Header(config=prep.cfg, seed=opts.seed, source="sim", initial_digest=sim.cluster.state.digest(), extra=extra)
@@ -66,7 +68,7 @@ def simulate(
             watch.finish()
     seconds = time.perf_counter() - t0
     # the plots' time axis ends where the simulation does, not at the last admission
-    sim.metrics.sample(sim.end_ms if prep.schedule == "timed" else 0, sim.cluster.state)
+    sim.metrics.sample(sim.end_ms if prep.schedule != "serial" else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
@@ -79,6 +81,7 @@ def simulate(
         seed=opts.seed,
         schedule=prep.schedule,
         tiers=opts.tiers,
+        **({"bias": sim.bias} if prep.schedule == "random" else {}),
         faults=str(prep.faults),
         faults_injected=summary.pop("faults"),
         workload=prep.workload.info(),

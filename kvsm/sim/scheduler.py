@@ -40,6 +40,7 @@ from .metrics import Metrics
 from .watch import Watch
 from .options import Prepared, Timing
 from .serial import SerialSchedule
+from .shuffle import RandomSchedule
 from .stops import SimStuck
 
 T = Transition.make
@@ -55,7 +56,7 @@ class _Live:
     matched: bool = True  # with L3 a request waits queued until the batch after its lookup
 
 
-class Simulation(SerialSchedule):
+class Simulation(SerialSchedule, RandomSchedule):
     def __init__(
         self,
         prep: Prepared,
@@ -65,6 +66,7 @@ class Simulation(SerialSchedule):
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
         self.prep = prep
+        self.seed = seed
         self.cfg = prep.cfg
         self.workload = prep.workload
         self.timing = timing
@@ -97,7 +99,10 @@ class Simulation(SerialSchedule):
         self.arrivals: Arrivals | None = None
         self.copies: CopyEngine | None = None
         self.disks: DiskEngine | None = None
-        if prep.schedule == "timed":
+        # request -> how many load-backs must have landed on every rank before its insert
+        # (the random schedule checks it; the timed schedule's clock orders them)
+        self.load_of: dict[int, int] = {}
+        if prep.schedule in ("timed", "random"):
             self.arrivals = Arrivals(prep.workload, timing, self.draws)
             self.copies = CopyEngine(self.cluster, self.events, timing, self.draws, seed)
             if prep.l3:
@@ -105,6 +110,9 @@ class Simulation(SerialSchedule):
         self.live: dict[int, _Live] = {}  # arrived, not finished nor aborted
         self.waiting: dict[int, _Live] = {}  # write_back inserts waiting for room
         self.queued: list[int] = []  # with L3: arrived, not matched yet (rid order)
+        self.bias: float | None = None  # the random schedule's
+        if prep.schedule == "random":
+            self.init_random()
 
     def _on_apply(self, t: Transition, before: ClusterState, after: ClusterState) -> None:
         self.applied += 1
@@ -126,6 +134,8 @@ class Simulation(SerialSchedule):
             c.log.state = c.log.state.untracked()
         if self.prep.schedule == "serial":
             self.run_serial()
+        elif self.prep.schedule == "random":
+            self._run_random()
         else:
             self._run_timed()
 
@@ -247,6 +257,10 @@ class Simulation(SerialSchedule):
                 self._retry_waiting(tick)
             if self.prep.l3:
                 self._l3_tick(tick)
+        self._end_run()
+
+    def _end_run(self) -> None:
+        """The last sync point; a run that ends with work in flight is stuck."""
         self.end_ms = self.cluster.tick * self.timing.tick_ms
         self.sync()
         s = self.cluster.state
@@ -282,6 +296,7 @@ class Simulation(SerialSchedule):
         ms = miss * self.workload.block_tokens / tm.prefill_tokens_per_ms
         if hit_l2:
             ms += self.copies.start_load(tick)  # type: ignore[union-attr]
+            self.load_of[rid] = self.copies.loads_started  # type: ignore[union-attr]
         self.events.push(tm.after(tick, tick * tm.tick_ms + ms), INSERT, rid)
 
     def _prefill_done(self, rid: int, tick: int) -> None:
