@@ -1,4 +1,5 @@
-"""Campaign throughput with one and with two local Dask workers, in the same run.
+"""Campaign throughput with one and with two local Dask workers, in the same run; with
+--catch, the time a campaign takes to catch each injected defect.
 
 The same runs (seeds 0..N-1 of the default campaign choices, N = --runs, with
 --requests requests each) go through a LocalCluster of one worker process, then of
@@ -10,6 +11,16 @@ than the workers asked for). Target: two workers at least 1.7x one on the 2-core
 machine.
 
     python benchmarks/campaign.py [--json] [--runs 60] [--requests 16..64]
+
+Time to catch (`--catch`): for every injected defect of `kvsm.config.BUGS`, `--trials`
+campaigns of the default choices with that defect (the configs that accept it), each
+on seeds of its own (trial t runs seeds t*100000, t*100000+1, ...), run one after the
+other until a run fails, at most `--max-runs` runs; per defect, the median number of
+runs and of CPU seconds (the process's, of the runs up to the catching one: checking
+every invariant, the replay and the replicas included; shrinking not) and the
+detector signatures that caught it. Trials go to `--procs` processes.
+
+    python benchmarks/campaign.py --catch [--trials 5] [--max-runs 200] [--procs 2] [--json]
 
 Pointing a campaign at an existing Dask cluster instead: start a scheduler and workers
 wherever kvsm is installed, then give the scheduler's address (docs/campaign.md):
@@ -62,13 +73,77 @@ def _worker_cpu(session) -> float:
     return sum(sum(psutil.Process(p).cpu_times()[:2]) for p in pids.values())
 
 
+def _catch_trial(job: tuple[str, int, int, tuple[int, int]]) -> dict:
+    """One campaign with defect `bug`: its runs one by one until one fails."""
+    from kvsm.campaign.run import execute
+    from kvsm.campaign.spec import CONFIGS, SpaceError
+
+    bug, trial, max_runs, requests = job
+    configs = []
+    for c in CONFIGS:
+        try:
+            make_space([c], bug=bug, requests=requests)
+        except SpaceError:
+            continue
+        configs.append(c)
+    space = make_space(configs, bug=bug, requests=requests)
+    budget = Budget(seconds=60, transitions=200_000)
+    cpu0 = time.process_time()
+    for k in range(max_runs):
+        spec = derive(space, trial * 100_000 + k)
+        out = execute(spec, budget, collect=False)
+        if out.failure is not None:
+            return {"bug": bug, "trial": trial, "runs": k + 1, "cpu_s": time.process_time() - cpu0,
+                    "signature": out.failure.signature, "seed": spec.seed}
+    return {"bug": bug, "trial": trial, "runs": None, "cpu_s": time.process_time() - cpu0, "signature": None, "seed": None}
+
+
+def catch(trials: int, max_runs: int, procs: int, requests: tuple[int, int]) -> dict:
+    """Per defect: the median runs and CPU seconds to catch it over `trials` campaigns."""
+    import multiprocessing
+    from statistics import median
+
+    from kvsm.config import BUGS
+
+    bugs = [b for b in BUGS if b != "none"]
+    jobs = [(b, t, max_runs, requests) for b in bugs for t in range(trials)]
+    with multiprocessing.get_context("spawn").Pool(procs) as pool:
+        got = pool.map(_catch_trial, jobs, chunksize=1)
+    out = {}
+    for b in bugs:
+        rs = [g for g in got if g["bug"] == b]
+        caught = [g for g in rs if g["runs"] is not None]
+        out[b] = {
+            "caught": f"{len(caught)}/{len(rs)}",
+            # a campaign that never caught it counts as more than max_runs
+            "median_runs": median([g["runs"] if g["runs"] is not None else max_runs + 1 for g in rs]),
+            "max_runs": max([g["runs"] if g["runs"] is not None else max_runs + 1 for g in rs]),
+            "median_cpu_s": round(median(g["cpu_s"] for g in rs), 2),
+            "signatures": sorted({g["signature"] for g in caught}),
+        }
+    return {"trials": trials, "max_runs": max_runs, "requests": list(requests), "defects": out}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--requests", default="16..64")
+    ap.add_argument("--catch", action="store_true", help="time to catch each injected defect")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--max-runs", type=int, default=200)
+    ap.add_argument("--procs", type=int, default=2)
     args = ap.parse_args()
     lo, _, hi = args.requests.partition("..")
+    if args.catch:
+        res = catch(args.trials, args.max_runs, args.procs, (8, 48) if args.requests == "16..64" else (int(lo), int(hi or lo)))
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{'defect':22} {'caught':>7} {'median runs':>12} {'max runs':>9} {'median CPU s':>13}  signatures")
+            for b, r in res["defects"].items():
+                print(f"{b:22} {r['caught']:>7} {r['median_runs']:>12} {r['max_runs']:>9} {r['median_cpu_s']:>13}  {', '.join(r['signatures'])}")
+        return 0 if all(r["max_runs"] <= args.max_runs for r in res["defects"].values()) else 1
     space = make_space(requests=(int(lo), int(hi or lo)))
     specs = [derive(space, s) for s in range(args.runs)]
     budget = Budget()

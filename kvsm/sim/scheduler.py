@@ -278,11 +278,14 @@ class Simulation(SerialSchedule, RandomSchedule):
         index = self.arrivals.index(rid)  # type: ignore[union-attr]
         req = self.workload.requests[index]
         out_pages = self.workload.out_pages(req)
-        if self.prep.l3:
-            # the request waits for the L3 collective of this tick before it can match
-            self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, True)
+        if self.prep.l3 or (self.bias is not None and self.rng.random() < self.bias):
+            # the request waits for the L3 collective of this tick before it can match (the
+            # random schedule's: for a later step of the tick or a later tick)
+            self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, self.prep.l3)
             self.live[rid] = _Live(rid=rid, index=index, tokens=req.hash_ids, matched=False)
             self.queued.append(rid)
+            if not self.prep.l3:
+                self.events.push(tick + 1, WAKE, None)  # a tick where it matches, at the latest
             return
         live, hit_l1, hit_l2 = self.admit(rid, index, out_pages, tick * self.timing.tick_ms)
         self.live[rid] = live
@@ -389,6 +392,11 @@ class Simulation(SerialSchedule, RandomSchedule):
         if any(op.waiters for op in s.reloads):
             # the reload ttl counts ticks: visit every tick while a request is held
             self.events.push(tick + 1, WAKE, None)
+        self.match_queued(tick)
+
+    def match_queued(self, tick: int) -> None:
+        """The queued requests that no reload holds match, in arrival order."""
+        c = self.cluster
         still = []
         for rid in self.queued:
             if held(c.state, rid):

@@ -18,9 +18,12 @@ the seed out of `options.BIASES`):
   later sync point;
 - skips a tick's L3 collective (the ranks' spill and reload progress reaches the
   others later);
+- lets an arrived request wait for a later step (or tick) before it matches, as the
+  L3 schedule always does;
 - takes a step the spec allows at any time: a `Split` a live request's key demands,
-  an `EvictDevice` or `EvictHost` of the first victim, or a `Rollback` of the oldest
-  attached backup (its copies leave the engines).
+  an `EvictDevice` or `EvictHost` of the first victim, a `Reserve` of the first node
+  eligible for a backup (write-through; its copies go to the engines), or a `Rollback`
+  of the oldest attached backup (its copies leave the engines).
 
 What the reference does fix is kept: a request's insert waits for every rank's copies
 of its own load-back, and the other ranks learn a landed load-back before the next
@@ -46,7 +49,8 @@ SHORT_DELAY = (1, 6)
 LONG_DELAY = (100, 160)
 LONG = 0.1
 # steps the spec allows whenever they are enabled, taken at a drawn point of a tick
-FREE_STEPS = ("Split", "EvictDevice", "EvictHost", "Rollback")
+FREE_STEPS = ("Split", "EvictDevice", "EvictHost", "Rollback", "Reserve")
+FREE_PER_TICK = 4  # chances per tick of a free step, each taken with probability bias
 
 
 def _rank(e: Event) -> int:
@@ -96,7 +100,9 @@ class RandomSchedule:
                 elif kind == "sync":
                     freed |= self._random_sync(rest)
                 elif kind == "free":
-                    freed |= self._free_step()
+                    freed |= self._free_step(tick)
+                elif kind == "match":
+                    self.match_queued(tick)
                 else:
                     freed = self._request_step(e, tick, freed)
             if self.waiting and freed:
@@ -115,11 +121,13 @@ class RandomSchedule:
         free steps; in the timed order unless the bias draws another."""
         rng, b = self.rng, self.bias
         queues: dict[tuple[int, int], list[Event]] = {}
+        released = []  # completions held back until now: older than this tick's
         for key, held in list(self.held.items()):
             if self.hold_until[key] <= tick:
                 queues[key] = held
+                released += held
                 del self.held[key], self.hold_until[key]
-        others = []
+        others, fresh = [], []
         for e in batch:
             if e.kind <= DISK:
                 key = (e.kind, _rank(e))
@@ -127,6 +135,7 @@ class RandomSchedule:
                     self.held[key].append(e)
                 else:
                     queues.setdefault(key, []).append(e)
+                    fresh.append(e)
             else:
                 others.append(e)
         for key in sorted(queues):
@@ -135,10 +144,13 @@ class RandomSchedule:
                 until = tick + rng.randint(lo, hi)
                 self.held[key], self.hold_until[key] = queues.pop(key), until
                 self.events.push(until, WAKE, None, work=any(e.work for e in self.held[key]))
-        rank_steps = [("rank", e) for key in sorted(queues) for e in queues[key]]
+        # the timed order: completions by kind, then as they were pushed (bias 0: the timed schedule's)
+        rank_steps = [("rank", e) for e in released + fresh if (e.kind, _rank(e)) in queues]
         faults = [("faults", None)] if self.faults.disk and work else []
         req_steps = [("request", e) for e in others]
-        frees = [("free", None)] * sum(rng.random() < b for _ in range(2))
+        frees = [("free", None)] * sum(rng.random() < b for _ in range(FREE_PER_TICK))
+        if self.queued and not self.prep.l3:
+            frees.append(("match", None))
         if rng.random() >= b:
             return faults + rank_steps + [("sync", None)] + req_steps + frees
         # a drawn interleaving; each rank's queue keeps its order, and so do the arrivals
@@ -196,6 +208,8 @@ class RandomSchedule:
         sync point."""
         c = self.cluster
         rng, b = self.rng, self.bias
+        if b == 0:
+            return self.sync()  # the timed schedule's
         if not c.state.writes or self.cfg.commit_call == "atomic" or rng.random() < b / 2:
             if c.state.writes and self.cfg.commit_call != "atomic":
                 # the commit waits: only the rest of the sync point
@@ -231,10 +245,17 @@ class RandomSchedule:
             self.copies.cancel(set(due))
         return bool(due)
 
-    def _free_step(self) -> bool:
+    def _free_step(self, tick: int) -> bool:
         """One step the spec allows whenever enabled, of a drawn kind; whether it freed room."""
         name = self.rng.choice(FREE_STEPS)
         s = self.cluster.state
+        if name == "Reserve":
+            if not self.wt_backup or not s.backup_index:
+                return False
+            nid = min(s.backup_index)
+            if self.cluster.run(proc.try_reserve, nid):
+                self.copies.submit((nid,), tick)
+            return False
         if name == "Rollback":
             nodes = tuple(n for n in s.writes if n in s.pending)[:1]
             if not nodes:
