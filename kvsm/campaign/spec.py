@@ -45,14 +45,15 @@ WORKLOADS = ("system-prompts", "multi-turn", "long-doc", "thrash", "synthetic")
 # config's own pages): small ones make every tier evict, large ones let reloads and
 # load-backs happen. The worker turns them into pages from the run's workload
 # (`resolve`), so that they mean the same for two-page and hundred-page prompts.
-L1_PROMPTS = (None, 0.25, 0.5, 1, 2, 4, 16)  # device pages of all lanes together
+# (repeated values are drawn more often: pools that evict without refusing most requests)
+L1_PROMPTS = (None, 0.25, 0.5, 1, 2, 4, 4, 8, 8, 16)  # device pages of all lanes together
 L2_PROMPTS = (None, 0.5, 1, 4, 16)
 L3_PROMPTS = (None, 1, 2, 8, 32)
 RANKS = (None, 1, 2, 4)
 EVICTIONS = (None, "lru", "slru")
 
 
-SWARM_RATES = {"slow": (0.02, 0.1, 0.3), "stall": (0.01, 0.05, 0.2), "abort": (0.02, 0.1, 0.3),
+SWARM_RATES = {"slow": (0.02, 0.1, 0.3), "stall": (0.01, 0.05, 0.2), "abort": (0.02, 0.05, 0.1),
                "burst": (0.02, 0.1), "disk": (0.002, 0.01, 0.05)}
 # Config fields a run draws (None: the config's own), and for which tier sets; each
 # fidelity knob of `kvsm.config.KNOBS` joins with its non-default values when the

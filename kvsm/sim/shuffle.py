@@ -7,7 +7,7 @@ loop stands meanwhile. Where the timed schedule takes the order its clock gives,
 one, with probability `bias` at each choice (the run's bias: `random:B`, or drawn from
 the seed out of `options.BIASES`):
 
-- postpones a rank's queue of completions of one kind (its copy engine's `WriteDone`s,
+- postpones (with half that probability) a rank's queue of completions of one kind (its copy engine's `WriteDone`s,
   its load stream's `LoadDone`s, its disk's gathers, writes, reads and recovery) by a
   few ticks, or past the write timeout, keeping the queue's own order;
 - interleaves a tick's completions, the disk fault draws, the sync point and the
@@ -23,7 +23,8 @@ the seed out of `options.BIASES`):
 - takes a step the spec allows at any time: a `Split` a live request's key demands,
   an `EvictDevice` or `EvictHost` of the first victim, a `Reserve` of the first node
   eligible for a backup (write-through; its copies go to the engines), or a `Rollback`
-  of the oldest attached backup (its copies leave the engines).
+  of the oldest attached backup (its copies leave the engines); which of these kinds a
+  run takes at all is drawn once per run, each in or out.
 
 What the reference does fix is kept: a request's insert waits for every rank's copies
 of its own load-back, and the other ranks learn a landed load-back before the next
@@ -47,9 +48,11 @@ from .options import BIASES
 # past the default write timeout (100 ticks), so that backups are rolled back
 SHORT_DELAY = (1, 6)
 LONG_DELAY = (100, 160)
-LONG = 0.1
+LONG = 0.02
 # steps the spec allows whenever they are enabled, taken at a drawn point of a tick
-FREE_STEPS = ("Split", "EvictDevice", "EvictHost", "Rollback", "Reserve")
+# (the kind is drawn by these weights, and taken when enabled: a rollback undoes the
+# backups that later load-backs and spills need, so it is rare)
+FREE_STEPS = {"Split": 3.0, "EvictDevice": 3.0, "EvictHost": 2.0, "Reserve": 1.5, "Rollback": 0.1}
 FREE_PER_TICK = 4  # chances per tick of a free step, each taken with probability bias
 
 
@@ -74,6 +77,10 @@ class RandomSchedule:
         """The schedule's stream and the run's bias (before the log's header is written)."""
         self.rng = random.Random(f"kvsm-sim:schedule:{self.seed}")
         self.bias = self.prep.bias if self.prep.bias is not None else self.rng.choice(BIASES)
+        # the free steps this run takes: each kind in or out (as swarm testing draws a
+        # run's features: a run without host evictions and rollbacks keeps its backups
+        # for load-backs, one with them reaches their orders)
+        self.free_kinds = {k: w for k, w in FREE_STEPS.items() if self.rng.random() < 0.5}
 
     def _run_random(self: Any) -> None:
         rng = self.rng
@@ -139,7 +146,7 @@ class RandomSchedule:
             else:
                 others.append(e)
         for key in sorted(queues):
-            if rng.random() < b:
+            if rng.random() < b / 2:
                 lo, hi = LONG_DELAY if rng.random() < LONG else SHORT_DELAY
                 until = tick + rng.randint(lo, hi)
                 self.held[key], self.hold_until[key] = queues.pop(key), until
@@ -245,13 +252,23 @@ class RandomSchedule:
             self.copies.cancel(set(due))
         return bool(due)
 
-    def _free_step(self, tick: int) -> bool:
-        """One step the spec allows whenever enabled, of a drawn kind; whether it freed room."""
-        name = self.rng.choice(FREE_STEPS)
-        s = self.cluster.state
+    def _enabled(self, name: str, s: Any) -> bool:
         if name == "Reserve":
-            if not self.wt_backup or not s.backup_index:
-                return False
+            return self.wt_backup and bool(s.backup_index)
+        if name == "Rollback":
+            return any(n in s.pending for n in s.writes)
+        return next(iter(REGISTRY[name].candidates(s)), None) is not None
+
+    def _free_step(self, tick: int) -> bool:
+        """One step the spec allows whenever enabled, of a drawn kind (none when that kind
+        is not enabled); whether it freed room."""
+        s = self.cluster.state
+        if not self.free_kinds:
+            return False
+        name = self.rng.choices(list(self.free_kinds), list(self.free_kinds.values()))[0]
+        if not self._enabled(name, s):
+            return False
+        if name == "Reserve":
             nid = min(s.backup_index)
             if self.cluster.run(proc.try_reserve, nid):
                 self.copies.submit((nid,), tick)

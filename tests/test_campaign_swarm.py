@@ -1,0 +1,127 @@
+"""Swarm campaigns: each run draws its features from its number and a failing run
+reproduces from the `kvsm sim` command it prints; coverage against the kinds and
+ordered pairs of kinds of the spec's state graph of `small` (kept in
+kvsm/campaign/small_graph.json)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
+from kvsm.campaign.run import Budget, execute
+from kvsm.campaign.spec import SWARM, command, derive, make_space
+from kvsm.campaign.spec_graph import compute, dumps, load
+from kvsm.campaign.summary import summarize
+from kvsm.cli import app
+from kvsm.config import load_config
+from kvsm.state import initial_state
+from kvsm.transitions import Transition, names_for, successors
+
+T = Transition.make
+
+
+def test_the_kept_graph_lists_small_s_kinds_and_only_pairs_a_walk_of_small_can_take():
+    g = load()
+    assert g["config"] == "small" and set(g["kinds"]) == set(names_for(load_config("small")))
+    pairs = set(g["pairs"])
+    assert all(a in g["kinds"] and b in g["kinds"] for a, b in (p.split(">") for p in pairs))
+    # every walk of small is a path of its graph: each step after another is a kept pair,
+    # and the walks together take many of them
+    cfg = load_config("small")
+    rng = random.Random(7)
+    seen = set()
+    for _ in range(40):
+        s, last = initial_state(cfg), None
+        for _ in range(40):
+            nxt = list(successors(s))
+            if not nxt:
+                break
+            t, s = rng.choice(nxt)
+            if last is not None:
+                assert f"{last}>{t.name}" in pairs, f"{last}>{t.name} taken on small but not in small_graph.json"
+                seen.add(f"{last}>{t.name}")
+            last = t.name
+    assert len(seen) > len(pairs) // 3
+
+
+@pytest.mark.exhaustive
+def test_the_kept_graph_is_what_exploring_small_gives():
+    # python3 -m kvsm.campaign.spec_graph rewrites it (about a minute and a half)
+    from importlib import resources
+
+    assert resources.files("kvsm.campaign").joinpath("small_graph.json").read_text() == dumps(compute())
+
+
+def test_coverage_counts_pairs_and_the_summary_lists_what_the_graph_has_and_runs_missed():
+    cov = Coverage(probe_every=1 << 30)
+    s = initial_state(load_config("small"))
+    for name in ("Arrive", "Match", "Insert", "Finish", "Arrive"):
+        cov.after(T(name), s, s)
+    run = cov.to_json({}, {})
+    assert run["pairs"] == {"Arrive>Match": 1, "Match>Insert": 1, "Insert>Finish": 1, "Finish>Arrive": 1}
+    total = empty()
+    merge(total, run)
+    merge(total, run)
+    assert total["pairs"]["Arrive>Match"] == 2
+    graph = {"config": "small", "kinds": ["Arrive", "Match", "Split"], "pairs": ["Arrive>Match", "Match>Split", "Split>Arrive"]}
+    g = against_graph(total, graph)
+    assert g["kinds"] == {"reached": 2, "of": 3, "missing": ["Split"]}
+    assert g["pairs"]["reached"] == 1 and g["pairs"]["missing"] == ["Match>Split", "Split>Arrive"]
+    assert g["pairs"]["percent"] == 33.3 and g["pairs"]["beyond"] == 3
+    # every campaign summary carries the comparison with the kept graph
+    summ = summarize([{"seed": 0, "status": "ok", "transitions": 5, "coverage": run}], 1, 1.0)
+    kept = load()
+    assert summ["coverage"]["graph"]["pairs"]["of"] == len(kept["pairs"])
+    assert "Arrive>Match" not in summ["coverage"]["graph"]["pairs"]["missing"]
+
+
+def test_swarm_runs_draw_their_features_from_their_number():
+    space = make_space()
+    assert space.faults == (SWARM,) and space.schedule == "random"
+    specs = [derive(space, s) for s in range(80)]
+    assert specs[5] == derive(make_space(), 5)
+    keys = {k for sp in specs for k, _ in sp.settings}
+    assert {"prepared_backups", "commit_call", "policy", "write_threshold", "load_back_threshold", "spill_inflight"} <= keys
+    assert {dict(sp.settings).get("prepared_backups", False) for sp in specs} == {True, False}
+    assert len({sp.faults for sp in specs}) > 20  # kinds on and off, rates drawn
+    assert all("disk" not in sp.faults for sp in specs if sp.tiers != "l1,l2,l3")
+    assert {sp.eviction for sp in specs} == {None, "lru", "slru"} and len({sp.workload for sp in specs}) == 5
+    assert 0.25 in {sp.prompts[0] for sp in specs}  # tiny pools
+    # the fidelity knobs' reference values only when asked for
+    assert not any(v == "reference" for sp in specs for _, v in sp.settings)
+    ref = [derive(make_space(knobs="reference"), s) for s in range(40)]
+    assert any(v == "reference" for sp in ref for _, v in sp.settings)
+    # the spec records them, and its command sets them
+    d = specs[3].to_json()
+    assert d["schedule"] == "random" and isinstance(d["settings"], dict)
+    assert type(specs[3]).from_json(json.loads(json.dumps(d))) == specs[3]
+    cmd = command(next(sp for sp in specs if sp.settings))
+    assert "--schedule random" in cmd and "--set " in cmd
+
+
+def test_a_swarm_failure_reproduces_from_the_command_its_number_gives():
+    space = make_space(["small", "default"], bug="double_free", requests=(8, 24))
+    for seed in range(40):
+        spec = derive(space, seed)
+        out = execute(spec, Budget(seconds=60), collect=False, replay_log=False)
+        if out.failure is not None:
+            break
+    else:
+        pytest.fail("no run of 40 caught double_free")
+    assert out.failure.detector == "invariant"
+    args = command(spec).split()[1:]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0
+    assert out.failure.what in res.output and re.search(rf"\b{out.failure.at}\b", res.output), res.output[-800:]
+
+
+def test_campaign_rejects_a_bad_schedule_or_knobs_mode():
+    res = CliRunner().invoke(app, ["campaign", "--runs", "1", "--schedule", "randomly"])
+    assert res.exit_code == 2 and "--schedule" in res.output
+    res = CliRunner().invoke(app, ["campaign", "--runs", "1", "--knobs", "all"])
+    assert res.exit_code == 2 and "--knobs 'all'" in res.output
