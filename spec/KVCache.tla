@@ -110,7 +110,8 @@ VARIABLES
                     \* 0 not at its call yet, 1 entered, 2 returned early
     prepared,       \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
     diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
-                    \* (only under a defect in RankViewBugs): [action, ranks]
+                    \* (only under a defect in RankViewBugs, or OwnDiskDurable = "reference"):
+                    \* [action, ranks]
 
 (* The variables in named groups, each the state of one part of the cluster. An
    action assigns the variables it changes and names the rest UNCHANGED, by group
@@ -1490,7 +1491,8 @@ Collectives ==
     /\ (\E r \in Ranks : commit_round[r] # 0) => writes # <<>>
 
 \* 13. Every rank takes the same decision at every replicated step: the model is
-\*     collective-free (only a defect in RankViewBugs lets a rank decide otherwise).
+\*     collective-free (only a defect in RankViewBugs, or the own-disk shortcut of
+\*     OwnDiskDurable = "reference", lets a rank decide otherwise).
 Agreement == diverged = <<>>
 
 \* The invariants the Python model checks of a state (kvsm.invariants.violations;
