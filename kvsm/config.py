@@ -32,7 +32,7 @@ EVICTIONS = ("slru", "lru")
 COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
-_DEFAULT_KNOBS = {"commit_call": "fixed"}
+_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed"}
 # The two-valued fidelity knobs (`fixed` or `reference`):
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
@@ -42,6 +42,10 @@ KNOBS = (
     # the durable flag of the lower part of a split and at a spill's ack: "reference"
     # keeps it on the lower part and sets it at the ack whatever the split offset
     "durable_split",
+    # the spill maintainer's own-disk shortcut: "reference" marks a queued object durable,
+    # without a spill, when the deciding rank's own disk already holds every page it owns
+    # of it (a replicated decision from a rank-local fact: ranks may decide otherwise)
+    "own_disk_durable",
 )
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
@@ -103,6 +107,7 @@ class Config:
     commit_call: str = "fixed"
     unbacked_evict: str = "fixed"
     durable_split: str = "fixed"
+    own_disk_durable: str = "fixed"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).

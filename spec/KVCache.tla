@@ -59,7 +59,9 @@ CONSTANTS
     CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
-    PreparedBackups     \* TRUE: write-through backups are prepared before the forward pass (Prepare)
+    PreparedBackups,    \* TRUE: write-through backups are prepared before the forward pass (Prepare)
+    OwnDiskDurable      \* "reference": SpillSubmit marks durable, without a spill, an entry whose
+                        \* pages the deciding rank's own disk holds (ranks may decide otherwise)
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -71,6 +73,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
        /\ VictimOrder \in {"slru", "lru"}
        /\ PreparedBackups \in BOOLEAN
+       /\ OwnDiskDurable \in {"fixed", "reference"}
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak"}
@@ -107,7 +110,8 @@ VARIABLES
                     \* 0 not at its call yet, 1 entered, 2 returned early
     prepared,       \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
     diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
-                    \* (only under a defect in RankViewBugs): [action, ranks]
+                    \* (only under a defect in RankViewBugs, or OwnDiskDurable = "reference"):
+                    \* [action, ranks]
 
 (* The variables in named groups, each the state of one part of the cluster. An
    action assigns the variables it changes and names the rest UNCHANGED, by group
@@ -911,27 +915,62 @@ Spillable(n) ==
     /\ n \in DOMAIN objects
     /\ objects[n].committed
 
-RECURSIVE SubmitFrom(_)
-SubmitFrom(q) ==
-    IF q = <<>> THEN [rest |-> <<>>, node |-> NoNode]
-    ELSE IF Spillable(Head(q)) THEN [rest |-> Tail(q), node |-> Head(q)]
-    ELSE SubmitFrom(Tail(q))
+(* The reference maintainer's own-disk shortcut (OwnDiskDurable = "reference"):
+   rank v's disk holds every page it owns of a node with hashes hs (its
+   exists_prefix over the whole node; a node of fewer than R pages may have none
+   on rank v). NoView, the replicated decision, takes no shortcut. *)
+OwnDiskHolds(s, v, hs) == v # NoView /\ \A i \in Owned(v, Len(hs)) : hs[i + 1] \in DOMAIN s.l3[v]
+
+(* The queue's head entries that are no longer spillable are dropped and the
+   first spillable one is submitted, as rank v takes it: under the shortcut a
+   spillable entry whose pages rank v's disk holds is marked durable (`marked`)
+   and dropped too. *)
+RECURSIVE SubmitFrom(_, _, _, _)
+SubmitFrom(s, q, v, marked) ==
+    IF q = <<>> THEN [rest |-> <<>>, node |-> NoNode, marked |-> marked]
+    ELSE IF ~Spillable(Head(q)) \/ Head(q) \in marked THEN SubmitFrom(s, Tail(q), v, marked)
+    ELSE IF OwnDiskHolds(s, v, NodeHashes(s.nodes, Head(q)))
+    THEN SubmitFrom(s, Tail(q), v, marked \cup {Head(q)})
+    ELSE [rest |-> Tail(q), node |-> Head(q), marked |-> marked]
+
+SpillSubmitted(s, v) ==
+    LET sub == SubmitFrom(s, s.spill_queue, v, {})
+        ns == [n \in DOMAIN s.nodes |->
+                 IF n \in sub.marked THEN [s.nodes[n] EXCEPT !.durable = TRUE] ELSE s.nodes[n]]
+    IN IF sub.node = NoNode THEN [s EXCEPT !.spill_queue = sub.rest, !.nodes = ns]
+       ELSE [s EXCEPT !.spill_queue = sub.rest, !.nodes = [ns EXCEPT ![sub.node].pin = @ + 1],
+                      !.spills = Append(@, [node |-> sub.node, hashes |-> NodeHashes(s.nodes, sub.node),
+                                            pinned |-> TRUE])]
+
+(* Decided, for SpillSubmit under the shortcut: every rank decides from its own
+   disk (a rank-local fact, no MIN), the state follows rank 0's decision, and
+   another rank that decides otherwise is recorded in `diverged`. *)
+OwnDiskDecided(out) ==
+    LET first == out[0]
+        others == IF diverged # <<>> THEN {}
+                  ELSE {v \in Ranks \ {0} : Replicated(out[v]) # Replicated(first)}
+    IN IF others = {} THEN first
+       ELSE [first EXCEPT !.diverged = [action |-> "SpillSubmit", ranks |-> others]]
 
 SpillSlotFree == Len(spills) < SpillInflight
+
+\* SpillSubmit's effect: entries dropped (or marked durable), a node pinned and its spill submitted.
+SpillSubmitTo(s) ==
+    /\ nodes' = s.nodes
+    /\ spill_queue' = s.spill_queue
+    /\ spills' = s.spills
+    /\ diverged' = s.diverged
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
+                   spill_gathered, spill_done, spill_staged, reloadVars, diskVars>>
 
 SpillSubmit ==
     /\ RoundClosed
     /\ L3 > 0
     /\ spill_queue # <<>>
     /\ SpillSlotFree
-    /\ LET sub == SubmitFrom(spill_queue)
-       IN /\ spill_queue' = sub.rest
-          /\ IF sub.node = NoNode THEN UNCHANGED <<nodes, spills>>
-             ELSE /\ nodes' = [nodes EXCEPT ![sub.node].pin = @ + 1]
-                  /\ spills' = Append(spills, [node |-> sub.node, hashes |-> NodeHashes(nodes, sub.node),
-                                               pinned |-> TRUE])
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
-                   spill_gathered, spill_done, spill_staged, reloadVars, diskVars, diverged>>
+    /\ SpillSubmitTo(IF OwnDiskDurable = "reference"
+                     THEN OwnDiskDecided([v \in Ranks |-> SpillSubmitted(State, v)])
+                     ELSE SpillSubmitted(State, NoView))
 
 \* Rank r has a spill in flight it has not gathered.
 SpillToGather(r) == spill_gathered[r] < Len(spills)
@@ -1452,7 +1491,8 @@ Collectives ==
     /\ (\E r \in Ranks : commit_round[r] # 0) => writes # <<>>
 
 \* 13. Every rank takes the same decision at every replicated step: the model is
-\*     collective-free (only a defect in RankViewBugs lets a rank decide otherwise).
+\*     collective-free (only a defect in RankViewBugs, or the own-disk shortcut of
+\*     OwnDiskDurable = "reference", lets a rank decide otherwise).
 Agreement == diverged = <<>>
 
 \* The invariants the Python model checks of a state (kvsm.invariants.violations;

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = {
     "orphan_eviction": ("spec/MC_orphan_eviction.cfg", "HostPages", 6),
     "durable_split": ("spec/MC_durable_split.cfg", "Durable", 8),
+    "own_disk_durable": ("spec/MC_own_disk_durable.cfg", "Agreement", 13),
 }
 
 
@@ -61,11 +62,29 @@ def test_the_orphan_model_is_clean_with_the_fixed_rule_and_not_with_the_referenc
     assert explore(replace(ref, unbacked_evict="fixed")).violations == []
 
 
+def test_the_own_disk_model_is_clean_with_the_fixed_rule_and_not_with_the_reference():
+    module, cfg = model_paths(str(ROOT / FINDINGS["own_disk_durable"][0]))
+    ref = config_of_model(module, cfg)
+    assert ref.own_disk_durable == "reference" and ref.max_disk_faults > 0  # every counter bounded
+    bad = explore(ref).violations
+    assert bad and all(v["violation"].startswith("13 Agreement: SpillSubmit") for v in bad)
+    assert explore(replace(ref, own_disk_durable="fixed")).violations == []
+
+
+@pytest.mark.tlc
+def test_tlc_and_the_model_agree_on_the_own_disk_model():
+    from kvsm.tla.conform import conform
+
+    res = conform(str(ROOT / FINDINGS["own_disk_durable"][0]))
+    assert res.equal and res.tlc_states == res.model_states == 910, res.to_json()
+
+
 # the simulator's --check sees each finding too, on a workload that reaches it (its
 # config: tests/data/sim_l3.toml with the knob at "reference")
 SIM_CASES = {
     "unbacked_evict": (dict(workload="multi-turn", tiers="l1,l2", requests=300, seed=1), "6 HostPages"),
     "durable_split": (dict(workload="thrash", tiers="l1,l2,l3", requests=120, seed=5), "8 Durable"),
+    "own_disk_durable": (dict(workload="thrash", tiers="l1,l2,l3", requests=40, seed=5), "13 Agreement"),
 }
 
 

@@ -254,6 +254,42 @@ def test_durable_split_reference_marks_a_misaligned_lower_part_at_the_ack():
     assert any(v.startswith("8 Durable") for v in violations(s)), violations(s)
 
 
+def _spill_with_rank_1_failing(s, key):
+    """Serve `key`, back it up and spill it while rank 1's disk fails: only rank 0's
+    pages reach a disk, and the node is not durable."""
+    s = serve(s, 0 if not s.requests else max(s.requests) + 1, key)
+    nid = node_by_key(s, tuple(key))
+    s = run(backup(s, nid), T("SpillSubmit"), T("SpillGathered", rank=0), T("SpillGathered", rank=1), T("DiskFail", rank=1))
+    s = run(s, T("SpillDone", rank=0, ok=True), T("SpillDone", rank=1, ok=False), T("SpillAck"))
+    assert not s.nodes[nid].durable
+    return s, nid
+
+
+@pytest.mark.parametrize("knob", ["fixed", "reference"])
+def test_own_disk_durable_after_a_disk_fault_diverges_only_under_the_reference(knob):
+    s, nid = _spill_with_rank_1_failing(l3(R=2, max_disk_faults=1, own_disk_durable=knob), [1, 2])
+    s = drop_everywhere(s, nid)
+    s = serve(s, 1, [1, 2])  # the same pages again: a new node, backed up and queued again
+    nid = node_by_key(s, (1, 2))
+    s = run(backup(s, nid), T("SpillSubmit"), check=False)
+    if knob == "fixed":
+        assert s.diverged is None and s.spills[0].node == nid and violations(s) == []
+    else:
+        # rank 0's disk holds page 0, its only page: it marks the node durable; rank 1's
+        # lacks page 1: it pins and submits it. The state follows rank 0.
+        assert s.diverged == ("SpillSubmit", (1,)) and s.spills == () and s.nodes[nid].durable
+        assert [v.split(":")[0] for v in violations(s)] == ["8 Durable", "13 Agreement"]
+
+
+def test_own_disk_durable_marks_without_a_spill_what_every_rank_holds():
+    s, nid = durable_prefix(l3(R=2, own_disk_durable="reference"), [1, 2])
+    s = drop_everywhere(s, nid)
+    s = serve(s, 1, [1, 2])
+    nid = node_by_key(s, (1, 2))
+    s = run(backup(s, nid), T("SpillSubmit"))  # run() checks every invariant after it
+    assert s.nodes[nid].durable and s.nodes[nid].pin == 0 and s.spills == () and s.spill_queue == ()
+
+
 def test_a_reload_that_cannot_fit_keeps_the_evictions_it_made():
     s, nid = durable_prefix(l3(L2=3), [1, 2])
     s = drop_everywhere(s, nid)

@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from ..config import RANK_VIEW_BUGS
 from ..log import LogError, read_log
 from ..replay import model_config
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import REGISTRY, apply
+from ..transitions.registry import rank_views
 from . import collectives
 from .disk import DiskError
 from .execute import Executor
@@ -250,9 +250,10 @@ class RankReplay:
         """Apply transition `i` on this rank (the logged one, already applied as
         `ref_next`, unless a hook substitutes another) and execute its effects."""
         applied = hooks.tampered(i, self.rank, state, t, digest) if hooks else t
-        if applied is t and self.cfg.bug in RANK_VIEW_BUGS and REGISTRY[t.name].decides:
-            # under a defect that lets a rank decide from its own view, this rank takes its
-            # own decision, which the digest agreement compares with the others'
+        if applied is t and REGISTRY[t.name].decides and rank_views(self.cfg, t.name):
+            # under a defect (or a knob's reference value) that lets a rank decide from its
+            # own view, this rank takes its own decision, which the digest agreement
+            # compares with the others'
             try:
                 own = apply(state, t, view=self.rank)
             except Rejected as e:

@@ -124,6 +124,7 @@ CONSTANT_FIELDS = (
     ("commit_call", "CommitEntry"),
     ("unbacked_evict", "UnbackedEvict"),
     ("durable_split", "DurableSplit"),
+    ("own_disk_durable", "OwnDiskDurable"),
     ("eviction", "VictimOrder"),
     ("prepared_backups", "PreparedBackups"),
     ("bug", "Bug"),

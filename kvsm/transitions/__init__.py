@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..config import RANK_VIEW_BUGS, Config
+from ..config import Config
 from ..state import ClusterState, Rejected
 from .transition import Transition
-from .registry import REGISTRY, Spec
+from .registry import REGISTRY, Spec, rank_views
 from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
 # Order of the names by family, as docs/model.md lists them; also the order `enabled` reports them in.
@@ -68,7 +68,7 @@ def apply(state: ClusterState, t: Transition, view: int | None = None) -> Cluste
         raise Rejected(f"unknown transition '{t.name}'")
     if spec.per_rank != (t.rank is not None):
         raise Rejected(f"{t.name} {'needs' if spec.per_rank else 'takes no'} rank")
-    if view is not None and spec.decides and state.config.bug in RANK_VIEW_BUGS:
+    if view is not None and spec.decides and rank_views(state.config, t.name):
         return spec.apply(state, t, view)
     return spec.apply(state, t)  # every rank decides alike
 

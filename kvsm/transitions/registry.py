@@ -44,11 +44,24 @@ REGISTRY: dict[str, Spec] = {}
 
 def register(spec: Spec) -> Spec:
     if spec.decides:
-        spec = replace(spec, apply=_every_rank_decides(spec.apply))
+        spec = replace(spec, apply=_every_rank_decides(spec.apply, spec.name))
     if not spec.per_rank and not spec.in_round:
         spec = replace(spec, apply=_after_round(spec.apply))
     REGISTRY[spec.name] = spec
     return spec
+
+
+# Deciding steps that read a rank-local fact under a knob's reference value, not only
+# under a defect in RANK_VIEW_BUGS: step name -> (knob, value)
+LOCAL_FACT_KNOBS = {"SpillSubmit": ("own_disk_durable", "reference")}
+
+
+def rank_views(cfg: Config, name: str) -> bool:
+    """Whether ranks may decide step `name` otherwise under `cfg` (each from its own
+    replica or its own disk): under a defect in RANK_VIEW_BUGS, or under the reference
+    value of a knob that makes the step read a rank-local fact."""
+    knob = LOCAL_FACT_KNOBS.get(name)
+    return cfg.bug in RANK_VIEW_BUGS or (knob is not None and getattr(cfg, knob[0]) == knob[1])
 
 
 def cluster_view(cfg: Config) -> int | None:
@@ -57,15 +70,15 @@ def cluster_view(cfg: Config) -> int | None:
     return 0 if cfg.bug in RANK_VIEW_BUGS else None
 
 
-def _every_rank_decides(decide: Callable[..., ClusterState]) -> Callable[..., ClusterState]:
+def _every_rank_decides(decide: Callable[..., ClusterState], name: str) -> Callable[..., ClusterState]:
     """`apply(state, t, view=None)` of a deciding transition. With a `view`, that rank's
     decision. Without one, the cluster's step: every rank decides from its own replica
-    (under a defect in `RANK_VIEW_BUGS` a rank's view can differ), the state follows
+    (where `rank_views` says a rank's view can differ), the state follows
     rank 0, and when some rank decides otherwise (another successor, or none) the state
     records it in `diverged`, the first time (invariant 13)."""
 
     def apply(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
-        if view is not None or s.config.bug not in RANK_VIEW_BUGS:
+        if view is not None or not rank_views(s.config, name):
             return decide(s, t, view)
         first = decide(s, t, 0)  # a rejection by rank 0 is the cluster's
         if s.diverged is not None:

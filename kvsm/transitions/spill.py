@@ -8,6 +8,14 @@ next still-valid entry and pins the object; each rank gathers the pages it owns
 (`SpillGathered`), then writes them to its disk (`SpillDone`, ok or not). `SpillAck` is
 the agreement: a MIN over ranks releases the pins of the ops every rank gathered, and a
 MIN plus an AND of the ok bits marks durable the ops every rank wrote ok.
+
+Under `own_disk_durable = "reference"` `SpillSubmit` also takes the reference
+maintainer's shortcut: an entry whose pages the deciding rank's own disk already holds
+(every page it owns of the node) is marked durable and dropped, without a spill. That
+is a replicated decision taken from a rank-local fact, with no MIN: each rank decides
+from its own disk, the state follows rank 0, and a rank that decides otherwise (it
+pins and submits what rank 0 marked durable, or the reverse) is recorded in
+`diverged` (invariant 13).
 """
 
 from __future__ import annotations
@@ -43,7 +51,18 @@ def spill_base(s: ClusterState | Tx, op: SpillOp) -> int:
     return obj.base + obj.length - len(op.hashes)
 
 
-def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
+def own_disk_holds(s: ClusterState, r: int, hashes: tuple[int, ...]) -> bool:
+    """Whether rank r's disk holds every page it owns (object-local index `i mod R`) of a
+    node with these page hashes: the reference's `exists_prefix` over the whole node, as
+    rank r reads it (a node of fewer than R pages may have none on rank r)."""
+    R = s.config.R
+    return all((r, h) in s.l3 for i, h in enumerate(hashes) if lane_of(i, R) == r)
+
+
+def spill_submit(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
+    """Drop the queue's head entries that are no longer spillable and submit the first
+    spillable one; under `own_disk_durable = "reference"`, rank `view` marks durable
+    (and drops) the spillable entries whose pages its own disk holds."""
     need_l3(s)
     if not s.spill_queue:
         raise Rejected("the spill queue is empty")
@@ -56,6 +75,9 @@ def spill_submit(s: ClusterState, t: Transition) -> ClusterState:
         nid, tx.spill_queue = tx.spill_queue[0], tx.spill_queue[1:]
         if _spillable(tx, nid):
             n = tx.node(nid)
+            if view is not None and s.config.own_disk_durable == "reference" and own_disk_holds(s, view, n.hashes):
+                tx.put(n.with_(durable=True))
+                continue
             tx.put(n.with_(pin=n.pin + 1))
             tx.spills = tx.spills + (SpillOp(nid, nid, n.hashes, True),)
             break
@@ -158,7 +180,7 @@ def spill_ack_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("SpillAck")
 
 
-register(Spec(name="SpillSubmit", family="spill", apply=spill_submit, candidates=spill_submit_candidates, args={}))
+register(Spec(name="SpillSubmit", family="spill", apply=spill_submit, candidates=spill_submit_candidates, args={}, decides=True))
 register(Spec(name="SpillGathered", family="spill", apply=spill_gathered, candidates=spill_gathered_candidates, args={}, per_rank=True))
 register(Spec(name="SpillDone", family="spill", apply=spill_done, candidates=spill_done_candidates, args={"ok": "bool"}, per_rank=True))
 register(Spec(name="SpillAck", family="spill", apply=spill_ack, candidates=spill_ack_candidates, args={}, agreement=True))
