@@ -32,7 +32,7 @@ EVICTIONS = ("slru", "lru")
 COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
-_DEFAULT_KNOBS = {"commit_call": "fixed"}
+_DEFAULT_KNOBS = {"commit_call": "fixed", "ack_append": "fixed"}
 # The two-valued fidelity knobs (`fixed` or `reference`):
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
@@ -42,6 +42,11 @@ KNOBS = (
     # the durable flag of the lower part of a split and at a spill's ack: "reference"
     # keeps it on the lower part and sets it at the ack whatever the split offset
     "durable_split",
+    # when a rank's final write ack enters its ack queue: "fixed" with its copy finished
+    # (one step, `WriteDone(r)`); "reference" at a point of its own before the copy
+    # finishes (`AckAppend(r)`), the copy's end then being a separate finish query, as
+    # the reference's writing_check reads `finish_event.query()` (docs/model.md)
+    "ack_append",
 )
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
@@ -103,6 +108,7 @@ class Config:
     commit_call: str = "fixed"
     unbacked_evict: str = "fixed"
     durable_split: str = "fixed"
+    ack_append: str = "fixed"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).

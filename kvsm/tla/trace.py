@@ -99,6 +99,7 @@ APPLY: dict[str, str | None] = {
     "loads": None,
     "load_done": None,
     "commit_round": None,
+    "acked": None,
     "prepared": None,
     "diverged": None,
 }
