@@ -536,7 +536,9 @@ Abort(rid) ==
 -----------------------------------------------------------------------------
 (* Split is demand-driven: a queued request's match key, or a matched request's
    whole key, diverges inside the node after `at` pages (what its Match, or
-   Insert, would split), and the node's backup is not pending. *)
+   Insert, would split), and the node's backup is not pending. It stamps nothing
+   (clock unchanged): a departure, since the reference splits only inside a walk
+   that stamps the nodes it visits (docs/model.md, the mechanism table). *)
 LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens)).cut :
                    rid \in {q \in DOMAIN requests : requests[q].phase = "queued"}}
                \cup {WalkKey(nodes, requests[rid].tokens).cut :
