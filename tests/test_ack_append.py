@@ -112,3 +112,21 @@ def test_the_simulator_appends_acks_in_lockstep_so_the_reference_entry_pairs_its
     # every ack is appended before its copy's end on that rank: the log replays cleanly
     r = CliRunner().invoke(app, ["replay", str(log), "--check"])
     assert r.exit_code == 0 and "every invariant held" in r.output, r.output
+
+
+@pytest.mark.tlc
+def test_validate_accepts_a_walk_with_acks_appended_before_their_copies(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+    from kvsm.tla.validate import validate
+
+    toml = tmp_path / "small_ack.toml"
+    text = (spec_dir().parent / "kvsm" / "configs" / "small.toml").read_text()
+    toml.write_text(text.replace('policy = "write_through"\n', 'policy = "write_through"\nack_append = "reference"\n'))
+    log = tmp_path / "w.jsonl"
+    r = CliRunner().invoke(app, ["walk", "-c", str(toml), "-n", "200", "-s", "3", "-o", str(log)])
+    assert r.exit_code == 0, r.output
+    assert '"name":"AckAppend"' in log.read_text()
+    res = validate(log, workers=1)
+    assert res.ok and res.matched == 200

@@ -48,6 +48,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Split": ("node", "at"),
     "Reserve": ("node", "fits"),
     "Prepare": ("rid", "fits"),
+    "AckAppend": ("rank",),
     "WriteDone": ("rank",),
     "CommitCall": ("rank",),
     "Commit": (),
