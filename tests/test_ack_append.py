@@ -130,3 +130,10 @@ def test_validate_accepts_a_walk_with_acks_appended_before_their_copies(tmp_path
     assert '"name":"AckAppend"' in log.read_text()
     res = validate(log, workers=1)
     assert res.ok and res.matched == 200
+
+
+def test_every_transition_names_its_parameters_for_the_trace_module():
+    from kvsm.tla.trace import SPEC_PARAMS
+    from kvsm.transitions import NAMES
+
+    assert set(SPEC_PARAMS) == set(NAMES) and SPEC_PARAMS["AckAppend"] == ("rank",)
