@@ -32,7 +32,7 @@ EVICTIONS = ("slru", "lru")
 COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
-_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed"}
+_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed"}
 # The two-valued fidelity knobs (`fixed` or `reference`):
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
@@ -46,6 +46,11 @@ KNOBS = (
     # without a spill, when the deciding rank's own disk already holds every page it owns
     # of it (a replicated decision from a rank-local fact: ranks may decide otherwise)
     "own_disk_durable",
+    # when a rank's final write ack enters its ack queue: "fixed" with its copy finished
+    # (one step, `WriteDone(r)`); "reference" at a point of its own before the copy
+    # finishes (`AckAppend(r)`), the copy's end then being a separate finish query, as
+    # the reference's writing_check reads `finish_event.query()` (docs/model.md)
+    "ack_append",
 )
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
@@ -108,6 +113,7 @@ class Config:
     unbacked_evict: str = "fixed"
     durable_split: str = "fixed"
     own_disk_durable: str = "fixed"
+    ack_append: str = "fixed"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).

@@ -94,6 +94,8 @@ def digest_scalars(s: Any, replicated_only: bool = False) -> dict[str, Any]:
             out["load_done"] = s.load_done
         if any(s.commit_round):
             out["commit_round"] = s.commit_round
+        if any(s.acked):
+            out["acked"] = s.acked
         if s.config.L3:
             out["spill_gathered"] = s.spill_gathered
             out["spill_done"] = s.spill_done

@@ -4,7 +4,7 @@ Replicated part (identical on every rank): `nodes`, `next_id`, `clock`, `next_ri
 `dev_free`, `l2_free`, `objects`, `pending`, `writes`, `requests`, `loads`, `prepared`
 (the prepared write-through backups not attached yet), and for L3
 `spill_queue`, `spills`, `reload_candidates`, `reloads`. Local part (per rank, what
-only that rank knows): `write_done`, `commit_round`, `load_done`, `spill_gathered`,
+only that rank knows): `write_done`, `acked`, `commit_round`, `load_done`, `spill_gathered`,
 `spill_done`, `reload_done`, `disk_ok`, `l3` (each rank's disk) and `disk_faults`. Ghost part (checking only, never
 an input to a decision): `dev_content`, `host_content`, the content held in `l3` and
 `spill_staged`: the identity of the prefix whose KV each page holds (absent =
@@ -293,6 +293,10 @@ class ClusterState:
     loads: tuple[LoadOp, ...]  # in-flight load-backs, issue order
     load_done: tuple[int, ...]  # local: loads at the head of `loads` rank r has copied
     commit_round: tuple[int, ...]  # local: where rank r stands in the open commit round (`Round`)
+    # local: writes at the head of `writes` whose final ack rank r has appended to its ack
+    # queue (`ack_append = "reference"`; always 0 under "fixed", where the ack enters with
+    # the copy's end and `write_done` counts both)
+    acked: tuple[int, ...]
     dev_index: PSortedSet
     host_index: PSortedSet
     backup_index: PSortedSet
@@ -413,6 +417,7 @@ def initial_state(cfg: Config) -> ClusterState:
         loads=(),
         load_done=(0,) * cfg.R,
         commit_round=(Round.IDLE,) * cfg.R,
+        acked=(0,) * cfg.R,
         dev_index=PSortedSet(),
         host_index=PSortedSet(),
         backup_index=PSortedSet(),

@@ -43,6 +43,7 @@ class Tx:
         self.loads = s.loads
         self.load_done = list(s.load_done)
         self.commit_round = list(s.commit_round)
+        self.acked = list(s.acked)
         self.spill_staged = list(s.spill_staged)
         self.spill_gathered = list(s.spill_gathered)
         self.spill_done = list(s.spill_done)
@@ -371,6 +372,7 @@ class Tx:
             loads=self.loads,
             load_done=tuple(self.load_done),
             commit_round=tuple(self.commit_round),
+            acked=tuple(self.acked),
             dev_index=dev_index,
             host_index=host_index,
             backup_index=backup_index,

@@ -59,6 +59,9 @@ CONSTANTS
     CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
+    AckTiming,          \* when a rank's final write ack enters its queue: "fixed" (with its
+                        \* copy's end, WriteDone), "reference" (before it, AckAppend(r); the
+                        \* copy's end is then the ack's finish query)
     PreparedBackups,    \* TRUE: write-through backups are prepared before the forward pass (Prepare)
     OwnDiskDurable      \* "reference": SpillSubmit marks durable, without a spill, an entry whose
                         \* pages the deciding rank's own disk holds (ranks may decide otherwise)
@@ -70,6 +73,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
+       /\ AckTiming \in {"fixed", "reference"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
        /\ VictimOrder \in {"slru", "lru"}
        /\ PreparedBackups \in BOOLEAN
@@ -108,6 +112,8 @@ VARIABLES
     load_done,      \* local: rank -> loads at the head of `loads` whose copies it has done
     commit_round,   \* local: rank -> its place in the open round of the commit collective:
                     \* 0 not at its call yet, 1 entered, 2 returned early
+    acked,          \* local: rank -> writes at the head of `writes` whose final ack it has
+                    \* appended (AckTiming = "reference"; 0 under "fixed")
     prepared,       \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
     diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
                     \* (only under a defect in RankViewBugs, or OwnDiskDurable = "reference"):
@@ -121,7 +127,7 @@ treeVars    == <<nodes, next_id, clock>>                \* the radix tree, its i
 requestVars == <<next_rid, requests, prepared>>         \* the requests and their prepared backups
 deviceVars  == <<dev_free, dev_content>>                \* L1: the lanes' pages
 hostVars    == <<l2_free, objects, host_content>>       \* L2: the host pool and its objects
-backupVars  == <<pending, writes, write_done, commit_round>>  \* backups in flight, the commit collective
+backupVars  == <<pending, writes, write_done, commit_round, acked>>  \* backups in flight, the commit collective
 loadVars    == <<loads, load_done>>                     \* load-backs in flight
 spillVars   == <<spills, spill_gathered, spill_done, spill_staged>>  \* spills in flight (not their queue)
 reloadVars  == <<reload_candidates, reloads, reload_done>>
@@ -181,6 +187,7 @@ TypeOK ==
     /\ \A j \in DOMAIN loads : loads[j] \in LoadRec
     /\ load_done \in [Ranks -> Nat]
     /\ commit_round \in [Ranks -> {0, 1, 2}]
+    /\ acked \in [Ranks -> Nat]
     /\ DOMAIN prepared \subseteq Nat /\ \A q \in DOMAIN prepared : prepared[q] \in Int
     /\ diverged = <<>> \/ diverged \in [action: STRING, ranks: SUBSET Ranks]
 
@@ -214,6 +221,7 @@ Init ==
     /\ loads = <<>>
     /\ load_done = [r \in Ranks |-> 0]
     /\ commit_round = [r \in Ranks |-> 0]
+    /\ acked = [r \in Ranks |-> 0]
     /\ prepared = EmptyFn
     /\ diverged = <<>>
 
@@ -235,7 +243,8 @@ State == [nodes |-> nodes, next_id |-> next_id, clock |-> clock, next_rid |-> ne
           spill_gathered |-> spill_gathered, spill_done |-> spill_done,
           reload_done |-> reload_done, disk_ok |-> disk_ok, disk_faults |-> disk_faults,
           l3 |-> l3, spill_staged |-> spill_staged, loads |-> loads, load_done |-> load_done,
-          commit_round |-> commit_round, prepared |-> prepared, diverged |-> diverged]
+          commit_round |-> commit_round, acked |-> acked, prepared |-> prepared,
+          diverged |-> diverged]
 
 (* A deciding action (its victims, its host room, its L3 claim) is decided by
    every rank from its own replica. `out` is each view's successor, NoOutcome
@@ -352,7 +361,9 @@ DropWrite(s, n) ==
     IN [freed EXCEPT !.writes = SubSeq(@, 1, j - 1) \o SubSeq(@, j + 1, Len(@)),
                      !.write_done = [r \in Ranks |-> IF s.write_done[r] >= j
                                                        THEN s.write_done[r] - 1
-                                                       ELSE s.write_done[r]]]
+                                                       ELSE s.write_done[r]],
+                     \* its ack, where a rank appended it, is scrubbed (under "fixed" none is)
+                     !.acked = [r \in Ranks |-> IF s.acked[r] >= j THEN s.acked[r] - 1 ELSE s.acked[r]]]
 
 (* Request rid's prepared backup once its insert made node `new` (NoNode: no new
    node, or an abort): attached if `new` took its id (the reference's
@@ -457,6 +468,7 @@ InsertTo(s) ==
     /\ writes' = s.writes
     /\ requests' = s.requests
     /\ write_done' = s.write_done
+    /\ acked' = s.acked
     /\ dev_content' = s.dev_content
     /\ host_content' = s.host_content
     /\ spill_queue' = s.spill_queue
@@ -505,6 +517,7 @@ ReleaseTo(s) ==
     /\ writes' = s.writes
     /\ requests' = s.requests
     /\ write_done' = s.write_done
+    /\ acked' = s.acked
     /\ dev_content' = s.dev_content
     /\ host_content' = s.host_content
     /\ reload_candidates' = s.reload_candidates
@@ -527,7 +540,9 @@ Abort(rid) ==
 -----------------------------------------------------------------------------
 (* Split is demand-driven: a queued request's match key, or a matched request's
    whole key, diverges inside the node after `at` pages (what its Match, or
-   Insert, would split), and the node's backup is not pending. *)
+   Insert, would split), and the node's backup is not pending. It stamps nothing
+   (clock unchanged): a departure, since the reference splits only inside a walk
+   that stamps the nodes it visits (docs/model.md, the mechanism table). *)
 LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens)).cut :
                    rid \in {q \in DOMAIN requests : requests[q].phase = "queued"}}
                \cup {WalkKey(nodes, requests[rid].tokens).cut :
@@ -602,7 +617,7 @@ ReserveTo(s) ==
     /\ writes' = s.writes
     /\ host_content' = s.host_content
     /\ diverged' = s.diverged
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, write_done, commit_round, loadVars,
+    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, write_done, commit_round, acked, loadVars,
                    spill_queue, l3Vars>>
 
 Reserve(n, fits) ==
@@ -650,7 +665,7 @@ PrepareTo(s) ==
     /\ host_content' = s.host_content
     /\ prepared' = s.prepared
     /\ UNCHANGED <<clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
-                   loadVars, spill_queue, l3Vars, diverged>>
+                   acked, loadVars, spill_queue, l3Vars, diverged>>
 
 Prepare(rid, fits) ==
     /\ RoundClosed
@@ -673,8 +688,10 @@ Stored(r, n) ==
           dev_content[dev[h - base + 1]]] @@ host_content
 
 \* Rank r has a submitted write it has not finished, and it is attached: the write
-\* of a prepared backup waits for its insert (the reference defers its ack).
-WriteLeft(r) == write_done[r] < Len(writes) /\ writes[write_done[r] + 1] \in pending
+\* of a prepared backup waits for its insert (the reference defers its ack). Under
+\* AckTiming = "reference" the finish query is asked of an appended ack only.
+WriteLeft(r) == /\ write_done[r] < (IF AckTiming = "reference" THEN acked[r] ELSE Len(writes))
+                /\ writes[write_done[r] + 1] \in pending
 
 (* Rank r finishes its next write: it copies the pages in its lane into the object.
    Not while it waits in the commit collective: its count went in when it entered.
@@ -687,7 +704,23 @@ WriteDone(r) ==
     /\ commit_round[r] # 1
     /\ host_content' = Stored(r, writes[write_done[r] + 1])
     /\ write_done' = [write_done EXCEPT ![r] = @ + (IF Bug = "duplicate_ack" /\ @ + 1 < Len(writes) THEN 2 ELSE 1)]
+       \* a duplicate is an ack whose finish query already answers true: it stands for
+       \* the next write's ack
+    /\ acked' = IF AckTiming = "reference" THEN [acked EXCEPT ![r] = Max2(@, write_done'[r])] ELSE acked
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, pending, writes,
+                   commit_round, loadVars, spill_queue, l3Vars, diverged>>
+
+(* Rank r appends the final ack of its next write to its ack queue, before the
+   copy finishes (AckTiming = "reference": at a layer-end / post-forward point of
+   its own), in submit order; a prepared backup's too, before its insert attaches
+   it. Also while it waits in the commit collective (the forward pass appends it,
+   not the scheduler that waits): the count it entered with is unchanged. *)
+AckAppend(r) ==
+    /\ AckTiming = "reference"
+    /\ r \in Ranks
+    /\ acked[r] < Len(writes)
+    /\ acked' = [acked EXCEPT ![r] = @ + 1]
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
                    commit_round, loadVars, spill_queue, l3Vars, diverged>>
 
 \* Every rank has finished the write at the head of `writes`.
@@ -703,6 +736,8 @@ CommitFirst(m, done) ==
                    IF n \in done THEN [nodes[n] EXCEPT !.host = n, !.lock = @ - 1] ELSE nodes[n]]
     /\ writes' = SubSeq(writes, m + 1, Len(writes))
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
+       \* the committed acks leave every rank's queue (each appended them: m <= acked)
+    /\ acked' = IF AckTiming = "reference" THEN [r \in Ranks |-> acked[r] - m] ELSE acked
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ commit_round' = [r \in Ranks |-> 0]
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, l2_free, host_content, loadVars, l3Vars,
@@ -710,20 +745,28 @@ CommitFirst(m, done) ==
 
 \* Rank r reaches the commit collective's call (the reference's writing_check MIN
 \* all-reduce) while a backup is in flight. It enters, or under "reference", when
-\* its own ack queue is empty (a rank's final ack of a backup enters its queue with
-\* its copy: write_done[r] = 0), returns early. Under skip_collective a rank with
-\* nothing finished (write_done[r] = 0) skips the MIN under "fixed" too. When every
-\* rank has returned early there was no collective and the round is over.
+\* its own ack queue is empty (AckQueue(r) = 0), returns early. Under skip_collective
+\* a rank with nothing finished (write_done[r] = 0) skips the MIN under "fixed" too.
+\* When every rank has returned early there was no collective and the round is over.
+\* The acks in rank r's queue: under AckTiming = "fixed" a rank's final ack of a
+\* backup enters its queue with its copy (write_done[r]); under "reference" the acks
+\* it appended, finished or not.
+AckQueue(r) == IF AckTiming = "reference" THEN acked[r] ELSE write_done[r]
+
 CommitCall(r) ==
     /\ CommitEntry # "atomic"
     /\ r \in Ranks
     /\ commit_round[r] = 0
-    /\ writes # <<>>
+       \* a backup in flight: under AckTiming = "reference" the reference's
+       \* ongoing_write_through (pending; a prepared backup joins it at its insert)
+    /\ IF AckTiming = "reference" THEN pending # {} ELSE writes # <<>>
     /\ LET c1 == [commit_round EXCEPT ![r] =
-                     IF (CommitEntry = "fixed" /\ Bug # "skip_collective") \/ write_done[r] > 0 THEN 1 ELSE 2]
+                     IF /\ CommitEntry = "fixed" \/ AckQueue(r) > 0
+                        /\ Bug # "skip_collective" \/ write_done[r] > 0
+                     THEN 1 ELSE 2]
        IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
-                   loadVars, spill_queue, l3Vars, diverged>>
+                   acked, loadVars, spill_queue, l3Vars, diverged>>
 
 \* The agreement: the commit collective completes once every rank entered it
 \* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
@@ -751,6 +794,7 @@ RollbackTo(s) ==
     /\ pending' = s.pending
     /\ writes' = s.writes
     /\ write_done' = s.write_done
+    /\ acked' = s.acked
     /\ host_content' = s.host_content
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, commit_round, loadVars, spill_queue,
                    l3Vars, diverged>>
@@ -1254,6 +1298,7 @@ Next ==
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
     \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
     \/ \E rid \in RequestIds, fits \in BOOLEAN : Prepare(rid, fits)
+    \/ \E r \in Ranks : AckAppend(r)
     \/ \E r \in Ranks : WriteDone(r)
     \/ \E r \in Ranks : CommitCall(r)
     \/ Commit
@@ -1281,7 +1326,8 @@ PreparedSettles(rid) ==
     /\ prepared[rid] # NoNode
     /\ Insert(rid) \/ Abort(rid)
 
-(* The rank steps are fair: a rank with a write to finish finishes it (strongly:
+(* The rank steps are fair: a rank appends the ack of each submitted write
+   (AckTiming = "reference"), a rank with a write to finish finishes it (strongly:
    a rank waiting in a round of the commit collective cannot, so a write is
    enabled only between rounds, as often as they end), every rank enters the
    commit collective while a backup is in flight, and what every rank finished
@@ -1298,6 +1344,9 @@ Fairness == /\ \A r \in Ranks : SF_vars(WriteDone(r))
             /\ WF_vars(ReloadExpire)
             /\ IF PreparedBackups
                THEN \A rid \in RequestIds : WF_vars(PreparedSettles(rid))
+               ELSE TRUE
+            /\ IF AckTiming = "reference"
+               THEN \A r \in Ranks : WF_vars(AckAppend(r))
                ELSE TRUE
 
 Spec == Init /\ [][Next]_vars /\ Fairness
@@ -1374,6 +1423,8 @@ Pending ==
           /\ ~objects[n].committed
           /\ objects[n].length = Len(nodes[n].key)
     /\ \A r \in Ranks : write_done[r] \in 0 .. Len(writes)
+    /\ \A r \in Ranks : IF AckTiming = "reference" THEN acked[r] \in write_done[r] .. Len(writes)
+                                                   ELSE acked[r] = 0
 
 \* 5. The device pages of the nodes, of the requests and the free set partition
 \*    the device pool: no leak, no double use. A load-back in flight copies each

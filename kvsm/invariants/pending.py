@@ -64,6 +64,11 @@ def _write_done(r: Any, s: ClusterState) -> None:
     for rank, d in enumerate(s.write_done):
         if not 0 <= d <= len(s.writes):
             r.bad(I, f"rank {rank} has finished {d} of {len(s.writes)} writes")
+    reference = s.config.ack_append == "reference"
+    for rank, a in enumerate(s.acked):
+        # a copy's end is asked of an appended ack only; under "fixed" nothing is appended apart
+        if not (s.write_done[rank] <= a <= len(s.writes) if reference else a == 0):
+            r.bad(I, f"rank {rank} has appended {a} acks with {s.write_done[rank]} of {len(s.writes)} writes finished")
 
 
 def whole(w: Any) -> None:
@@ -94,7 +99,9 @@ def holds(s: ClusterState, prepared: set[int], bare: Any) -> bool:
     for d in s.write_done:
         if not 0 <= d <= n_writes:
             return False
-    return True
+    if s.config.ack_append == "reference":
+        return all(d <= a <= n_writes for d, a in zip(s.write_done, s.acked))
+    return not any(s.acked)
 
 
 # ---- over what a transition wrote (`kvsm.invariants.step`) ------------------------------------
@@ -112,5 +119,5 @@ def step(d: Any) -> None:
         pend = d.Ap.get(nid)
         if pend is not None:
             _pending_node(d, A, nid, pend, d.bare)
-    if A.write_done != B.write_done or A.writes is not B.writes:
+    if A.write_done != B.write_done or A.writes is not B.writes or A.acked != B.acked:
         _write_done(d, A)

@@ -38,6 +38,7 @@ from ..digest_sums import COMPONENTS
 from ..state import ClusterState, Rejected, Round, initial_state
 from ..config import Config
 from ..transitions import Transition, apply
+from ..transitions.commit import commit_due
 from .stops import SimDivergence
 
 OnApply = Callable[[Transition, ClusterState, ClusterState], None]
@@ -93,6 +94,8 @@ class Cluster:
         # per rank: its LoadDone and CommitCall steps the other ranks' replicas have not learnt
         self._loads_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
         self._calls_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
+        # per rank: its AckAppend steps (ack_append = reference), learnt at the MIN
+        self._acks_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
 
     @property
     def state(self) -> ClusterState:
@@ -164,6 +167,8 @@ class Cluster:
                 self._loads_unseen[rank].append(t)
             elif t.name == "CommitCall":
                 self._calls_unseen[rank].append(t)
+            elif t.name == "AckAppend":
+                self._acks_unseen[rank].append(t)
 
     def _learn(self, unseen: list[list[Transition]], what: str) -> None:
         """Every rank's steps in `unseen` reach every other rank's replica, in that rank's order."""
@@ -195,7 +200,11 @@ class Cluster:
         `commit_call = reference` (or the defect `skip_collective`) a rank whose own ack
         queue is empty returns early instead: when every rank does, there is no
         collective; when another rank entered, the calls no longer pair up and the run
-        stops (invariant 12)."""
+        stops (invariant 12). Under `ack_append = reference` no rank calls while only
+        prepared backups not attached yet are in flight (the reference's
+        `ongoing_write_through` is empty)."""
+        if not commit_due(self.state):
+            return False
         entered: set[int] = set()
         for r in order if order is not None else range(self.R):
             if before_call is not None:
@@ -218,6 +227,18 @@ class Cluster:
         self._learn(self._calls_unseen, "commit collective")
         return any(rounds)
 
+    def append_acks(self) -> None:
+        """Under `ack_append = reference`: every rank appends the final ack of each
+        submitted write, before its copy finishes. The simulator appends them when the
+        writes are handed to the copy engines, on every rank at once, as the reference
+        says it does ("a deterministic layer-end / post-forward point across CP
+        ranks"); the model also lets ranks append at different times."""
+        if self.cfg.ack_append != "reference":
+            return
+        for r in range(self.R):
+            while self.state.acked[r] < len(self.state.writes):
+                self.rank_step(r, Transition.make("AckAppend", rank=r))
+
     def learn_l3(self) -> None:
         """The L3 collective: every rank's spill, reload and disk progress since the last
         one reaches every other rank's replica, in that rank's order."""
@@ -225,7 +246,9 @@ class Cluster:
 
     def learn_min(self) -> int:
         """The MIN collective of a sync point: every rank learns the prefix of `writes`
-        that all ranks finished and catches its replica up to it."""
+        that all ranks finished and catches its replica up to it (first, under
+        `ack_append = reference`, every rank's appended acks)."""
+        self._learn(self._acks_unseen, "MIN collective")
         m = min(self.log.state.write_done)
         for v in self.replicas:
             for q in range(self.R):
@@ -267,6 +290,8 @@ def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_ra
     own finished writes and L3 progress, and with `every_rank` everyone's L3 state."""
     if mine.write_done[rank] != log.write_done[rank]:
         return f"it counts {mine.write_done[rank]} finished writes of its own, the log {log.write_done[rank]}"
+    if mine.acked[rank] != log.acked[rank]:
+        return f"it counts {mine.acked[rank]} appended write acks of its own, the log {log.acked[rank]}"
     if mine.load_done[rank] != log.load_done[rank]:
         return f"it counts {mine.load_done[rank]} landed load-backs of its own, the log {log.load_done[rank]}"
     if not log.config.L3:

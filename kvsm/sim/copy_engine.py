@@ -7,7 +7,10 @@ the copy ends. A prepared backup (`Prepare`, before the forward pass) joins the 
 then, but its `WriteDone(r)` waits until the insert attaches it, and so does every
 write behind it on that rank (the reference's `writing_check` defers an unattached
 ack); one rolled back leaves the FIFO. Each write of each rank asks for the `stall` and
-`slow` faults (`FaultDraws`). A backup pending longer than the write timeout is overdue (the
+`slow` faults (`FaultDraws`). Under
+`ack_append = reference` every rank appends a write's final ack when the write is
+handed to the engines (`Cluster.append_acks`), and its `WriteDone(r)` is the ack's
+finish query turning true at the copy's end. A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
 it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
 pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
@@ -95,6 +98,7 @@ class CopyEngine:
             for p in s.nodes[nid].dev:
                 lanes[lane_of(p, self.R)] += 1
             self._enqueue(nid, lanes, tick)
+        self.cluster.append_acks()
 
     def submit_prepared(self, nid: int, positions: range, tick: int) -> None:
         """Hand a prepared backup to every rank's copy engine: the pages at `positions` of
@@ -103,6 +107,7 @@ class CopyEngine:
         for k in positions:
             lanes[lane_of(k, self.R)] += 1
         self._enqueue(nid, lanes, tick)
+        self.cluster.append_acks()
 
     def attach(self, nid: int, tick: int) -> None:
         """The insert attached prepared backup `nid`: its timeout counts from now, and the

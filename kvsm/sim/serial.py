@@ -64,6 +64,7 @@ def _drain_loads(c: Cluster) -> None:
 def _drain_writes(sim: "SerialSchedule") -> None:
     """Every rank finishes every submitted write, then a sync point commits them."""
     c = sim.cluster
+    c.append_acks()
     for r in range(c.R):
         while c.state.write_done[r] < len(c.state.writes):
             c.rank_step(r, T("WriteDone", rank=r))

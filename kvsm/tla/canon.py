@@ -42,6 +42,7 @@ SPEC_VARIABLES = (
     "loads",
     "load_done",
     "commit_round",
+    "acked",
     "prepared",
     "diverged",
 )
@@ -159,6 +160,7 @@ class Canon(NamedTuple):
     loads: tuple[LoadRow, ...]
     load_done: tuple
     commit_round: tuple  # per rank: 0 idle, 1 entered, 2 returned early (`kvsm.state.Round`)
+    acked: tuple  # per rank: writes at the head of `writes` whose final ack it appended
     prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
     diverged: tuple | None  # (transition name, ranks ascending) or None
 
@@ -239,6 +241,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         out["load_done"] = list(c.load_done)
     if any(c.commit_round):
         out["commit_round"] = list(c.commit_round)
+    if any(c.acked):
+        out["acked"] = list(c.acked)
     if c.prepared:
         out["prepared"] = {str(r): n for r, n in sorted(c.prepared)}
     if c.diverged is not None:

@@ -130,6 +130,8 @@ class DeltaEncoder(Encoder):
             d["load_done"] = self.per_rank(b.load_done)
         if a.commit_round != b.commit_round:
             d["commit_round"] = self.per_rank(b.commit_round)
+        if a.acked != b.acked:
+            d["acked"] = self.per_rank(b.acked)
         if a.prepared != b.prepared:
             d["prepared"] = self.prepared(b)
         if a.diverged != b.diverged:

@@ -164,6 +164,7 @@ class Encoder:
             "loads": self.loads(s),
             "load_done": self.per_rank(s.load_done),
             "commit_round": self.per_rank(s.commit_round),
+            "acked": self.per_rank(s.acked),
             "prepared": self.prepared(s),
             "diverged": self.diverged(s),
         }

@@ -122,6 +122,7 @@ CONSTANT_FIELDS = (
     ("reload_ttl", "ReloadTTL"),
     ("max_disk_faults", "MaxDiskFaults"),
     ("commit_call", "CommitEntry"),
+    ("ack_append", "AckTiming"),
     ("unbacked_evict", "UnbackedEvict"),
     ("durable_split", "DurableSplit"),
     ("own_disk_durable", "OwnDiskDurable"),

@@ -87,6 +87,7 @@ def canon_model(s: ClusterState) -> Canon:
         loads=tuple(LoadRow(node=op.node, pages=tuple(op.pages)) for op in s.loads),
         load_done=tuple(s.load_done),
         commit_round=tuple(s.commit_round),
+        acked=tuple(s.acked),
         prepared=frozenset(s.prepared.items()),
         diverged=None if s.diverged is None else (s.diverged[0], tuple(sorted(s.diverged[1]))),
     )
@@ -194,7 +195,7 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         )
     if name == "loads":
         return tuple(LoadRow(node=o["node"], pages=tuple(tuple(_seq(c)) for c in _seq(o["pages"]))) for o in _seq(v))
-    if name in ("load_done", "commit_round"):
+    if name in ("load_done", "commit_round", "acked"):
         return tuple(_per_rank(v, cfg))
     if name == "prepared":
         return frozenset((rid, None if nid == NO_NODE else nid) for rid, nid in as_fcn(v).items())
@@ -303,6 +304,7 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "loads": tuple(Record(node=op.node, pages=tuple(tuple(x) for x in op.pages)) for op in s.loads),
         "load_done": Fcn({r: x for r, x in enumerate(s.load_done)}),
         "commit_round": Fcn({r: x for r, x in enumerate(s.commit_round)}),
+        "acked": Fcn({r: x for r, x in enumerate(s.acked)}),
         "prepared": Fcn({rid: NO_NODE if nid is None else nid for rid, nid in s.prepared.items()}),
         "diverged": () if s.diverged is None else Record(action=s.diverged[0], ranks=frozenset(s.diverged[1])),
     }

@@ -48,6 +48,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Split": ("node", "at"),
     "Reserve": ("node", "fits"),
     "Prepare": ("rid", "fits"),
+    "AckAppend": ("rank",),
     "WriteDone": ("rank",),
     "CommitCall": ("rank",),
     "Commit": (),
@@ -99,6 +100,7 @@ APPLY: dict[str, str | None] = {
     "loads": None,
     "load_done": None,
     "commit_round": None,
+    "acked": None,
     "prepared": None,
     "diverged": None,
 }

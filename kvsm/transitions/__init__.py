@@ -27,6 +27,7 @@ NAMES = (
     "Split",
     "Reserve",
     "Prepare",
+    "AckAppend",
     "WriteDone",
     "CommitCall",
     "Commit",
@@ -52,11 +53,12 @@ L3_FAMILIES = ("spill", "reload", "fault")
 
 
 def names_for(cfg: "Config") -> tuple[str, ...]:
-    """The transitions a config can ever enable (the L3 families need an L3 tier, and
-    `Prepare` needs `prepared_backups`)."""
+    """The transitions a config can ever enable (the L3 families need an L3 tier,
+    `Prepare` needs `prepared_backups` and `AckAppend` needs `ack_append = "reference"`)."""
     return tuple(
         n for n in NAMES
         if (cfg.L3 or REGISTRY[n].family not in L3_FAMILIES) and (cfg.prepared_backups or n != "Prepare")
+        and (cfg.ack_append == "reference" or n != "AckAppend")
     )
 
 

@@ -17,6 +17,17 @@ the one step `Commit` (every rank's call and the MIN at once, when the MIN is no
 same replicated behaviour, without the states in which some ranks have called and others
 not. `Rollback` abandons a pending backup, wherever
 it is in `writes`.
+
+When a rank's final ack of a write enters its ack queue is the knob `ack_append`. Under
+`"fixed"` it enters with the copy's end, in the one step `WriteDone(r)`. Under
+`"reference"` it is appended first, at a point of the rank's own (`AckAppend(r)`, the
+reference's layer-end / post-forward point), and the copy ends later (`WriteDone(r)`,
+the first `finish_event.query()` that answers true): `acked[r]` counts the writes at
+the head of `writes` whose ack rank `r` appended, `write_done[r] <= acked[r]`. The
+count a rank enters the MIN with is still `write_done[r]`, the finished acks at the head
+of its queue (the reference's count stops at the first unfinished one), so a commit
+takes only finished copies; what changes is the early return of `commit_call =
+"reference"`, which reads the queue's length, `acked[r]`.
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
         # its count went into the collective when it entered; a copy that completes
         # meanwhile counts in the next round (as if it had completed after this one)
         raise Rejected(f"rank {r} waits in the commit collective with its count of finished writes")
+    reference = cfg.ack_append == "reference"
+    if reference and done >= s.acked[r]:
+        # the finish query is asked of an appended ack only
+        raise Rejected(f"rank {r} has not appended the ack of its next write (node {nid}) yet")
     tx = Tx(s)
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
@@ -56,21 +71,63 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
         # the rank's ack of this write completes twice: the second completion is counted
         # against the next write in the queue, whose pages the rank has not copied
         tx.write_done[r] += 1
+        if reference:
+            # the duplicate is an ack in the queue whose finish query already answers
+            # true: it stands for the next write's ack
+            tx.acked[r] = max(tx.acked[r], tx.write_done[r])
     return tx.commit()
 
 
 def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
+    bound = s.acked if s.config.ack_append == "reference" else (len(s.writes),) * s.config.R
     for r in range(s.config.R):
-        if s.write_done[r] < len(s.writes) and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != Round.IN:
+        if s.write_done[r] < bound[r] and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != Round.IN:
             yield Transition.make("WriteDone", rank=r)
+
+
+def ack_append(s: ClusterState, t: Transition) -> ClusterState:
+    r = rank_of(s, t)
+    if s.config.ack_append != "reference":
+        raise Rejected("a rank's ack enters its queue with its copy's end (WriteDone) under ack_append = fixed")
+    if s.acked[r] >= len(s.writes):
+        raise Rejected(f"rank {r} has appended the acks of all {len(s.writes)} submitted writes")
+    # also while the rank waits in the commit collective: the forward pass appends it,
+    # not the scheduler that waits, and the count the rank entered with is unchanged
+    tx = Tx(s)
+    # appended in submit order; a prepared backup's too (its ack is appended at the end
+    # of the forward pass, before its insert attaches it)
+    tx.acked[r] += 1
+    return tx.commit()
+
+
+def ack_append_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.ack_append == "reference":
+        for r in range(s.config.R):
+            if s.acked[r] < len(s.writes):
+                yield Transition.make("AckAppend", rank=r)
 
 
 def ack_queue_empty(s: ClusterState, r: int) -> bool:
     """Whether rank `r`'s own queue of write acks is empty, as its writing_check reads it
-    under `commit_call = "reference"`. A rank's final ack of a backup enters its queue
-    with its copy of it (`WriteDone(r)`, one step per rank and write), so the queue holds
-    `write_done[r]` acks; ranks whose copies progress differently read different lengths."""
+    under `commit_call = "reference"`. Under `ack_append = "fixed"` a rank's final ack of
+    a backup enters its queue with its copy of it (`WriteDone(r)`, one step per rank and
+    write), so the queue holds `write_done[r]` acks; under `"reference"` it holds the
+    `acked[r]` acks the rank appended, finished or not. Either way ranks whose progress
+    differs read different lengths."""
+    if s.config.ack_append == "reference":
+        return s.acked[r] == 0
     return s.write_done[r] == 0
+
+
+def commit_due(s: ClusterState) -> bool:
+    """Whether a rank goes on to the commit collective's call at all: a backup is in
+    flight. Under `ack_append = "reference"` that is the reference's replicated
+    `ongoing_write_through`, the pending backups (a prepared backup joins it only when
+    its insert attaches it), since an appended ack of a prepared backup could otherwise
+    send one rank into a collective that no rank of the reference makes; under
+    `"fixed"` any write in `writes` (a superset: the extra rounds commit nothing, as no
+    rank finishes an unattached write)."""
+    return bool(s.pending) if s.config.ack_append == "reference" else bool(s.writes)
 
 
 def commit_call(s: ClusterState, t: Transition) -> ClusterState:
@@ -79,7 +136,7 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected("the commit collective is one step (Commit) under commit_call = atomic")
     if s.commit_round[r] != Round.IDLE:
         raise Rejected(f"rank {r} has already reached the commit call of this round")
-    if not s.writes:
+    if not commit_due(s):
         raise Rejected("no backup is in flight: every rank returns before the commit collective")
     tx = Tx(s)
     enters = s.config.commit_call == "fixed" or not ack_queue_empty(s, r)
@@ -95,7 +152,7 @@ def commit_call(s: ClusterState, t: Transition) -> ClusterState:
 
 
 def commit_call_candidates(s: ClusterState) -> Iterable[Transition]:
-    if s.writes and s.config.commit_call != "atomic":
+    if s.config.commit_call != "atomic" and commit_due(s):
         for r in range(s.config.R):
             if s.commit_round[r] == Round.IDLE:
                 yield Transition.make("CommitCall", rank=r)
@@ -120,6 +177,9 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
         enqueue_spill(tx, nid)
     tx.writes = s.writes[m:]
     tx.write_done = [d - m for d in s.write_done]
+    if s.config.ack_append == "reference":
+        # the committed acks leave every rank's queue (each had appended them: m <= acked)
+        tx.acked = [a - m for a in s.acked]
     return tx.commit()
 
 
@@ -159,6 +219,7 @@ def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
 
 
 register(Spec(name="WriteDone", family="commit", apply=write_done, candidates=write_done_candidates, args={}, per_rank=True))
+register(Spec(name="AckAppend", family="commit", apply=ack_append, candidates=ack_append_candidates, args={}, per_rank=True))
 register(Spec(name="CommitCall", family="commit", apply=commit_call, candidates=commit_call_candidates, args={}, per_rank=True))
 register(Spec(name="Commit", family="commit", apply=commit, candidates=commit_candidates, args={}, agreement=True, in_round=True))
 register(Spec(name="Rollback", family="commit", apply=rollback, candidates=rollback_candidates, args={"node": "int"}))

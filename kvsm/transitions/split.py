@@ -3,8 +3,12 @@
 A split is demand-driven: it is enabled where a live request's key diverges inside a
 node (a queued request's `Match`, over its key but the last page, or a matched
 request's `Insert`, over its whole key, would split it there). `Match` and `Insert` perform the same split themselves when they need it;
-`Split` lets the split happen as a step of its own, as it does when the reference
-splits during a prefix probe.
+`Split` lets the split happen as a step of its own, without the access stamps of
+the walk that needs it. The reference has no such step: it splits only inside a walk
+that stamps what it visits (`_match_prefix_helper`, `insert`), and its prefix probe
+(`_probe_existing_radix_prefix_len_no_split`) does not split. docs/model.md (the
+mechanism table) records the departure: states in which a node is split and its
+path not yet stamped, which the reference never has.
 """
 
 from __future__ import annotations

@@ -119,4 +119,8 @@ def drop_write(tx: Tx, nid: int) -> None:
     j = tx.writes.index(nid)
     tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
     tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
+    if tx.cfg.ack_append == "reference":
+        # its ack, where a rank appended it, is scrubbed from that rank's queue
+        # (`_remove_undrained_write_acks`)
+        tx.acked = [a - 1 if a > j else a for a in tx.acked]
     tx.free_object(nid)
