@@ -140,3 +140,23 @@ def test_tlc_catches_the_defect_on_the_prepared_path(name, tlc_on_the_prepared_p
     # the correct model refuses the counterexample or takes it without a violation
     correct = replay(v["log"], check=True)
     assert correct.first_mismatch is not None or not correct.violations
+
+
+@pytest.mark.parametrize("bug, faults, action", [("local_host_alloc", None, "Prepare"), ("double_free", "abort:0.05", "Insert")])
+def test_the_simulator_catches_the_defect_on_the_prepared_path(tmp_path, bug, faults, action):
+    """Prepared backups only (no catch-up Reserve: the write threshold is out of reach):
+    the simulator's checks stop seed 0 at a step of the prepared path."""
+    from kvsm.sim import STOPS, SimOptions, simulate, stop_record
+
+    cfg = tmp_path / "prepared-only.toml"
+    toml = (ROOT / "tests" / "data" / "sim_l3.toml").read_text()
+    assert "write_threshold = 1\n" in toml
+    cfg.write_text("prepared_backups = true\n" + toml.replace("write_threshold = 1\n", "write_threshold = 1000\n"))
+    opts = dict(workload="multi-turn", config=str(cfg), tiers="l1,l2", ranks=2, l1_pages=64, l2_pages=64, requests=80, seed=0, faults=faults, check=True)
+    with pytest.raises(STOPS) as e:
+        simulate(SimOptions(bug=bug, **opts))
+    rec = stop_record(e.value, 0)
+    assert rec["detector"] == "invariant" and f"{action}(" in rec["message"], rec
+    assert ("13 Agreement: Prepare" if bug == "local_host_alloc" else "6 HostPages") in rec["message"]
+    clean = simulate(SimOptions(**opts)).summary  # the same run without the defect
+    assert clean["requests"] == 80 and clean["backups_prepared"] and not clean["backups_reserved"]
