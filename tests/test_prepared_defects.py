@@ -158,5 +158,5 @@ def test_the_simulator_catches_the_defect_on_the_prepared_path(tmp_path, bug, fa
     rec = stop_record(e.value, 0)
     assert rec["detector"] == "invariant" and f"{action}(" in rec["message"], rec
     assert ("13 Agreement: Prepare" if bug == "local_host_alloc" else "6 HostPages") in rec["message"]
-    clean = simulate(SimOptions(**opts)).summary  # the same run without the defect
-    assert clean["requests"] == 80 and clean["backups_prepared"] and not clean["backups_reserved"]
+    # (the same shape of run without a defect, prepared backups attached and rolled back
+    # with every invariant checked: tests/test_prepared.py)
