@@ -9,21 +9,27 @@ Per defect (`kvsm.defects.CATALOGUE`):
   and sizes the defect needs, seeds 0, 1, ... up to --seeds: the first seed whose run is
   stopped, by which detector (an invariant, a replica divergence, work that is never let
   go of) and after how many transitions;
+- TLC on the production write-through path (prepared backups, the `prepared` column):
+  for the defects that reach it (`kvsm.defects.PREPARED_PATH`), `kvsm check --config
+  spec/MC_prepared_defects.cfg --bug NAME`: the invariant, the steps, the transition
+  the counterexample ends with (where on the prepared path the defect bites), the
+  states and seconds; null for the others;
 - GPU backend on the CPU: `kvsm gpu replay LOG --bug NAME` of a run that shows the
   defect's symptom (for wrong bytes: the shortest run whose last load copies bytes that
   are not its node's KV; for ranks that disagree: the shortest counterexample): caught
   or not, and by what check; null where the symptom is neither (docs/defects.md says
   why).
 
-The `none` row must be clean everywhere: TLC on every model of the matrix without a
-defect (invariants and liveness), the simulator on every (options, seed) pair that caught
+The `none` row must be clean everywhere: TLC on every model of the matrix (the prepared
+one included) without a defect (invariants, and liveness where the model checks it), the simulator on every (options, seed) pair that caught
 a defect, without it, and the GPU backend on bug-free runs of the same shapes.
 
     python benchmarks/defects.py [--json] [--seeds 200] [--only NAME,...] [--no-gpu]
 
 Prints a table, or with --json one object:
-{"defects": {NAME: {"tlc": {..., "caught": bool}, "sim": {..., "caught": bool},
-"gpu": {..., "caught": bool | null}}}, "none": {"tlc": {...}, "sim": {...}, "gpu": {...}}}.
+{"defects": {NAME: {"tlc": {..., "caught": bool}, "prepared": {..., "caught": bool} | null,
+"sim": {..., "caught": bool}, "gpu": {..., "caught": bool | null}}}, "none": {"tlc": {...},
+"sim": {...}, "gpu": {...}}}.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsm.config import load_config
-from kvsm.defects import CATALOGUE, SIM_REQUESTS, Defect, byte_witness, config_with, counterexample, write_log
+from kvsm.defects import CATALOGUE, PREPARED_MODEL, PREPARED_PATH, SIM_REQUESTS, Defect, byte_witness, config_with, counterexample, write_log
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,21 +61,40 @@ def _model_config(d: Defect):
     return config_of_model(p.with_suffix(".tla"), p)
 
 
-def tlc_row(d: Defect, out: Path) -> dict[str, Any]:
+def tlc_row(d: Defect, out: Path, model: str | None = None) -> dict[str, Any]:
+    """TLC's check of defect `d` on its model (or on `model`, a spec/ .cfg path)."""
     from kvsm.tla.check import check
     from kvsm.tla.errors import TLCError, TLCUnavailable
 
+    where = model or d.model
+    path = str(ROOT / model) if model else _model_path(d)
     try:
         t0 = time.perf_counter()
-        res = check(_model_path(d), bug=d.name, log_path=out / f"tlc-{d.name}.jsonl")
+        res = check(path, bug=d.name, log_path=out / (f"tlc-{Path(where).stem}-{d.name}.jsonl" if model else f"tlc-{d.name}.jsonl"))
         seconds = time.perf_counter() - t0
     except (TLCError, TLCUnavailable) as e:
-        return {"config": d.model, "caught": False, "error": str(e)}
+        return {"config": where, "caught": False, "error": str(e)}
     v = res.to_json()["violation"]
-    row: dict[str, Any] = {"config": d.model, "caught": v is not None, "seconds": round(seconds, 1),
+    row: dict[str, Any] = {"config": where, "caught": v is not None, "seconds": round(seconds, 1),
                            "distinct_states": res.tlc.distinct_states}
     if v is not None:
         row |= {"property": v["property"], "kind": v["kind"], "steps": v["steps"], "log": v["log"]}
+    return row
+
+
+def prepared_row(d: Defect, out: Path) -> dict[str, Any] | None:
+    """TLC on the prepared path for a defect that reaches it: caught when TLC reports the
+    invariant `PREPARED_PATH` names and its counterexample ends with the transition there."""
+    if d.name not in PREPARED_PATH:
+        return None
+    from kvsm.log import read_log
+
+    row = tlc_row(d, out, PREPARED_MODEL)
+    if row["caught"]:
+        _, lines = read_log(row["log"])
+        last = [t for _, _, t, _ in lines][-1].name
+        prop, action = PREPARED_PATH[d.name]
+        row |= {"last": last, "caught": row["property"] == prop and last == action}
     return row
 
 
@@ -118,7 +143,8 @@ def none_row(defects: list[Defect], seeds: int, out: Path, sim_rows: dict[str, d
     from kvsm.tla.errors import TLCError, TLCUnavailable
 
     tlc: dict[str, Any] = {}
-    for model in sorted({_model_path(d) for d in defects}):
+    models = {_model_path(d) for d in defects} | ({str(ROOT / PREPARED_MODEL)} if any(d.name in PREPARED_PATH for d in defects) else set())
+    for model in sorted(models):
         try:
             res = check(model)
             tlc[Path(model).stem if model.endswith(".cfg") else model] = {
@@ -181,6 +207,7 @@ def main() -> None:
         for d in defects:
             rows[d.name] = {
                 "tlc": tlc_row(d, out),
+                "prepared": prepared_row(d, out),
                 "sim": sim_row(d, a.seeds, d.name),
                 "gpu": gpu_row(d, out) if not a.no_gpu else {"caught": None, "why": "--no-gpu"},
             }
@@ -195,17 +222,23 @@ def main() -> None:
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| defect | TLC: model, invariant, steps, states, s | simulator: detector, first seed, transitions | GPU backend (CPU) |",
-        "| --- | --- | --- | --- |",
+        "| defect | TLC: model, invariant, steps, states, s | TLC on the prepared path: invariant, steps, last step, states, s | simulator: detector, first seed, transitions | GPU backend (CPU) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for name, r in result["defects"].items():
-        t, s, g = r["tlc"], r["sim"], r["gpu"]
+        t, p, s, g = r["tlc"], r.get("prepared"), r["sim"], r["gpu"]
         tlc = f"{Path(t['config']).stem}, {t['property']}, {t['steps']}, {t['distinct_states']:,}, {t['seconds']}" if t["caught"] else "not caught"
+        if p is None:
+            prep = "n/a"
+        elif p["caught"]:
+            prep = f"{p['property']}, {p['steps']}, {p['last']}, {p['distinct_states']:,}, {p['seconds']}"
+        else:
+            prep = "not caught" + (f" ({p.get('property')} at {p.get('last')})" if p.get("property") else "")
         sim = f"{s['detector']}, {s['seed']}, {s['transitions']:,}" if s["caught"] else f"not caught ({s['seeds_run']} seeds)"
         gpu = "n/a" if g["caught"] is None else (f"{g['by']} at transition {g['transition']} (rank {g['rank']})" if g["caught"] else "not caught")
-        lines.append(f"| {name} | {tlc} | {sim} | {gpu} |")
+        lines.append(f"| {name} | {tlc} | {prep} | {sim} | {gpu} |")
     n = result["none"]
-    lines.append(f"| none | {'clean' if not n['tlc']['caught'] else 'VIOLATION'} ({len(n['tlc']['models'])} models) | "
+    lines.append(f"| none | {'clean' if not n['tlc']['caught'] else 'VIOLATION'} ({len(n['tlc']['models'])} models) | (in the models) | "
                  f"{'clean' if not n['sim']['caught'] else 'CAUGHT'} ({sum(v['seeds'] for v in n['sim']['runs'].values())} runs) | "
                  f"{'n/a' if n['gpu']['caught'] is None else ('clean' if not n['gpu']['caught'] else 'CAUGHT')} ({len(n['gpu']['runs'])} logs) |")
     return "\n".join(lines)

@@ -57,14 +57,22 @@ KNOBS = (
 BUGS = (
     "none",
     "skip_collective",
+    # a rank sizes evict-to-fit (Reserve, Prepare, ReloadReserve) by the pages it owns
     "local_host_alloc",
+    # a rollback (Rollback, or of a prepared backup at Insert or Abort) frees the
+    # object's pages but keeps its registration
     "double_free",
+    # a rank's load lock released before its own copy lands: the load's one replicated
+    # lock goes at the first rank's LoadDone (not the reference's per-rank loading_check,
+    # which releases each rank's lock at its own copy)
     "load_uaf",
     "evict_pending",
     "split_pending",
     "duplicate_ack",
     "reload_stale_anchor",
     "l3_no_min",
+    # victims ordered by a per-rank clock (every eviction, evict-to-fit at Reserve and
+    # Prepare included)
     "wallclock_tiebreak",
 )
 

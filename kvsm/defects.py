@@ -123,6 +123,18 @@ SIM_REQUESTS = 300
 CONFORM_DEFECTS_MODEL = f"{SPEC}/MC_defects.cfg"
 
 
+# The production write-through path (prepared backups, `Prepare`): the model where the
+# defects that reach it are checked with prepared backups on and no other backup, and per
+# defect the invariant TLC reports there and the transition its counterexample ends with
+# (the step on the prepared path where the defect bites).
+PREPARED_MODEL = f"{SPEC}/MC_prepared_defects.cfg"
+PREPARED_PATH: dict[str, tuple[str, str]] = {
+    "local_host_alloc": ("Agreement", "Prepare"),  # evict-to-fit sized by the rank's own pages
+    "wallclock_tiebreak": ("Agreement", "Prepare"),  # evict-to-fit in the rank's own victim order
+    "double_free": ("HostPages", "Abort"),  # the rollback of a prepared backup
+}
+
+
 def conform_model(d: Defect) -> str:
     return d.conform_on or (CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model)
 
@@ -197,4 +209,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "write_log"]

@@ -6,7 +6,9 @@
 (* a radix tree that every rank holds identically; the only cross-rank     *)
 (* agreements are MINs (and ANDs) over per-rank progress counters: at      *)
 (* Commit (the completion of the commit collective every rank enters with  *)
-(* CommitCall), SpillAck, ReloadReserve and ReloadAdmit.                   *)
+(* CommitCall), SpillAck and ReloadAdmit. ReloadReserve also takes a MIN,  *)
+(* over what each rank's own disk holds, to size its claim: a deciding     *)
+(* step, not an agreement (no rank reads another's writes after it).       *)
 (*                                                                         *)
 (* The contract is ../shared/design/MODEL.md. The pure Python model in     *)
 (* kvsm/ implements the same rules with the same names; `kvsm conform`     *)
@@ -368,13 +370,18 @@ DropWrite(s, n) ==
 (* Request rid's prepared backup once its insert made node `new` (NoNode: no new
    node, or an abort): attached if `new` took its id (the reference's
    _attach_prepared_cp_backup: the backup becomes pending), else rolled back
-   (_rollback_prepared_cp_backup). *)
+   (_rollback_prepared_cp_backup). Under double_free the rollback frees the
+   object's pages but keeps its registration: the write leaves `writes`, the
+   object stays, naming pages that are free. *)
 Settled(s, rid, new) ==
     IF rid \notin DOMAIN s.prepared THEN s
     ELSE LET p == s.prepared[rid]
              s0 == [s EXCEPT !.prepared = Remove(@, {rid})]
          IN IF p = NoNode THEN s0
             ELSE IF p = new THEN [s0 EXCEPT !.pending = @ \cup {p}]
+            ELSE IF Bug = "double_free"
+            THEN LET d == DropWrite(s0, p)
+                 IN [d EXCEPT !.objects = (p :> s0.objects[p]) @@ @]
             ELSE DropWrite(s0, p)
 
 (* Where Insert puts a request's pages, before it takes them: the key's path
@@ -632,9 +639,10 @@ Reserve(n, fits) ==
 (* Prepared write-through backups (PreparedBackups, the reference's production
    path, prepare_write_backups_for_reqs): before a matched request's forward
    pass, once, the pages its insert will add get a node id taken in advance and
-   an L2 object (evicting host victims to fit, as Reserve does), and their write
-   joins `writes`; when it cannot fit, the id is spent, the evictions stay and
-   the request is marked (NoNode). *)
+   an L2 object (evicting host victims to fit, as Reserve does: a deciding
+   action, each rank making room in its own victim order for the run it looks
+   for), and their write joins `writes`; when it cannot fit, the id is spent,
+   the evictions stay and the request is marked (NoNode). *)
 
 \* The pages request rid's insert would add as a new node: its key beyond what the
 \* tree holds, the node it diverges inside included (the reference's probe).
@@ -643,10 +651,10 @@ PrepareLen(s, rid) ==
         w == WalkKey(s.nodes, req.tokens)
     IN Len(req.tokens) - w.covered - (IF w.cut = <<>> THEN 0 ELSE w.cut[2])
 
-Prepared(s, rid, fits) ==
+Prepared(s, rid, fits, v) ==
     LET len == PrepareLen(s, rid)
         u == s.next_id
-        s1 == [HostRoomAs(s, s, len, NoView).s EXCEPT !.next_id = u + 1]
+        s1 == [ReserveRoom(s, len, v) EXCEPT !.next_id = u + 1]
         base == FirstFit(s1.l2_free, len)
     IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
        ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
@@ -664,8 +672,9 @@ PrepareTo(s) ==
     /\ writes' = s.writes
     /\ host_content' = s.host_content
     /\ prepared' = s.prepared
+    /\ diverged' = s.diverged
     /\ UNCHANGED <<clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
-                   acked, loadVars, spill_queue, l3Vars, diverged>>
+                   acked, loadVars, spill_queue, l3Vars>>
 
 Prepare(rid, fits) ==
     /\ RoundClosed
@@ -673,8 +682,9 @@ Prepare(rid, fits) ==
     /\ InPhase(rid, "matched")
     /\ rid \notin DOMAIN prepared
     /\ PrepareLen(State, rid) > 0
-    /\ fits = HostRoomFor(PrepareLen(State, rid), NoView)
-    /\ PrepareTo(Prepared(State, rid, fits))
+    /\ fits = HostRoomFor(PrepareLen(State, rid), ClusterView)
+    /\ PrepareTo(Decided("Prepare", [v \in Views |-> IF HostRoomFor(PrepareLen(State, rid), v) = fits
+                                                    THEN Prepared(State, rid, fits, v) ELSE NoOutcome]))
 
 (* The rank steps, WriteDone and Commit, compute their effect in the action,
    without a state record: they are what the fairness of the liveness property
@@ -932,8 +942,10 @@ LoadDone(r) ==
            first == \A q \in Ranks : load_done[q] <= load_done[r]
        IN /\ dev_content' = [p \in {op.pages[k][1] : k \in mine} |->
                                host_content[op.pages[CHOOSE k \in mine : op.pages[k][1] = p][2]]] @@ dev_content
-          \* the defect load_uaf releases the load's lock at the first rank's copy, not
-          \* the last: its nodes can be evicted, their pages reused, while copies still land
+          \* the defect load_uaf: a rank's load lock released before its own copy lands
+          \* (the load's lock goes at the first rank's copy, not the last: its nodes can be
+          \* evicted, their pages reused, while the other ranks' copies still land; the
+          \* reference's loading_check releases each rank's lock at its own copy)
           /\ nodes' = IF Bug = "load_uaf"
                        THEN IF first THEN LockPath(nodes, op.node, -1) ELSE nodes
                        ELSE IF pop THEN LockPath(nodes, loads[1].node, -1) ELSE nodes

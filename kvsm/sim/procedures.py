@@ -71,14 +71,18 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     return True, tuple(reserved)
 
 
+def _view(v: View) -> int | None:
+    """The view a deciding step's outcome is decided from: a rank's replica its own
+    (under a defect that lets ranks decide from their own views), the log's state the
+    cluster's."""
+    cfg = v.state.config
+    return v.rank if v.rank is not None and cfg.bug in RANK_VIEW_BUGS else cluster_view(cfg)
+
+
 def try_reserve(v: View, nid: int) -> bool:
     """Reserve eligible node `nid`; whether it fit. One that does not fit is a step
     (`fits = false`) only when it has host leaves to evict."""
-    cfg = v.state.config
-    # the outcome as this view decides it: a rank's replica its own (under a defect that
-    # lets ranks decide from their own views), the log's state the cluster's
-    view = v.rank if v.rank is not None and cfg.bug in RANK_VIEW_BUGS else cluster_view(cfg)
-    fits = reserve_fits(v.state, nid, view)
+    fits = reserve_fits(v.state, nid, _view(v))
     if fits or v.state.host_index:
         v.apply(T("Reserve", node=nid, fits=fits))
     return fits
@@ -92,7 +96,7 @@ def prepare(v: View, rid: int) -> int | None:
     s = v.state
     if rid in s.prepared or prepare_length(s, rid) <= 0:
         return None
-    s = v.apply(T("Prepare", rid=rid, fits=prepare_fits(s, rid)))
+    s = v.apply(T("Prepare", rid=rid, fits=prepare_fits(s, rid, _view(v))))
     return s.prepared[rid]
 
 

@@ -248,6 +248,11 @@ def settle_prepared(tx: Tx, rid: int, new: int | None) -> None:
     if new == prep:
         tx.pending.set(prep, Pending(prep, True))
         tx.update(prep, lock=tx.node(prep).lock + 1)
+    elif tx.cfg.bug == "double_free":
+        # the rollback frees the object's pages but does not release its registration:
+        # its write leaves `writes` (its acks are scrubbed) while the object stays,
+        # naming pages that are free, which the next reserve can be given again
+        drop_write(tx, prep, keep_object=True)
     else:
         drop_write(tx, prep)
 

@@ -19,7 +19,8 @@ changes nothing and is not a step.
 `Prepare` is the reference's production write-through path
 (`prepare_write_backups_for_reqs`), under `config.prepared_backups`: before a matched
 request's forward pass, the pages its insert will add get an L2 object (evict-to-fit as
-above) and a node id taken in advance, and their write joins `writes`. `Insert`
+above: a deciding step like `Reserve`, each rank evicting from its own victim order and
+sizing its own room) and a node id taken in advance, and their write joins `writes`. `Insert`
 attaches it to the new node when that node has the prepared length, else rolls it
 back; `Abort` rolls it back. Until it is attached no rank finishes that write (the
 reference's `writing_check` defers its ack), so it holds the commit frontier.
@@ -113,15 +114,18 @@ def prepare_length(s: ClusterState, rid: int) -> int:
     return len(req.tokens) - w.covered - (w.cut[1] if w.cut is not None else 0)
 
 
-def prepare_fits(s: ClusterState, rid: int) -> bool:
-    return _fits(s, prepare_length(s, rid), None)
+def prepare_fits(s: ClusterState, rid: int, view: int | None = None) -> bool:
+    """Whether request `rid`'s prepare finds a run, evicting from the snapshot (rank
+    `view`'s decision)."""
+    return _fits(s, prepare_length(s, rid), view)
 
 
-def prepare(s: ClusterState, t: Transition) -> ClusterState:
+def prepare(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Prepare request `rid`'s write-through backup, once: take the next node id, then
-    reserve (evicting to fit). `fits`: the object and its write are made and wait for the
-    insert; not `fits`: the evictions stay and only the id is spent (as in the reference,
-    which takes the id before it reserves)."""
+    reserve (evicting to fit, in rank `view`'s victim order and for the room it sizes,
+    as `Reserve`). `fits`: the object and its write are made and wait for the insert;
+    not `fits`: the evictions stay and only the id is spent (as in the reference, which
+    takes the id before it reserves)."""
     rid, fits = t.arg("rid"), t.arg("fits")
     cfg = s.config
     if not cfg.prepared_backups or cfg.policy != "write_through":
@@ -136,7 +140,7 @@ def prepare(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"request {rid}'s key is in the tree already: nothing to back up")
     tx = Tx(s)
     nid = tx.new_id()
-    base = evict_host_to_fit(tx, length)
+    base = evict_host_to_fit(tx, length, view)
     if (base is not None) != fits:
         raise Rejected(f"a run of {length} host pages {'does not fit' if fits else 'fits'} (after evicting from the snapshot), so fits is {str(not fits).lower()}")
     if base is None:
@@ -153,10 +157,11 @@ def prepare_candidates(s: ClusterState) -> Iterable[Transition]:
     cfg = s.config
     if not cfg.prepared_backups or cfg.policy != "write_through":
         return
+    view = cluster_view(cfg)
     for rid in sorted(r.id for r in s.requests.values() if r.phase == MATCHED and r.id not in s.prepared):
         if prepare_length(s, rid) > 0:
-            yield Transition.make("Prepare", rid=rid, fits=prepare_fits(s, rid))
+            yield Transition.make("Prepare", rid=rid, fits=prepare_fits(s, rid, view))
 
 
 register(Spec(name="Reserve", family="reserve", apply=reserve, candidates=reserve_candidates, args={"node": "int", "fits": "bool"}, decides=True))
-register(Spec(name="Prepare", family="reserve", apply=prepare, candidates=prepare_candidates, args={"rid": "int", "fits": "bool"}))
+register(Spec(name="Prepare", family="reserve", apply=prepare, candidates=prepare_candidates, args={"rid": "int", "fits": "bool"}, decides=True))

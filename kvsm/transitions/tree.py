@@ -113,9 +113,11 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
     return uid
 
 
-def drop_write(tx: Tx, nid: int) -> None:
+def drop_write(tx: Tx, nid: int, keep_object: bool = False) -> None:
     """Take node id `nid`'s write out of `writes` (a rank that finished it counts one
-    less) and free its object: a rollback, of a pending or of a prepared backup."""
+    less) and free its object: a rollback, of a pending or of a prepared backup. With
+    `keep_object` (the injected defect double_free on a prepared backup) the object's
+    pages are freed but the object stays registered."""
     j = tx.writes.index(nid)
     tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
     tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
@@ -123,4 +125,8 @@ def drop_write(tx: Tx, nid: int) -> None:
         # its ack, where a rank appended it, is scrubbed from that rank's queue
         # (`_remove_undrained_write_acks`)
         tx.acked = [a - 1 if a > j else a for a in tx.acked]
-    tx.free_object(nid)
+    if keep_object:
+        obj = tx.objects[nid]
+        tx.free_host(obj.base, obj.length)
+    else:
+        tx.free_object(nid)
