@@ -57,6 +57,7 @@ BUGS = (
     "reload_stale_anchor",
     "l3_no_min",
     "wallclock_tiebreak",
+    "backup_host_uaf",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -40,6 +40,8 @@ class Defect:
     sim_seed: int = 0  # the first seed of 0..199 whose run catches it (benchmarks/defects.py)
     sim_detector: str = "invariant"  # what catches it there: invariant, divergence or stuck
     conform_on: str = ""  # the model `kvsm conform --bug` compares it on, when not its own (or MC_defects for ci's)
+    bytes_on: str = ""  # the model whose byte witness the GPU backend replays, when not its own
+    tracker: str = ""  # the public report it reproduces (docs/defects.md, Field bugs), when it came from one
 
 
 SPEC = "spec"
@@ -111,6 +113,11 @@ CATALOGUE: dict[str, Defect] = {
             "wallclock_tiebreak", f"{SPEC}/MC_wallclock_tiebreak.cfg", "13 Agreement",
             {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 64}, "ranks", sim_seed=2,
         ),
+        Defect(
+            "backup_host_uaf", f"{SPEC}/MC_load_uaf.cfg", "6 HostPages",
+            {"tiers": "l1,l2", "l2_pages": 256, "faults": "stall:0.05"}, "bytes",
+            bytes_on=f"{SPEC}/MC_loads.cfg", tracker="sglang PR 28468",
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the
@@ -125,6 +132,12 @@ CONFORM_DEFECTS_MODEL = f"{SPEC}/MC_defects.cfg"
 
 def conform_model(d: Defect) -> str:
     return d.conform_on or (CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model)
+
+
+def witness_model(d: Defect) -> str:
+    """The model the GPU backend's log of `d` is found in (its byte witness or its
+    counterexample)."""
+    return d.bytes_on or d.model
 
 
 def config_with(cfg: Config, bug: str) -> Config:
@@ -197,4 +210,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "witness_model", "write_log"]

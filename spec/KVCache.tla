@@ -73,7 +73,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ PreparedBackups \in BOOLEAN
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
-                  "l3_no_min", "wallclock_tiebreak"}
+                  "l3_no_min", "wallclock_tiebreak", "backup_host_uaf"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvsm.config import BUGS, IMPLEMENTED_BUGS, Config, ConfigError, load_config
-from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, write_log
+from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, witness_model, write_log
 from kvsm.invariants import violations
 from kvsm.replay import replay
 from kvsm.state import initial_state
@@ -97,6 +97,7 @@ TLC_PROPERTY = {
     "l3_no_min": "Agreement",
     "wallclock_tiebreak": "Agreement",
     "load_uaf": "Locks",
+    "backup_host_uaf": "HostPages",
 }
 
 
@@ -147,7 +148,7 @@ def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the
 # the defects' own models, each checked without its defect (the L3 ones take minutes;
 # MC_loads is checked clean in the default run by tests/test_fidelity.py already)
 DEFECT_MODELS = sorted(
-    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
+    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
 )
 
 
@@ -165,7 +166,7 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 
 # the two L3 defects' models have hundreds of thousands of states: whole-graph runs of
 # minutes each, left to `pytest -m exhaustive`
-HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor"}
+HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf"}
 
 
 @pytest.mark.tlc
@@ -205,20 +206,28 @@ def test_a_fixed_simulator_seed_catches_the_defect(name):
 
 def _gpu_log(name: str, tmp_path: Path) -> Path:
     d = CATALOGUE[name]
-    if d.model == "ci":
+    model = witness_model(d)
+    if model == "ci":
         cfg = config_with(load_config("small"), name)
     else:
         from kvsm.tla.models import config_of_model
 
-        cfg_path = ROOT / d.model
+        cfg_path = ROOT / model
         cfg = config_with(config_of_model(cfg_path.with_suffix(".tla"), cfg_path), name)
     steps = byte_witness(cfg) if d.gpu == "bytes" else counterexample(cfg)
     assert steps, f"no run of {name} to replay"
     return write_log(cfg, steps, tmp_path / f"{name}.jsonl")
 
 
+# defects whose byte witness is a search of minutes (the whole `loads` graph to its 20th
+# step): left to `pytest -m exhaustive`
+HEAVY_WITNESS = {"backup_host_uaf"}
+
+
 @pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("name", [n for n in DEFECTS if CATALOGUE[n].gpu])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in HEAVY_WITNESS else n for n in DEFECTS if CATALOGUE[n].gpu]
+)
 def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digests(name, device, tmp_path):
     pytest.importorskip("torch")
     from kvsm.gpu.launch import Options, replay as gpu_replay
