@@ -58,6 +58,7 @@ BUGS = (
     "l3_no_min",
     "wallclock_tiebreak",
     "backup_host_uaf",
+    "load_host_release",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -118,6 +118,10 @@ CATALOGUE: dict[str, Defect] = {
             {"tiers": "l1,l2", "l2_pages": 256, "faults": "stall:0.05"}, "bytes",
             bytes_on=f"{SPEC}/MC_loads.cfg", tracker="sglang PR 28468",
         ),
+        Defect(
+            "load_host_release", f"{SPEC}/MC_load_uaf.cfg", "5 DevicePages",
+            {"tiers": "l1,l2"}, "bytes", tracker="sglang issue 30321",
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

@@ -73,7 +73,8 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ PreparedBackups \in BOOLEAN
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
-                  "l3_no_min", "wallclock_tiebreak", "backup_host_uaf"}
+                  "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
+                  "load_host_release"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -808,6 +809,20 @@ HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
 \* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes.
 LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0]
 
+(* Under load_host_release the host copy is released when the load is issued, as
+   though its copies were done: the loaded nodes `ns` become unbacked device nodes
+   and their objects are freed (poisoned) while every rank's copy still reads them. *)
+ReleasedAtIssue(s, ns) ==
+    IF Bug # "load_host_release" THEN s
+    ELSE LET objs == {s.nodes[n].host : n \in ns}
+             gone == UNION {ObjectPages(s.objects[k]) : k \in objs}
+         IN [s EXCEPT !.l2_free = @ \cup gone,
+                      !.host_content = [h \in gone |-> NoContent] @@ @,
+                      !.objects = Remove(@, objs),
+                      !.nodes = [n \in DOMAIN s.nodes |->
+                                   IF n \in ns THEN [s.nodes[n] EXCEPT !.host = NoObject, !.durable = FALSE]
+                                   ELSE s.nodes[n]]]
+
 \* The load-back of request rid along the owner-lane planner's plan lp.
 LoadedBack(s, rid, lp) ==
     LET req == s.requests[rid]
@@ -827,13 +842,14 @@ LoadedBack(s, rid, lp) ==
                      THEN LET k == IndexOf(run, n)
                           IN [s1.nodes[n] EXCEPT !.dev = SubSeq(got.pages, start[k] + 1, start[k] + sizes[k])]
                      ELSE s1.nodes[n]]
-    IN [s1 EXCEPT
+    IN ReleasedAtIssue([s1 EXCEPT
           !.nodes = LockPath(LockPath(loaded, last, 2), req.node, -1),
           !.dev_free = got.free,
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
-          !.requests[rid].node = last]
+          !.requests[rid].node = last], Range(run))
 
-\* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved.
+\* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved
+\* (and under load_host_release the host copies released).
 LoadBackTo(s) ==
     /\ nodes' = s.nodes
     /\ dev_free' = s.dev_free
@@ -841,7 +857,10 @@ LoadBackTo(s) ==
     /\ dev_content' = s.dev_content
     /\ loads' = s.loads
     /\ diverged' = s.diverged
-    /\ UNCHANGED <<next_id, clock, next_rid, prepared, hostVars, backupVars, load_done, spill_queue,
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ host_content' = s.host_content
+    /\ UNCHANGED <<next_id, clock, next_rid, prepared, backupVars, load_done, spill_queue,
                    l3Vars>>
 
 (* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is

@@ -98,6 +98,7 @@ TLC_PROPERTY = {
     "wallclock_tiebreak": "Agreement",
     "load_uaf": "Locks",
     "backup_host_uaf": "HostPages",
+    "load_host_release": "DevicePages",
 }
 
 
@@ -148,7 +149,7 @@ def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the
 # the defects' own models, each checked without its defect (the L3 ones take minutes;
 # MC_loads is checked clean in the default run by tests/test_fidelity.py already)
 DEFECT_MODELS = sorted(
-    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
+    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf", "load_host_release")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
 )
 
 
@@ -166,7 +167,7 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 
 # the two L3 defects' models have hundreds of thousands of states: whole-graph runs of
 # minutes each, left to `pytest -m exhaustive`
-HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf"}
+HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release"}
 
 
 @pytest.mark.tlc
