@@ -59,6 +59,7 @@ BUGS = (
     "wallclock_tiebreak",
     "backup_host_uaf",
     "load_host_release",
+    "lease_expiry_free",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -122,6 +122,16 @@ CATALOGUE: dict[str, Defect] = {
             "load_host_release", f"{SPEC}/MC_load_uaf.cfg", "5 DevicePages",
             {"tiers": "l1,l2"}, "bytes", tracker="sglang issue 30321",
         ),
+        Defect(
+            "lease_expiry_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
+            {"config": "l3", "tiers": "l1,l2,l3", "workload": "multi-turn"}, None, sim_seed=1,
+            tracker="Mooncake issue 850",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need the released pages given to another object "
+                "and loaded while the reload's read still lands in them; no such run has been "
+                "searched for (the invariant catches the release at the expiry itself)"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

@@ -74,7 +74,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
-                  "load_host_release"}
+                  "load_host_release", "lease_expiry_free"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -1190,7 +1190,15 @@ ReloadExpire ==
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
-    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+    \* the defect lease_expiry_free: the lease's end releases the reservation of a reload
+    \* that expires now with its waiters, while its reads are still in flight (its pages
+    \* freed and poisoned, the reload keeping them)
+    /\ LET gone == IF Bug = "lease_expiry_free"
+                   THEN UNION {ReloadPages(reloads[j]) : j \in {k \in DOMAIN reloads : reloads[k].ttl = 1}}
+                   ELSE {}
+       IN /\ l2_free' = l2_free \cup gone
+          /\ host_content' = [h \in gone |-> NoContent] @@ host_content
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars, spill_queue,
                    spillVars, reload_candidates, reload_done, diskVars, diverged>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's

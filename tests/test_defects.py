@@ -99,6 +99,7 @@ TLC_PROPERTY = {
     "load_uaf": "Locks",
     "backup_host_uaf": "HostPages",
     "load_host_release": "DevicePages",
+    "lease_expiry_free": "HostPages",
 }
 
 
@@ -118,8 +119,14 @@ def tlc_caught(tmp_path_factory):
     return get
 
 
+# a TLC run of a minute (the one-rank L3 model to its 17th step): `pytest -m exhaustive`
+FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free"}
+
+
 @pytest.mark.tlc
-@pytest.mark.parametrize("name", DEFECTS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in FIELD_TLC_EXHAUSTIVE else n for n in DEFECTS]
+)
 def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_violation(name, tlc_caught):
     res = tlc_caught(name)
     v = res.to_json()["violation"]
@@ -134,7 +141,7 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
 
 # the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
 # own): left to `pytest -m exhaustive` to keep their default cost within budget
-FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release"}
+FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free"}
 
 
 @pytest.mark.tlc
@@ -174,7 +181,7 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 
 # the two L3 defects' models have hundreds of thousands of states: whole-graph runs of
 # minutes each, left to `pytest -m exhaustive`
-HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release"}
+HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free"}
 
 
 @pytest.mark.tlc

@@ -230,6 +230,12 @@ def reload_expire(s: ClusterState, t: Transition) -> ClusterState:
     out = []
     for op in s.reloads:
         ttl = max(0, op.ttl - 1)
+        if s.config.bug == "lease_expiry_free" and op.ttl == 1:
+            # the defect: the lease's end releases the reservation with the waiters, while
+            # the reads of the reload are still in flight: its pages are freed (poisoned)
+            # and its object stays, so the reads land in pages the pool may give away
+            obj = tx.objects[op.obj]
+            tx.free_host(obj.base, obj.length)
         out.append(op.with_(waiters=() if ttl == 0 else op.waiters, ttl=ttl))
     tx.reloads = tuple(out)
     return tx.commit()
