@@ -60,6 +60,7 @@ BUGS = (
     "backup_host_uaf",
     "load_host_release",
     "lease_expiry_free",
+    "reload_fail_double_free",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

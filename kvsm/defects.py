@@ -132,6 +132,16 @@ CATALOGUE: dict[str, Defect] = {
                 "searched for (the invariant catches the release at the expiry itself)"
             ),
         ),
+        Defect(
+            "reload_fail_double_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
+            {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            tracker="sglang issue 13483",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need the released pages given to another object "
+                "and loaded before the reload's admission frees them again; no such run has "
+                "been searched for (the invariant catches the release at the failed read)"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

@@ -74,7 +74,8 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
-                  "load_host_release", "lease_expiry_free"}
+                  "load_host_release", "lease_expiry_free",
+                  "reload_fail_double_free"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -1136,11 +1137,16 @@ ReloadDone(r, ok) ==
     /\ ReloadToRead(r)
     /\ ok = ReloadReadOk(r)
     /\ LET op == reloads[Len(reload_done[r]) + 1]
-       IN host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
-                                        l3[r][op.hashes[h - op.base + 1]]] @@ host_content
-                          ELSE host_content
+           \* the defect reload_fail_double_free: a failed read releases the pages it did
+           \* not fill (the whole reservation) itself, while the reload keeps them for its
+           \* admission, which frees them again
+           gone == IF Bug = "reload_fail_double_free" /\ ~ok THEN ReloadPages(op) ELSE {}
+       IN /\ host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
+                                           l3[r][op.hashes[h - op.base + 1]]] @@ host_content
+                             ELSE [h \in gone |-> NoContent] @@ host_content
+          /\ l2_free' = l2_free \cup gone
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, backupVars, loadVars,
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars,
                    spill_queue, spillVars, reload_candidates, reloads, diskVars, diverged>>
 
 \* Every rank has read the reload at the head of `reloads`.

@@ -100,6 +100,7 @@ TLC_PROPERTY = {
     "backup_host_uaf": "HostPages",
     "load_host_release": "DevicePages",
     "lease_expiry_free": "HostPages",
+    "reload_fail_double_free": "HostPages",
 }
 
 
@@ -119,10 +120,11 @@ def tlc_caught(tmp_path_factory):
     return get
 
 
-# field bugs whose TLC run costs more than the default budget allows (lease_expiry_free: the
-# one-rank L3 model to its 17th step; load_host_release: MC_load_uaf to its 14th step, 3,285
-# states): `pytest -m exhaustive`; their corpus cases replay the counterexamples by default
-FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free", "load_host_release"}
+# field bugs whose TLC run costs more than the default budget allows (lease_expiry_free and
+# reload_fail_double_free: the one-rank L3 model to its 17th and 18th steps;
+# load_host_release: MC_load_uaf to its 14th step, 3,285 states): `pytest -m exhaustive`;
+# their corpus cases replay the counterexamples by default
+FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free", "load_host_release", "reload_fail_double_free"}
 
 
 @pytest.mark.tlc
@@ -143,7 +145,7 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
 
 # the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
 # own): left to `pytest -m exhaustive` to keep their default cost within budget
-FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free"}
+FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free"}
 
 
 @pytest.mark.tlc
@@ -181,9 +183,10 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
     assert res.ok, (model, res.to_json())
 
 
-# the two L3 defects' models have hundreds of thousands of states: whole-graph runs of
-# minutes each, left to `pytest -m exhaustive`
-HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free"}
+# the two L3 defects' models have hundreds of thousands of states, and the field bugs'
+# conform runs take minutes of TLC: whole-graph runs left to `pytest -m exhaustive`
+HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
+                 "reload_fail_double_free"}
 
 
 @pytest.mark.tlc

@@ -104,7 +104,8 @@ def evict_host_to_fit(tx: Tx, length: int, view: int | None = None) -> int | Non
     return tx.first_fit(length)
 
 
-def _host_page_free(tx: Tx, page: int) -> bool:
+def host_page_free(tx: Tx, page: int) -> bool:
+    """Whether host page `page` is free (in a free run of the first payload region)."""
     run = tx.l2_free[0].floor_lt((page + 1, 0))
     return run is not None and run[0] + run[1] > page
 
@@ -119,7 +120,7 @@ def release_inflight_backups(tx: Tx, need: int) -> None:
         if pend is None:
             continue
         obj = tx.objects[pend.obj]
-        if any(_host_page_free(tx, p) for p in range(obj.base, obj.base + obj.length)):
+        if any(host_page_free(tx, p) for p in range(obj.base, obj.base + obj.length)):
             continue  # already released
         tx.free_host(obj.base, obj.length)
         if tx.first_fit(need) is not None:

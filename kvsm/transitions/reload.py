@@ -30,7 +30,7 @@ from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
 from .tree import walk_key
-from .eviction import evict_host_to_fit
+from .eviction import evict_host_to_fit, host_page_free
 from .spill import need_l3
 
 
@@ -161,6 +161,14 @@ def reload_done(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     tx.read_reload(r, tx.objects[op.obj].base, op.hashes, ok)
     tx.reload_done[r] = tx.reload_done[r] + (ok,)
+    if s.config.bug == "reload_fail_double_free" and not ok:
+        # the defect: a failed read releases the pages it did not fill (the whole
+        # reservation) itself, while the reload keeps them for its admission, which
+        # frees them again; a reservation another failed read released already is
+        # passed over
+        obj = tx.objects[op.obj]
+        if not host_page_free(tx, obj.base):
+            tx.free_host(obj.base, obj.length)
     return tx.commit()
 
 
