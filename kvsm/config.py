@@ -61,6 +61,7 @@ BUGS = (
     "load_host_release",
     "lease_expiry_free",
     "reload_fail_double_free",
+    "failed_store_visible",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -142,6 +142,16 @@ CATALOGUE: dict[str, Defect] = {
                 "been searched for (the invariant catches the release at the failed read)"
             ),
         ),
+        Defect(
+            "failed_store_visible", f"{SPEC}/MC_reload_stale_anchor.cfg", "7 Content",
+            {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            tracker="LMCache issue 4991",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need a reload that reads the failed entry and a "
+                "load-back of its node; no such run has been searched for (the invariant "
+                "catches the failed entry at the write itself)"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

@@ -75,7 +75,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
-                  "reload_fail_double_free"}
+                  "reload_fail_double_free", "failed_store_visible"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -992,6 +992,9 @@ SpillDone(r, ok) ==
     /\ LET staged == Head(spill_staged[r])
            hs == {staged[k][1] : k \in DOMAIN staged}
        IN l3' = IF ok THEN [l3 EXCEPT ![r] = [h \in hs |-> (CHOOSE p \in Range(staged) : p[1] = h)[2]] @@ @]
+                \* the defect failed_store_visible: the failed write leaves its pages in the
+                \* disk's index, holding nothing valid
+                ELSE IF Bug = "failed_store_visible" THEN [l3 EXCEPT ![r] = [h \in hs |-> NoContent] @@ @]
                 ELSE l3
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]

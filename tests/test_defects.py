@@ -101,6 +101,7 @@ TLC_PROPERTY = {
     "load_host_release": "DevicePages",
     "lease_expiry_free": "HostPages",
     "reload_fail_double_free": "HostPages",
+    "failed_store_visible": "Content",
 }
 
 
@@ -145,7 +146,8 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
 
 # the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
 # own): left to `pytest -m exhaustive` to keep their default cost within budget
-FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free"}
+FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free",
+                             "failed_store_visible"}
 
 
 @pytest.mark.tlc
@@ -186,7 +188,7 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 # the two L3 defects' models have hundreds of thousands of states, and the field bugs'
 # conform runs take minutes of TLC: whole-graph runs left to `pytest -m exhaustive`
 HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
-                 "reload_fail_double_free"}
+                 "reload_fail_double_free", "failed_store_visible"}
 
 
 @pytest.mark.tlc
