@@ -125,6 +125,7 @@ CATALOGUE: dict[str, Defect] = {
         Defect(
             "lease_expiry_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
             {"config": "l3", "tiers": "l1,l2,l3", "workload": "multi-turn"}, None, sim_seed=1,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
             tracker="Mooncake issue 850",
             why_no_gpu=(
                 "not shown yet: wrong bytes need the released pages given to another object "
@@ -135,6 +136,7 @@ CATALOGUE: dict[str, Defect] = {
         Defect(
             "reload_fail_double_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
             {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
             tracker="sglang issue 13483",
             why_no_gpu=(
                 "not shown yet: wrong bytes need the released pages given to another object "
@@ -145,6 +147,7 @@ CATALOGUE: dict[str, Defect] = {
         Defect(
             "failed_store_visible", f"{SPEC}/MC_reload_stale_anchor.cfg", "7 Content",
             {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
             tracker="LMCache issue 4991",
             why_no_gpu=(
                 "not shown yet: wrong bytes need a reload that reads the failed entry and a "
