@@ -208,7 +208,14 @@ def test_model_and_spec_have_the_same_graph_under_the_defect(name):
 # ---- the simulator ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", DEFECTS)
+# the field bugs whose seed runs (300 requests with the defect, then without) cost 15-25 s
+# each: `pytest -m exhaustive` (benchmarks/defects.py runs them all)
+FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in FIELD_SIM_EXHAUSTIVE else n for n in DEFECTS]
+)
 def test_a_fixed_simulator_seed_catches_the_defect(name):
     from kvsm.sim import STOPS, SimOptions, simulate, stop_record
 
