@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsm.config import load_config
-from kvsm.defects import CATALOGUE, PREPARED_MODEL, PREPARED_PATH, SIM_REQUESTS, Defect, byte_witness, config_with, counterexample, write_log
+from kvsm.defects import CATALOGUE, PREPARED_MODEL, PREPARED_PATH, SIM_REQUESTS, Defect, byte_witness, config_with, counterexample, witness_model, write_log
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,12 +52,13 @@ def _model_path(d: Defect) -> str:
     return str(ROOT / d.model) if d.model.endswith(".cfg") else d.model
 
 
-def _model_config(d: Defect):
-    if d.model == "ci":
+def _model_config(d: Defect, model: str | None = None):
+    model = model or d.model
+    if model == "ci":
         return load_config("small")
     from kvsm.tla.models import config_of_model
 
-    p = ROOT / d.model
+    p = ROOT / model
     return config_of_model(p.with_suffix(".tla"), p)
 
 
@@ -130,7 +131,7 @@ def _gpu(log: Path, bug: str | None) -> dict[str, Any]:
 def gpu_row(d: Defect, out: Path) -> dict[str, Any]:
     if d.gpu is None:
         return {"caught": None, "why": d.why_no_gpu}
-    cfg = config_with(_model_config(d), d.name)
+    cfg = config_with(_model_config(d, witness_model(d)), d.name)
     steps = byte_witness(cfg) if d.gpu == "bytes" else counterexample(cfg)
     if not steps:
         return {"caught": False, "why": "no run shows the symptom in the model"}

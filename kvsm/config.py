@@ -74,6 +74,11 @@ BUGS = (
     # victims ordered by a per-rank clock (every eviction, evict-to-fit at Reserve and
     # Prepare included)
     "wallclock_tiebreak",
+    "backup_host_uaf",
+    "load_host_release",
+    "lease_expiry_free",
+    "reload_fail_double_free",
+    "failed_store_visible",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -40,6 +40,8 @@ class Defect:
     sim_seed: int = 0  # the first seed of 0..199 whose run catches it (benchmarks/defects.py)
     sim_detector: str = "invariant"  # what catches it there: invariant, divergence or stuck
     conform_on: str = ""  # the model `kvsm conform --bug` compares it on, when not its own (or MC_defects for ci's)
+    bytes_on: str = ""  # the model whose byte witness the GPU backend replays, when not its own
+    tracker: str = ""  # the public report it reproduces (docs/defects.md, Field bugs), when it came from one
 
 
 SPEC = "spec"
@@ -111,6 +113,48 @@ CATALOGUE: dict[str, Defect] = {
             "wallclock_tiebreak", f"{SPEC}/MC_wallclock_tiebreak.cfg", "13 Agreement",
             {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 64}, "ranks", sim_seed=2,
         ),
+        Defect(
+            "backup_host_uaf", f"{SPEC}/MC_load_uaf.cfg", "6 HostPages",
+            {"tiers": "l1,l2", "l2_pages": 256, "faults": "stall:0.05"}, "bytes",
+            bytes_on=f"{SPEC}/MC_loads.cfg", tracker="sglang PR 28468",
+        ),
+        Defect(
+            "load_host_release", f"{SPEC}/MC_load_uaf.cfg", "5 DevicePages",
+            {"tiers": "l1,l2"}, "bytes", tracker="sglang issue 30321",
+        ),
+        Defect(
+            "lease_expiry_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
+            {"config": "l3", "tiers": "l1,l2,l3", "workload": "multi-turn"}, None, sim_seed=1,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
+            tracker="Mooncake issue 850",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need the released pages given to another object "
+                "and loaded while the reload's read still lands in them; no such run has been "
+                "searched for (the invariant catches the release at the expiry itself)"
+            ),
+        ),
+        Defect(
+            "reload_fail_double_free", f"{SPEC}/MC_reload_stale_anchor.cfg", "6 HostPages",
+            {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
+            tracker="sglang issue 13483",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need the released pages given to another object "
+                "and loaded before the reload's admission frees them again; no such run has "
+                "been searched for (the invariant catches the release at the failed read)"
+            ),
+        ),
+        Defect(
+            "failed_store_visible", f"{SPEC}/MC_reload_stale_anchor.cfg", "7 Content",
+            {"tiers": "l1,l2,l3", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 64, "faults": "disk:0.02"}, None,
+            conform_on=f"{SPEC}/MC_l3_field.cfg",
+            tracker="LMCache issue 4991",
+            why_no_gpu=(
+                "not shown yet: wrong bytes need a reload that reads the failed entry and a "
+                "load-back of its node; no such run has been searched for (the invariant "
+                "catches the failed entry at the write itself)"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the
@@ -137,6 +181,12 @@ PREPARED_PATH: dict[str, tuple[str, str]] = {
 
 def conform_model(d: Defect) -> str:
     return d.conform_on or (CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model)
+
+
+def witness_model(d: Defect) -> str:
+    """The model the GPU backend's log of `d` is found in (its byte witness or its
+    counterexample)."""
+    return d.bytes_on or d.model
 
 
 def config_with(cfg: Config, bug: str) -> Config:
@@ -209,4 +259,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "witness_model", "write_log"]

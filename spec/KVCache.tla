@@ -82,7 +82,9 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ OwnDiskDurable \in {"fixed", "reference"}
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
-                  "l3_no_min", "wallclock_tiebreak"}
+                  "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
+                  "load_host_release", "lease_expiry_free",
+                  "reload_fail_double_free", "failed_store_visible"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -866,6 +868,20 @@ HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
 \* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes.
 LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0]
 
+(* Under load_host_release the host copy is released when the load is issued, as
+   though its copies were done: the loaded nodes `ns` become unbacked device nodes
+   and their objects are freed (poisoned) while every rank's copy still reads them. *)
+ReleasedAtIssue(s, ns) ==
+    IF Bug # "load_host_release" THEN s
+    ELSE LET objs == {s.nodes[n].host : n \in ns}
+             gone == UNION {ObjectPages(s.objects[k]) : k \in objs}
+         IN [s EXCEPT !.l2_free = @ \cup gone,
+                      !.host_content = [h \in gone |-> NoContent] @@ @,
+                      !.objects = Remove(@, objs),
+                      !.nodes = [n \in DOMAIN s.nodes |->
+                                   IF n \in ns THEN [s.nodes[n] EXCEPT !.host = NoObject, !.durable = FALSE]
+                                   ELSE s.nodes[n]]]
+
 \* The load-back of request rid along the owner-lane planner's plan lp.
 LoadedBack(s, rid, lp) ==
     LET req == s.requests[rid]
@@ -885,13 +901,14 @@ LoadedBack(s, rid, lp) ==
                      THEN LET k == IndexOf(run, n)
                           IN [s1.nodes[n] EXCEPT !.dev = SubSeq(got.pages, start[k] + 1, start[k] + sizes[k])]
                      ELSE s1.nodes[n]]
-    IN [s1 EXCEPT
+    IN ReleasedAtIssue([s1 EXCEPT
           !.nodes = LockPath(LockPath(loaded, last, 2), req.node, -1),
           !.dev_free = got.free,
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
-          !.requests[rid].node = last]
+          !.requests[rid].node = last], Range(run))
 
-\* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved.
+\* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved
+\* (and under load_host_release the host copies released).
 LoadBackTo(s) ==
     /\ nodes' = s.nodes
     /\ dev_free' = s.dev_free
@@ -899,7 +916,10 @@ LoadBackTo(s) ==
     /\ dev_content' = s.dev_content
     /\ loads' = s.loads
     /\ diverged' = s.diverged
-    /\ UNCHANGED <<next_id, clock, next_rid, prepared, hostVars, backupVars, load_done, spill_queue,
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ host_content' = s.host_content
+    /\ UNCHANGED <<next_id, clock, next_rid, prepared, backupVars, load_done, spill_queue,
                    l3Vars>>
 
 (* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is
@@ -1067,6 +1087,9 @@ SpillDone(r, ok) ==
     /\ LET staged == Head(spill_staged[r])
            hs == {staged[k][1] : k \in DOMAIN staged}
        IN l3' = IF ok THEN [l3 EXCEPT ![r] = [h \in hs |-> (CHOOSE p \in Range(staged) : p[1] = h)[2]] @@ @]
+                \* the defect failed_store_visible: the failed write leaves its pages in the
+                \* disk's index, holding nothing valid
+                ELSE IF Bug = "failed_store_visible" THEN [l3 EXCEPT ![r] = [h \in hs |-> NoContent] @@ @]
                 ELSE l3
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
@@ -1212,11 +1235,16 @@ ReloadDone(r, ok) ==
     /\ ReloadToRead(r)
     /\ ok = ReloadReadOk(r)
     /\ LET op == reloads[Len(reload_done[r]) + 1]
-       IN host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
-                                        l3[r][op.hashes[h - op.base + 1]]] @@ host_content
-                          ELSE host_content
+           \* the defect reload_fail_double_free: a failed read releases the pages it did
+           \* not fill (the whole reservation) itself, while the reload keeps them for its
+           \* admission, which frees them again
+           gone == IF Bug = "reload_fail_double_free" /\ ~ok THEN ReloadPages(op) ELSE {}
+       IN /\ host_content' = IF ok THEN [h \in {op.base + i : i \in Owned(r, Len(op.hashes))} |->
+                                           l3[r][op.hashes[h - op.base + 1]]] @@ host_content
+                             ELSE [h \in gone |-> NoContent] @@ host_content
+          /\ l2_free' = l2_free \cup gone
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
-    /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, backupVars, loadVars,
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars,
                    spill_queue, spillVars, reload_candidates, reloads, diskVars, diverged>>
 
 \* Every rank has read the reload at the head of `reloads`.
@@ -1266,7 +1294,15 @@ ReloadExpire ==
     /\ reloads' = [j \in DOMAIN reloads |->
                      LET t == Max2(0, reloads[j].ttl - 1)
                      IN [reloads[j] EXCEPT !.ttl = t, !.waiters = IF t = 0 THEN <<>> ELSE @]]
-    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
+    \* the defect lease_expiry_free: the lease's end releases the reservation of a reload
+    \* that expires now with its waiters, while its reads are still in flight (its pages
+    \* freed and poisoned, the reload keeping them)
+    /\ LET gone == IF Bug = "lease_expiry_free"
+                   THEN UNION {ReloadPages(reloads[j]) : j \in {k \in DOMAIN reloads : reloads[k].ttl = 1}}
+                   ELSE {}
+       IN /\ l2_free' = l2_free \cup gone
+          /\ host_content' = [h \in gone |-> NoContent] @@ host_content
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars, spill_queue,
                    spillVars, reload_candidates, reload_done, diskVars, diverged>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's

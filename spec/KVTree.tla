@@ -458,10 +458,29 @@ HostRoom(s, len, key, victims) ==
         r == room[Cardinality(victims) + 1]
     IN [ok |-> r.ok, s |-> r.s]
 
+(* Under backup_host_uaf: once the host leaves run out, host eviction also takes
+   the slots of the backups in flight, oldest first (`writes` order), until a run
+   of `len` pages is free. Nothing pins them: their pages are freed (poisoned)
+   while the object and the registration stay, so the copy still lands in them.
+   A backup whose pages are free already is passed over. *)
+InflightRoom(s, len) ==
+    LET room[k \in 0 .. Len(s.writes)] ==
+            IF k = 0 THEN [s |-> s, ok |-> HasRun(s.l2_free, len)]
+            ELSE LET r == room[k - 1]
+                     n == s.writes[k]
+                 IN IF r.ok \/ n \notin r.s.pending THEN r
+                    ELSE LET gone == ObjectPages(r.s.objects[n])
+                         IN IF gone \cap r.s.l2_free # {} THEN r
+                            ELSE LET s1 == [r.s EXCEPT !.l2_free = @ \cup gone,
+                                                       !.host_content = [h \in gone |-> NoContent] @@ @]
+                                 IN [s |-> s1, ok |-> HasRun(s1.l2_free, len)]
+    IN room[Len(s.writes)]
+
 \* HostRoom over the host victims of `s` in rank v's order (the snapshot of `s`).
 HostRoomAs(s0, s, len, v) ==
     LET hv == HostVictims(s)
-    IN HostRoom(s0, len, TLCEval(VictimKeys(s.nodes, hv, v)), hv)
+        r == HostRoom(s0, len, TLCEval(VictimKeys(s.nodes, hv, v)), hv)
+    IN IF Bug = "backup_host_uaf" /\ ~r.ok THEN InflightRoom(r.s, len) ELSE r
 
 (* Whether HostRoom finds a run of `len` pages: it does exactly when one is free
    once every host victim of the snapshot is released, since releasing pages
@@ -470,6 +489,7 @@ HostRoomAs(s0, s, len, v) ==
    it is one branch for TLC; the victims are looked at only when needed.) *)
 HostRoomFits(s, len) ==
     IF HasRun(s.l2_free, len) THEN TRUE
+    ELSE IF Bug = "backup_host_uaf" THEN HostRoomAs(s, s, len, NoView).ok
     ELSE HasRun(s.l2_free \cup UNION {ObjectPages(s.objects[s.nodes[v].host]) : v \in HostVictims(s)}, len)
 
 -----------------------------------------------------------------------------

@@ -150,8 +150,30 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 def test_the_corpus_verifies(tmp_path):
     res = runner.invoke(app, ["corpus", "verify", str(TRACES), "--no-tlc", "--json"])
     out = json.loads(res.stdout)
+    groups = out.pop("groups")
     assert out == {"cases": len(CASES), "passed": len(CASES), "failed": []}, res.output
     assert res.exit_code == 0 and len(CASES) >= 18
+    # every case counted under each of its groups (or `ungrouped`), every group passing
+    tagged = {p.stem: read_case(str(p)).groups or ("ungrouped",) for p in CASES}
+    assert groups == {g: {"cases": n, "passed": n} for g, n in
+                      {g: sum(g in gs for gs in tagged.values()) for g in {x for gs in tagged.values() for x in gs}}.items()}
+    # all the use-after-free cases are found in one place
+    assert {"defect-load-uaf", "defect-backup-host-uaf", "defect-load-host-release"} <= {
+        n for n, gs in tagged.items() if "use-after-free" in gs}
+
+
+def test_a_group_line_is_read_written_back_and_reported_per_group(tmp_path):
+    src = (TRACES / "defect-backup-host-uaf.txt").read_text()
+    case = read_case(str(TRACES / "defect-backup-host-uaf.txt"))
+    assert case.groups == ("use-after-free",)
+    bad = _write(tmp_path, "defect-backup-host-uaf", src.replace("group use-after-free", "group Use After Free"))
+    res = runner.invoke(app, ["corpus", "verify", str(bad), "--no-tlc"])
+    assert res.exit_code == 1 and f"{bad}:2:" in res.output and "a group is lower-case words" in res.output
+    (tmp_path / "two").mkdir()
+    two = _write(tmp_path / "two", "defect-backup-host-uaf", src.replace("group use-after-free", "group use-after-free, host-pool"))
+    res = runner.invoke(app, ["corpus", "verify", str(two), "--no-tlc"])
+    assert res.exit_code == 0, res.output
+    assert "host-pool: 1 cases, 1 passed" in res.output and "use-after-free: 1 cases, 1 passed" in res.output
 
 
 @pytest.mark.tlc

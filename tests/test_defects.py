@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvsm.config import BUGS, IMPLEMENTED_BUGS, Config, ConfigError, load_config
-from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, write_log
+from kvsm.defects import CATALOGUE, SIM_REQUESTS, byte_witness, config_with, conform_model, counterexample, witness_model, write_log
 from kvsm.invariants import violations
 from kvsm.replay import replay
 from kvsm.state import initial_state
@@ -97,6 +97,11 @@ TLC_PROPERTY = {
     "l3_no_min": "Agreement",
     "wallclock_tiebreak": "Agreement",
     "load_uaf": "Locks",
+    "backup_host_uaf": "HostPages",
+    "load_host_release": "DevicePages",
+    "lease_expiry_free": "HostPages",
+    "reload_fail_double_free": "HostPages",
+    "failed_store_visible": "Content",
 }
 
 
@@ -116,8 +121,17 @@ def tlc_caught(tmp_path_factory):
     return get
 
 
+# field bugs whose TLC run costs more than the default budget allows (lease_expiry_free and
+# reload_fail_double_free: the one-rank L3 model to its 17th and 18th steps;
+# load_host_release: MC_load_uaf to its 14th step, 3,285 states): `pytest -m exhaustive`;
+# their corpus cases replay the counterexamples by default
+FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free", "load_host_release", "reload_fail_double_free"}
+
+
 @pytest.mark.tlc
-@pytest.mark.parametrize("name", DEFECTS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in FIELD_TLC_EXHAUSTIVE else n for n in DEFECTS]
+)
 def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_violation(name, tlc_caught):
     res = tlc_caught(name)
     v = res.to_json()["violation"]
@@ -130,8 +144,16 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
     assert any(x["violation"].split(":")[0].split(" ", 1)[1] == TLC_PROPERTY[name] for x in mutant.violations)
 
 
+# the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
+# own): left to `pytest -m exhaustive` to keep their default cost within budget
+FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free",
+                             "failed_store_visible"}
+
+
 @pytest.mark.tlc
-@pytest.mark.parametrize("name", DEFECTS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in FIELD_VALIDATE_EXHAUSTIVE else n for n in DEFECTS]
+)
 def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the_same_step(name, tlc_caught):
     from kvsm.tla.validate import validate
 
@@ -147,7 +169,7 @@ def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the
 # the defects' own models, each checked without its defect (the L3 ones take minutes;
 # MC_loads is checked clean in the default run by tests/test_fidelity.py already)
 DEFECT_MODELS = sorted(
-    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
+    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf", "load_host_release")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
 )
 
 
@@ -163,9 +185,10 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
     assert res.ok, (model, res.to_json())
 
 
-# the two L3 defects' models have hundreds of thousands of states: whole-graph runs of
-# minutes each, left to `pytest -m exhaustive`
-HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor"}
+# the two L3 defects' models have hundreds of thousands of states, and the field bugs'
+# conform runs take minutes of TLC: whole-graph runs left to `pytest -m exhaustive`
+HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
+                 "reload_fail_double_free", "failed_store_visible"}
 
 
 @pytest.mark.tlc
@@ -185,7 +208,14 @@ def test_model_and_spec_have_the_same_graph_under_the_defect(name):
 # ---- the simulator ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", DEFECTS)
+# the field bugs whose seed runs (300 requests with the defect, then without) cost 15-25 s
+# each: `pytest -m exhaustive` (benchmarks/defects.py runs them all)
+FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in FIELD_SIM_EXHAUSTIVE else n for n in DEFECTS]
+)
 def test_a_fixed_simulator_seed_catches_the_defect(name):
     from kvsm.sim import STOPS, SimOptions, simulate, stop_record
 
@@ -205,20 +235,28 @@ def test_a_fixed_simulator_seed_catches_the_defect(name):
 
 def _gpu_log(name: str, tmp_path: Path) -> Path:
     d = CATALOGUE[name]
-    if d.model == "ci":
+    model = witness_model(d)
+    if model == "ci":
         cfg = config_with(load_config("small"), name)
     else:
         from kvsm.tla.models import config_of_model
 
-        cfg_path = ROOT / d.model
+        cfg_path = ROOT / model
         cfg = config_with(config_of_model(cfg_path.with_suffix(".tla"), cfg_path), name)
     steps = byte_witness(cfg) if d.gpu == "bytes" else counterexample(cfg)
     assert steps, f"no run of {name} to replay"
     return write_log(cfg, steps, tmp_path / f"{name}.jsonl")
 
 
+# defects whose byte witness is a search of minutes (the whole `loads` graph to its 20th
+# step): left to `pytest -m exhaustive`
+HEAVY_WITNESS = {"backup_host_uaf"}
+
+
 @pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("name", [n for n in DEFECTS if CATALOGUE[n].gpu])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in HEAVY_WITNESS else n for n in DEFECTS if CATALOGUE[n].gpu]
+)
 def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digests(name, device, tmp_path):
     pytest.importorskip("torch")
     from kvsm.gpu.launch import Options, replay as gpu_replay

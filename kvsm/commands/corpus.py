@@ -36,7 +36,7 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False, on
     """Verify every case under `paths` (calling `on_case` after each); with `rewrite`,
     write what the renderer prints where an expected output differs. The result is what `--json` prints, plus the
     failures' details and the files rewritten."""
-    from ..corpus.format import CaseError, read_case
+    from ..corpus.format import UNGROUPED, CaseError, read_case
     from ..corpus.run import Failure, rewritten, verify_case
     from ..output import write_atomic
 
@@ -45,6 +45,7 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False, on
     passed = 0
     wrote: list[str] = []
     names: dict[str, str] = {}
+    groups: dict[str, dict[str, int]] = {}
     for f in files:
         try:
             case = read_case(str(f))
@@ -68,16 +69,20 @@ def verify_paths(paths: list[Path], rewrite: bool = False, tlc: bool = False, on
                 fails = [x for x in fails if not x.output]
         failed += fails
         passed += not fails
+        for g in case.groups or (UNGROUPED,):
+            row = groups.setdefault(g, {"cases": 0, "passed": 0})
+            row["cases"] += 1
+            row["passed"] += not fails
         if on_case is not None:
             on_case()
-    return {"cases": len(files), "passed": passed, "failed": failed, "rewrote": wrote}
+    return {"cases": len(files), "passed": passed, "failed": failed, "rewrote": wrote, "groups": dict(sorted(groups.items()))}
 
 
 @corpus_app.command("verify")
 def verify(
     paths: Optional[list[Path]] = typer.Argument(None, help="case files or folders of them (default: traces/)"),
     rewrite: bool = typer.Option(False, "--rewrite", help="write what the renderer prints where an expected output differs or is missing"),
-    as_json: bool = typer.Option(False, "--json", help='print {"cases", "passed", "failed": [{"file", "line", "why"}]}'),
+    as_json: bool = typer.Option(False, "--json", help='print {"cases", "passed", "failed": [{"file", "line", "why"}], "groups": {GROUP: {"cases", "passed"}}}'),
     tlc: Optional[bool] = typer.Option(None, "--tlc/--no-tlc", help="have TLC's validate accept every bug-free case (default: when Java is present)"),
 ) -> None:
     """Replay every case with every invariant checked and compare its outputs; exit 0 only when all pass."""
@@ -91,7 +96,7 @@ def verify(
         task = bar.add_task("corpus verify: cases", total=len(_case_files(targets)))
         res = verify_paths(targets, rewrite=rewrite, tlc=use_tlc, on_case=lambda: bar.advance(task))
     if as_json:
-        out = {"cases": res["cases"], "passed": res["passed"], "failed": [f.to_json() for f in res["failed"]]}
+        out = {"cases": res["cases"], "passed": res["passed"], "failed": [f.to_json() for f in res["failed"]], "groups": res["groups"]}
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         for f in res["rewrote"]:
@@ -100,6 +105,9 @@ def verify(
             err.print(f"[red]{escape(f.file)}:{f.line}:[/red] {escape(f.why)}", highlight=False, soft_wrap=True)
             if f.detail:
                 err.print(escape(f.detail), highlight=False, soft_wrap=True)
+        for g, row in res["groups"].items():
+            bad = row["cases"] - row["passed"]
+            console.print(f"  {g}: {row['cases']} cases, {row['passed']} passed" + (f", [red]{bad} failing[/red]" if bad else ""), highlight=False, soft_wrap=True)
         failing = res["cases"] - res["passed"]
         verdict = "[green]every case passes[/green]" if not failing else f"[red]{failing} failing[/red]"
         console.print(f"{res['cases']} cases, {res['passed']} passed{' (TLC validated each bug-free case)' if use_tlc else ''}: {verdict}", highlight=False, soft_wrap=True)

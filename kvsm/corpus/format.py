@@ -172,6 +172,7 @@ class Case:
     bug: str | None = None
     violations: tuple[str, ...] = ()
     origin: dict[str, Any] = field(default_factory=lambda: dict(ORIGIN_DEFAULT))
+    groups: tuple[str, ...] = ()  # the kinds of bug it belongs to (`group use-after-free`), for finding cases by kind
     script: list[Entry] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)  # header field -> its line
 
@@ -182,6 +183,8 @@ class Case:
 
 def _header_lines(case: Case) -> list[str]:
     out = [f"case {case.name}"]
+    if case.groups:
+        out.append("group " + ", ".join(case.groups))
     shows = case.shows.split("\n")
     out.append(f"shows {shows[0]}")
     out += [f"  {x}" for x in shows[1:]]
@@ -217,6 +220,9 @@ def format_case(case: Case, outputs: dict[int, str] | None = None) -> str:
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_GROUP = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+# What `kvsm corpus verify` reports the cases without a `group` line under.
+UNGROUPED = "ungrouped"
 
 
 def parse_case(text: str, path: str = "<case>") -> Case:
@@ -250,6 +256,12 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             need(bool(_NAME.fullmatch(rest)), ln, f"a case name is letters, digits, '-', '_' and '.', got '{rest}'")
             hdr["case"], at["case"] = rest, ln
             i += 1
+        elif key == "group":
+            names = [g.strip() for g in rest.split(",")]
+            need(all(_GROUP.fullmatch(g) for g in names), ln, f"a group is lower-case words joined by '-' (use-after-free), names separated by ', '; got '{rest}'")
+            need(len(set(names)) == len(names), ln, f"a group is named twice in '{rest}'")
+            hdr["group"], at["group"] = tuple(names), ln
+            i += 1
         elif key == "shows":
             more, i = block(i)
             hdr["shows"], at["shows"] = "\n".join([rest, *more]), ln
@@ -281,7 +293,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             hdr["origin"], at["origin"] = origin, ln
             i += 1
         else:
-            raise CaseError(path, ln, f"unknown header field '{key}' (case, shows, config, bug, violation, origin)")
+            raise CaseError(path, ln, f"unknown header field '{key}' (case, group, shows, config, bug, violation, origin)")
     for k in ("case", "shows", "config"):
         need(k in hdr, 1, f"the header has no '{k}' line")
     case = Case(
@@ -293,6 +305,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
         bug=hdr.get("bug"),
         violations=tuple(violations),
         origin=hdr.get("origin", dict(ORIGIN_DEFAULT)),
+        groups=hdr.get("group", ()),
         lines=at,
     )
     case.script = _script(lines, i + 1, path)  # after the blank line that ends the header

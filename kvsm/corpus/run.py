@@ -244,7 +244,7 @@ def rewritten(case: Case, outputs: dict[int, str]) -> str:
 def case_info(case: Case) -> dict[str, Any]:
     """What a log's header keeps of a case beyond its config and steps (the log's
     `extra.case`): enough to write the case back exactly."""
-    return {
+    info = {
         "name": case.name,
         "shows": case.shows,
         "config_base": case.config_base,
@@ -253,6 +253,9 @@ def case_info(case: Case) -> dict[str, Any]:
         # the script without its steps (null) and without outputs (the renderer rewrites them)
         "script": [None if e.kind == "step" else e.head() for e in case.script],
     }
+    if case.groups:  # left out when there are none, so that an ungrouped case's log keeps its bytes
+        info["groups"] = list(case.groups)
+    return info
 
 
 def case_to_log(case: Case, path: str | Path, with_bug: bool = True) -> Path:
@@ -324,6 +327,7 @@ def log_to_case(
             path=p, name=name or info["name"], shows=shows or info["shows"], config=cfg,
             config_base=info.get("config_base"), bug=info.get("bug") or bug,
             violations=tuple(info.get("violations", ())), origin=origin, script=script,
+            groups=tuple(info.get("groups", ())),
         )
     script = []
     for t in transitions:

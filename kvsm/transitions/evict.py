@@ -119,6 +119,13 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         i += n.pages
         copies.extend((page, obj.base + j) for j, page in enumerate(dev))
         tx.set_dev(nid, dev)
+    if cfg.bug == "load_host_release":
+        # the defect: the host copy is released when the load is issued, as though its
+        # copies were done: the loaded nodes become unbacked device nodes and their
+        # objects are freed (poisoned) while every rank's copy still reads them
+        for nid in run:
+            tx.free_object(tx.node(nid).host)
+            tx.update(nid, host=None, durable=False)
     tx.loads = tx.loads + (LoadOp(run[-1], tuple(copies)),)
     tx.lock_path(run[-1], +2)  # the load's own lock and the request's
     tx.lock_path(req.node, -1)

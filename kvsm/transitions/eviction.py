@@ -99,4 +99,29 @@ def evict_host_to_fit(tx: Tx, length: int, view: int | None = None) -> int | Non
             evict_host_node(tx, victim)
             if tx.first_fit(need) is not None:
                 break
+    if tx.cfg.bug == "backup_host_uaf" and need and tx.first_fit(need) is None:
+        release_inflight_backups(tx, need)
     return tx.first_fit(length)
+
+
+def host_page_free(tx: Tx, page: int) -> bool:
+    """Whether host page `page` is free (in a free run of the first payload region)."""
+    run = tx.l2_free[0].floor_lt((page + 1, 0))
+    return run is not None and run[0] + run[1] > page
+
+
+def release_inflight_backups(tx: Tx, need: int) -> None:
+    """The defect `backup_host_uaf` (docs/defects.md): once the host leaves run out,
+    host eviction also takes the slots of the backups in flight, oldest first, until a
+    run of `need` pages is free. Nothing pins them: their pages are freed (poisoned)
+    while the object and the registration stay, so the copy still lands in them."""
+    for nid in tx.writes:
+        pend = tx.pending.get(nid)
+        if pend is None:
+            continue
+        obj = tx.objects[pend.obj]
+        if any(host_page_free(tx, p) for p in range(obj.base, obj.base + obj.length)):
+            continue  # already released
+        tx.free_host(obj.base, obj.length)
+        if tx.first_fit(need) is not None:
+            return

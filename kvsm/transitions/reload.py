@@ -33,7 +33,7 @@ from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
 from .tree import walk_key
-from .eviction import evict_host_to_fit
+from .eviction import evict_host_to_fit, host_page_free
 from .spill import need_l3
 
 
@@ -164,6 +164,14 @@ def reload_done(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     tx.read_reload(r, tx.objects[op.obj].base, op.hashes, ok)
     tx.reload_done[r] = tx.reload_done[r] + (ok,)
+    if s.config.bug == "reload_fail_double_free" and not ok:
+        # the defect: a failed read releases the pages it did not fill (the whole
+        # reservation) itself, while the reload keeps them for its admission, which
+        # frees them again; a reservation another failed read released already is
+        # passed over
+        obj = tx.objects[op.obj]
+        if not host_page_free(tx, obj.base):
+            tx.free_host(obj.base, obj.length)
     return tx.commit()
 
 
@@ -233,6 +241,12 @@ def reload_expire(s: ClusterState, t: Transition) -> ClusterState:
     out = []
     for op in s.reloads:
         ttl = max(0, op.ttl - 1)
+        if s.config.bug == "lease_expiry_free" and op.ttl == 1:
+            # the defect: the lease's end releases the reservation with the waiters, while
+            # the reads of the reload are still in flight: its pages are freed (poisoned)
+            # and its object stays, so the reads land in pages the pool may give away
+            obj = tx.objects[op.obj]
+            tx.free_host(obj.base, obj.length)
         out.append(op.with_(waiters=() if ttl == 0 else op.waiters, ttl=ttl))
     tx.reloads = tuple(out)
     return tx.commit()

@@ -127,7 +127,13 @@ def spill_done(s: ClusterState, t: Transition) -> ClusterState:
         why = "its disk has failed" if not s.disk_ok[r] else ("its disk is full" if not expect else "its disk works and has room")
         raise Rejected(f"rank {r}'s spill write is {'ok' if expect else 'not ok'}: {why}")
     tx = Tx(s)
+    staged = s.spill_staged[r][0]
     tx.write_spill(r, ok)
+    if s.config.bug == "failed_store_visible" and not ok:
+        # the defect: the failed write leaves its pages in the disk's index, holding
+        # nothing valid, so a reload's lookup counts them and reads garbage
+        for h, _ in staged:
+            tx.put_l3(r, h, None)
     tx.spill_done[r] = tx.spill_done[r] + (ok,)
     return tx.commit()
 
