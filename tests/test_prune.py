@@ -1,0 +1,130 @@
+"""The stale-tail prune (`PruneStaleTail`, config `stale_prune`): what it deletes, what
+its guard refuses under "reference" and "fixed", what the L3 steps do with what it
+removed, the simulator's trigger, and TLC's verdicts on spec/MC_stale_prune*.cfg."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsm.cli import app
+from kvsm.config import Config, ConfigError
+from kvsm.state import Rejected
+from kvsm.transitions import apply, enabled, names_for
+from kvsm.transitions.prune import stale_cut, tokens_in_common
+
+from .helpers import T, backup, fresh, node_by_key, run, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cached(knob: str, **kw):
+    """[1, 2, 3] cached on L1 and backed, [1, 2, 3, 4] below it; request 2 = [1, 5]
+    queued, whose match key [1] leaves node [1, 2, 3] after one page."""
+    s = serve(fresh(stale_prune=knob, **kw), 0, [1, 2, 3])
+    s = backup(s, node_by_key(s, (1, 2, 3)))
+    s = serve(s, 1, [1, 2, 3, 4, 6])
+    return run(s, T("Arrive", rid=2, tokens=[1, 5], out_pages=0))
+
+
+def test_off_offers_no_prune_and_refuses_one():
+    s = cached("off")
+    assert "PruneStaleTail" not in names_for(s.config)
+    assert not [t for t in enabled(s) if t.name == "PruneStaleTail"]
+    with pytest.raises(Rejected, match="stale_prune is off"):
+        apply(s, T("PruneStaleTail", node=node_by_key(s, (1, 2, 3)), at=1))
+
+
+def test_off_is_left_out_of_a_config_s_json_and_a_bad_value_is_refused():
+    assert "stale_prune" not in Config().to_json()
+    assert Config(stale_prune="fixed").to_json()["stale_prune"] == "fixed"
+    with pytest.raises(ConfigError, match="field 'stale_prune' must be one of off, reference, fixed"):
+        Config.from_json({"stale_prune": "maybe"}, where="t.toml")
+
+
+def test_the_prune_deletes_the_lower_part_and_its_subtree_with_their_pages_and_objects():
+    s = cached("reference")
+    nid, tail = node_by_key(s, (1, 2, 3)), node_by_key(s, (4, 6))
+    freed_dev = set(s.nodes[nid].dev[1:]) | set(s.nodes[tail].dev)
+    obj = s.objects[s.nodes[nid].host]
+    after = run(s, T("PruneStaleTail", node=nid, at=1))
+    assert nid not in after.nodes and tail not in after.nodes
+    upper = node_by_key(after, (1,))
+    assert not len(after.nodes[upper].children) and after.nodes[upper].host == upper
+    assert after.objects[upper].length == 1 and s.nodes[nid].host not in after.objects
+    assert all(p in after.dev_free[p % 2] and p not in after.dev_content for p in freed_dev)
+    assert all(obj.base + i not in after.host_content for i in range(1, obj.length))
+    # the request then matches the upper part and inserts its own page beside nothing
+    after = run(after, T("Match", rid=2), T("Insert", rid=2))
+    assert after.nodes[node_by_key(after, (5,))].parent == upper
+
+
+@pytest.mark.parametrize("knob", ["reference", "fixed"])
+def test_a_lock_or_a_pending_backup_in_the_subtree_refuses_the_prune(knob):
+    s = cached(knob)
+    nid = node_by_key(s, (1, 2, 3))
+    locked = run(s, T("Arrive", rid=3, tokens=[1, 2, 3, 4, 6, 7], out_pages=0), T("Match", rid=3))
+    with pytest.raises(Rejected, match="is locked"):
+        apply(locked, T("PruneStaleTail", node=nid, at=1))
+    pending = run(s, T("Reserve", node=node_by_key(s, (4, 6)), fits=True))
+    with pytest.raises(Rejected, match="pending backup"):
+        apply(pending, T("PruneStaleTail", node=nid, at=1))
+
+
+def test_a_queued_spill_entry_is_pruned_under_reference_and_spares_the_subtree_under_fixed():
+    ref = cached("reference", L3=16)
+    nid = node_by_key(ref, (1, 2, 3))
+    assert nid in ref.spill_queue
+    pruned = run(ref, T("PruneStaleTail", node=nid, at=1))
+    assert nid in pruned.spill_queue  # the entry outlives its node ...
+    upper = node_by_key(pruned, (1,))
+    after = run(pruned, T("SpillSubmit"))  # ... and the spill drops it
+    assert nid not in after.spill_queue and all(op.node != nid for op in after.spills)
+    assert after.spills == () or after.spills[0].node == upper or after.spills[0].node not in (nid,)
+    fixed = cached("fixed", L3=16)
+    with pytest.raises(Rejected, match="a spill of the subtree is queued or in flight"):
+        apply(fixed, T("PruneStaleTail", node=node_by_key(fixed, (1, 2, 3)), at=1))
+
+
+def test_a_spill_s_pin_refuses_the_prune():
+    s = cached("reference", L3=16)
+    s = run(s, T("SpillSubmit"))
+    assert s.nodes[node_by_key(s, (1, 2, 3))].pin == 1
+    with pytest.raises(Rejected, match="pinned by a spill"):
+        apply(s, T("PruneStaleTail", node=node_by_key(s, (1, 2, 3)), at=1))
+
+
+def test_the_simulator_prunes_a_cut_only_where_the_pages_share_leading_tokens():
+    assert all(tokens_in_common(1, a, b) == 0 for a in range(5) for b in range(5))
+    s = cached("reference", P=16)
+    nid = node_by_key(s, (1, 2, 3))
+    want = (nid, 1) if tokens_in_common(16, 2, 5) else None
+    assert stale_cut(s, 2) == want
+    whole = run(serve(fresh(stale_prune="reference", P=16), 0, [7, 8]), T("Arrive", rid=1, tokens=[7, 8, 9], out_pages=0))
+    assert stale_cut(whole, 1) is None  # its match key covers the node whole: no cut
+
+
+# ---- TLC: the reference's prune and the fixed one on the same small model ---------------------
+
+MODELS = {"reference": "spec/MC_stale_prune.cfg", "fixed": "spec/MC_stale_prune_fixed.cfg"}
+
+
+@pytest.fixture(scope="module")
+def tlc_verdicts(tmp_path_factory):
+    out = {}
+    for knob, model in MODELS.items():
+        log = tmp_path_factory.mktemp("prune") / "v.jsonl"
+        res = CliRunner().invoke(app, ["check", "--config", str(ROOT / model), "--json", "--log", str(log)])
+        out[knob] = (res.exit_code, json.loads(res.stdout))
+    return out
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("knob", list(MODELS))
+def test_tlc_verdict_on_the_stale_prune_model(tlc_verdicts, knob):
+    code, out = tlc_verdicts[knob]
+    assert code == 0 and out["violation"] is None, out
+    assert out["states"] > 1000
