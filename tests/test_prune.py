@@ -107,24 +107,47 @@ def test_the_simulator_prunes_a_cut_only_where_the_pages_share_leading_tokens():
     assert stale_cut(whole, 1) is None  # its match key covers the node whole: no cut
 
 
-# ---- TLC: the reference's prune and the fixed one on the same small model ---------------------
-
-MODELS = {"reference": "spec/MC_stale_prune.cfg", "fixed": "spec/MC_stale_prune_fixed.cfg"}
+# ---- TLC: the reference's prune on small models --------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def tlc_verdicts(tmp_path_factory):
-    out = {}
-    for knob, model in MODELS.items():
-        log = tmp_path_factory.mktemp("prune") / "v.jsonl"
-        res = CliRunner().invoke(app, ["check", "--config", str(ROOT / model), "--json", "--log", str(log)])
-        out[knob] = (res.exit_code, json.loads(res.stdout))
-    return out
+def small_conform():
+    from kvsm.tla.conform import conform
+
+    return conform(str(ROOT / "spec/MC_stale_prune.cfg"))
 
 
 @pytest.mark.tlc
-@pytest.mark.parametrize("knob", list(MODELS))
-def test_tlc_verdict_on_the_stale_prune_model(tlc_verdicts, knob):
-    code, out = tlc_verdicts[knob]
-    assert code == 0 and out["violation"] is None, out
-    assert out["states"] > 1000
+def test_conform_is_equal_on_the_stale_prune_model(small_conform):
+    assert small_conform.equal, small_conform.to_json()["examples"]
+    assert small_conform.tlc_states == small_conform.model_states > 1000
+    assert small_conform.tlc_edges == small_conform.model_edges
+
+
+@pytest.mark.tlc
+def test_the_reference_prune_keeps_every_invariant_on_the_l1_l2_model(small_conform):
+    """The verdict on spec/MC_stale_prune.cfg: with the graph TLC's (conform), the
+    model's exhaustive check of it finds no violation, and the prune is taken."""
+    from kvsm.explore import explore
+    from kvsm.tla.location import model_paths
+    from kvsm.tla.models import config_of_model
+
+    module, cfg = model_paths(str(ROOT / "spec/MC_stale_prune.cfg"))
+    summary = explore(config_of_model(module, cfg), check=True).summary()
+    assert summary["violations"] == []
+    assert summary["edges_by_transition"].get("PruneStaleTail", 0) > 0
+
+
+# the L3 models (one rank, 258,443 states each, minutes of TLC): the reference's prune and
+# the fixed one are both clean
+L3_MODELS = {"reference": "spec/MC_stale_prune_l3.cfg", "fixed": "spec/MC_stale_prune_fixed.cfg"}
+
+
+@pytest.mark.tlc
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("knob", list(L3_MODELS))
+def test_tlc_finds_no_violation_on_the_l3_stale_prune_model(tmp_path, knob):
+    res = CliRunner().invoke(app, ["check", "--config", str(ROOT / L3_MODELS[knob]), "--json", "--log", str(tmp_path / "v.jsonl")])
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0 and out["violation"] is None, res.output
+    assert out["states"] > 100000
