@@ -150,4 +150,4 @@ def test_tlc_finds_no_violation_on_the_l3_stale_prune_model(tmp_path, knob):
     res = CliRunner().invoke(app, ["check", "--config", str(ROOT / L3_MODELS[knob]), "--json", "--log", str(tmp_path / "v.jsonl")])
     out = json.loads(res.stdout)
     assert res.exit_code == 0 and out["violation"] is None, res.output
-    assert out["states"] > 100000
+    assert out["distinct_states"] > 100000
