@@ -1,10 +1,10 @@
 -------------------------- MODULE MC_stale_prune_l3 --------------------------
 (* The reference's stale-tail prune (docs/model.md, PruneStaleTail) with L3,
-   on one rank: [1, 2] is cached, backed, spilled and reloaded, and [1, 3]'s
-   match key [1] leaves it after one page, so the prune can meet a queued or
-   in-flight spill, a spill's pin, a load in flight and a backup in flight.
+   on one rank: [1, 2] is cached, backed and spilled, and [1, 3]'s
+   match key [1] leaves it after one page, so the prune meets a queued spill
+   entry, a spill in flight, a spill's pin and a backup in flight.
    StalePrune = "reference" (MC_stale_prune_l3.cfg) and "fixed"
-   (MC_stale_prune_fixed.cfg); both are clean (258,443 states, 4 minutes). *)
+   (MC_stale_prune_fixed.cfg); both are clean (258,443 states, about 3 minutes). *)
 EXTENDS KVCache
 
 MC_Prompts == {[pages |-> <<1, 2>>, out_pages |-> 0],

@@ -181,3 +181,31 @@ def test_walk_with_the_knob_checks_prunes_and_show_renders_one(tmp_path):
     shown = CliRunner().invoke(app, ["show", str(log), "--at", str(at), "--diff"])
     assert shown.exit_code == 0, shown.output
     assert f"step {at}  PruneStaleTail node=" in shown.output and "tree" in shown.output
+
+
+def _reload_anchored_in_a_cut_node(knob):
+    """[1, 2, 3] cached and [4] below it spilled and dropped; request 2 = [1, 2, 3, 4, 9]
+    holds a reload of [4] anchored at [1, 2, 3]; request 3 = [1, 7] cuts [1, 2, 3]."""
+    s = serve(fresh(stale_prune=knob, L3=16), 0, [1, 2, 3])
+    s = serve(s, 1, [1, 2, 3, 4, 8])
+    tail = node_by_key(s, (4, 8))
+    s = backup(s, tail)
+    s = run(s, T("SpillSubmit"), *(T("SpillGathered", rank=r) for r in range(2)),
+            *(T("SpillDone", rank=r, ok=True) for r in range(2)), T("SpillAck"))
+    s = run(s, T("EvictDevice", node=tail), T("EvictHost", node=tail))
+    s = run(s, T("Arrive", rid=2, tokens=[1, 2, 3, 4, 8, 9], out_pages=0), T("ReloadMark", rid=2), T("ReloadReserve", rid=2))
+    anchor = node_by_key(s, (1, 2, 3))
+    assert s.reloads and s.reloads[0].anchor == anchor
+    return run(s, T("Arrive", rid=3, tokens=[1, 7], out_pages=0)), anchor
+
+
+def test_the_reference_prune_removes_a_reload_s_anchor_and_the_admit_frees_its_object():
+    s, anchor = _reload_anchored_in_a_cut_node("reference")
+    obj = s.reloads[0].obj
+    s = run(s, T("PruneStaleTail", node=anchor, at=1))
+    assert anchor not in s.nodes and s.reloads[0].anchor == anchor
+    s = run(s, *(T("ReloadDone", rank=r, ok=True) for r in range(2)), T("ReloadAdmit"))
+    assert s.reloads == () and obj not in s.objects and all(n.key != (4, 8) for n in s.nodes.values())
+    fixed, anchor = _reload_anchored_in_a_cut_node("fixed")
+    with pytest.raises(Rejected, match="a reload is anchored in the subtree"):
+        apply(fixed, T("PruneStaleTail", node=anchor, at=1))
