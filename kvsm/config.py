@@ -32,7 +32,14 @@ EVICTIONS = ("slru", "lru")
 COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
-_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed"}
+_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off"}
+# stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
+# or insert whose key leaves a node inside a page splits the node at the page floor and
+# deletes the whole lower part with its subtree. `off` leaves it out (the default: every
+# divergence splits at a page boundary), `reference` prunes what the reference's guard
+# allows (no lock, spill pin or pending backup in the subtree), `fixed` also leaves alone a
+# subtree that in-flight L3 work refers to (a queued or in-flight spill, a reload's anchor).
+STALE_PRUNES = ("off", "reference", "fixed")
 # The two-valued fidelity knobs (`fixed` or `reference`):
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
@@ -127,6 +134,7 @@ class Config:
     durable_split: str = "fixed"
     own_disk_durable: str = "fixed"
     ack_append: str = "fixed"
+    stale_prune: str = "off"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).
@@ -227,6 +235,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["commit_call"] not in COMMIT_CALLS:
             raise ConfigError(f"{where}: field 'commit_call' must be one of {', '.join(COMMIT_CALLS)}, got {data['commit_call']!r}")
         out["commit_call"] = data["commit_call"]
+    if "stale_prune" in data:
+        if data["stale_prune"] not in STALE_PRUNES:
+            raise ConfigError(f"{where}: field 'stale_prune' must be one of {', '.join(STALE_PRUNES)}, got {data['stale_prune']!r}")
+        out["stale_prune"] = data["stale_prune"]
     if "prepared_backups" in data:
         if not isinstance(data["prepared_backups"], bool):
             raise ConfigError(f"{where}: field 'prepared_backups' must be true or false, got {data['prepared_backups']!r}")
@@ -361,4 +373,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES"]

@@ -577,6 +577,51 @@ Split(n, at) ==
     /\ SplitTo(SplitNode(State, n, at))
 
 -----------------------------------------------------------------------------
+(* The stale-tail prune (docs/model.md, PruneStaleTail). The reference floors a
+   split that falls inside a page to the page boundary and deletes the lower part
+   with its whole subtree, device pages and objects; it refuses when a node of the
+   subtree is locked, pinned by a spill or has a pending backup. Keys here are page
+   symbols, so a cut inside a page is a cut Split could take too: PruneStaleTail is
+   the other shape of the same cut. StalePrune is a definition a model overrides
+   (`StalePrune = "reference"` in its cfg), so that a model written before it need
+   not bind it:
+     "off"        no prune (every cut splits at a page boundary)
+     "reference"  the reference's guard
+     "fixed"      also leaves alone a subtree that in-flight L3 work refers to: a
+                  queued or in-flight spill of one of its nodes, a reload candidate
+                  or reload anchored in it *)
+StalePrune == "off"
+ASSUME StalePrune \in {"off", "reference", "fixed"}
+
+PruneBlocked(sub) ==
+    \/ \E m \in sub : nodes[m].lock > 0 \/ nodes[m].pin > 0 \/ m \in pending
+    \/ /\ StalePrune = "fixed"
+       /\ \/ Range(spill_queue) \cap sub # {}
+          \/ \E j \in DOMAIN spills : spills[j].node \in sub
+          \/ \E rid \in DOMAIN reload_candidates : reload_candidates[rid].anchor \in sub
+          \/ \E j \in DOMAIN reloads : reloads[j].anchor \in sub
+
+\* PruneStaleTail's effect: the upper part stays, the lower part and its subtree go.
+PruneTo(s) ==
+    /\ nodes' = s.nodes
+    /\ next_id' = s.next_id
+    /\ dev_free' = s.dev_free
+    /\ dev_content' = s.dev_content
+    /\ l2_free' = s.l2_free
+    /\ objects' = s.objects
+    /\ host_content' = s.host_content
+    /\ spill_queue' = s.spill_queue
+    /\ UNCHANGED <<clock, requestVars, backupVars, loadVars, l3Vars, diverged>>
+
+PruneStaleTail(n, at) ==
+    /\ StalePrune # "off"
+    /\ RoundClosed
+    /\ n \in DOMAIN nodes
+    /\ <<n, at>> \in LiveKeyCuts
+    /\ ~PruneBlocked(Subtree(nodes, n))
+    /\ PruneTo(PruneSubtree(SplitNode(State, n, at), n))
+
+-----------------------------------------------------------------------------
 (* Backups: reserve an object (first fit, evicting host victims to fit), write
    it on every rank, commit what every rank finished, or roll it back. `fits` is
    the reserve's outcome, which the state decides: when the snapshot of host
@@ -1344,6 +1389,7 @@ Next ==
     \/ \E rid \in RequestIds : Finish(rid)
     \/ \E rid \in RequestIds : Abort(rid)
     \/ \E n \in NodeIds, at \in SplitOffsets : Split(n, at)
+    \/ \E n \in NodeIds, at \in SplitOffsets : PruneStaleTail(n, at)
     \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
     \/ \E rid \in RequestIds, fits \in BOOLEAN : Prepare(rid, fits)
     \/ \E r \in Ranks : AckAppend(r)

@@ -391,6 +391,20 @@ FreeObject(s, k) ==
 RECURSIVE Subtree(_, _)
 Subtree(ns, n) == {n} \cup UNION {Subtree(ns, c) : c \in Children(ns, n)}
 
+(* Delete n and its subtree (the reference's stale-tail prune): every device page
+   of theirs freed and poisoned, every object of theirs freed and poisoned. *)
+PruneSubtree(s, n) ==
+    LET sub == Subtree(s.nodes, n)
+        devs == UNION {Range(s.nodes[m].dev) : m \in sub}
+        objs == {s.nodes[m].host : m \in {m \in sub : s.nodes[m].host # NoObject}}
+        gone == UNION {ObjectPages(s.objects[k]) : k \in objs}
+    IN [s EXCEPT !.nodes = Remove(@, sub),
+                 !.dev_free = @ \cup devs,
+                 !.dev_content = [p \in devs |-> NoContent] @@ @,
+                 !.l2_free = @ \cup gone,
+                 !.host_content = [h \in gone |-> NoContent] @@ @,
+                 !.objects = Remove(@, objs)]
+
 (* Drop a device victim: a backed node keeps its host copy, an unbacked one is
    deleted. An unbacked one with (L2-only) children is a victim only under
    UnbackedEvict = "reference": the subtree below it becomes unreachable and

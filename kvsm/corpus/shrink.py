@@ -81,7 +81,7 @@ def _refs(cfg: Config, steps: list[Transition]) -> list[_Ref]:
         ref = _Ref(rid=args.get("rid"))
         if t.name in ("Reserve", "Rollback"):
             ref.prefix = node_paths(s).get(args["node"])
-        elif t.name == "Split":
+        elif t.name in ("Split", "PruneStaleTail"):
             n = s.nodes.get(args["node"])
             paths = node_paths(s)
             if n is not None and n.parent in paths:
@@ -111,7 +111,7 @@ def _resolve(s: ClusterState, t: Transition, ref: _Ref, rids: dict[int, int]) ->
         if found is None:
             return None
         args["node"] = found
-    elif t.name == "Split":
+    elif t.name in ("Split", "PruneStaleTail"):
         cut = _cut(s, ref.cut) if ref.cut is not None else None
         if cut is None:
             return None

@@ -9,6 +9,7 @@ from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.registry import cluster_view
 from ..transitions.evict import host_run
+from ..transitions.prune import stale_cut
 from ..transitions.reload import reload_target
 from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
 from .cluster import View
@@ -36,6 +37,7 @@ def match(v: View, rid: int, l2: bool) -> tuple[int, int, bool]:
     """Match; load the host hit back when it is worth it (at least the config's
     `load_back_threshold` tokens). Returns (L1 hit pages, pages loaded back, whether a
     worthwhile load-back was refused for lack of device room)."""
+    prune(v, rid)
     s = v.apply(T("Match", rid=rid))
     hit_l1 = _depth(s, s.requests[rid].node)
     if l2:
@@ -57,6 +59,7 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     find host room still evicts the host leaves of its snapshot (`fits = false`, the
     reference's evict-to-fit) and is tried again on the node's next hit. Returns
     whether the request was cached and the nodes whose backup started."""
+    prune(v, rid)
     try:
         s = v.apply(T("Insert", rid=rid))
     except Rejected:
@@ -77,6 +80,21 @@ def _view(v: View) -> int | None:
     cluster's."""
     cfg = v.state.config
     return v.rank if v.rank is not None and cfg.bug in RANK_VIEW_BUGS else cluster_view(cfg)
+
+
+def prune(v: View, rid: int) -> None:
+    """Under `stale_prune`, the reference's stale-tail prune where request `rid`'s key
+    leaves a node inside a page (`stale_cut`), before its match or insert meets the
+    node. Where the reference's guard refuses (the reference defers the match or the
+    insert) the simulator goes on, and the match or insert splits at the boundary."""
+    if v.state.config.stale_prune == "off":
+        return
+    cut = stale_cut(v.state, rid)
+    if cut is not None:
+        try:
+            v.apply(T("PruneStaleTail", node=cut[0], at=cut[1]))
+        except Rejected:
+            pass
 
 
 def try_reserve(v: View, nid: int) -> bool:

@@ -126,10 +126,16 @@ CONSTANT_FIELDS = (
     ("unbacked_evict", "UnbackedEvict"),
     ("durable_split", "DurableSplit"),
     ("own_disk_durable", "OwnDiskDurable"),
+    ("stale_prune", "StalePrune"),
     ("eviction", "VictimOrder"),
     ("prepared_backups", "PreparedBackups"),
     ("bug", "Bug"),
 )
+
+# Spec constants that KVCache defines with a default, which a model overrides by binding
+# them in its cfg (`StalePrune = "reference"`); a model that does not bind one has the
+# default, so the models written before it need not name it.
+DEFINED_DEFAULTS = {"StalePrune": "off"}
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
 NOT_IN_SPEC: dict[str, Any] = {}
@@ -194,6 +200,8 @@ def config_of_model(module: Path, cfg: Path) -> Config:
     consts = model_constants(module, cfg)
     data: dict[str, Any] = {"name": cfg.stem}
     for fld, const in CONSTANT_FIELDS:
+        if const not in consts and const in DEFINED_DEFAULTS:
+            consts[const] = DEFINED_DEFAULTS[const]
         if const not in consts:
             raise TLCError(f"{cfg}: constant {const} is not bound")
         data[fld] = consts[const]
@@ -210,8 +218,10 @@ def config_of_model(module: Path, cfg: Path) -> Config:
 
 
 def constant_bindings(cfg: Config) -> dict[str, str]:
-    """TLA+ text of each spec constant for a kvsm `Config`."""
-    out = {const: to_tla(getattr(cfg, fld)) for fld, const in CONSTANT_FIELDS}
+    """TLA+ text of each spec constant for a kvsm `Config` (one KVCache defines is left
+    out at its default, DEFINED_DEFAULTS)."""
+    out = {const: to_tla(getattr(cfg, fld)) for fld, const in CONSTANT_FIELDS
+           if DEFINED_DEFAULTS.get(const, None) != getattr(cfg, fld)}  # a default is left to the spec
     out["Prompts"] = to_tla(frozenset(Record(pages=tuple(p.pages), out_pages=p.out_pages) for p in cfg.prompts))
     return out
 

@@ -46,6 +46,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Finish": ("rid",),
     "Abort": ("rid",),
     "Split": ("node", "at"),
+    "PruneStaleTail": ("node", "at"),
     "Reserve": ("node", "fits"),
     "Prepare": ("rid", "fits"),
     "AckAppend": ("rank",),

@@ -15,7 +15,7 @@ from ..config import Config
 from ..state import ClusterState, Rejected
 from .transition import Transition
 from .registry import REGISTRY, Spec, rank_views
-from . import request, split, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
+from . import request, split, prune, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
 # Order of the names by family, as docs/model.md lists them; also the order `enabled` reports them in.
 NAMES = (
@@ -25,6 +25,7 @@ NAMES = (
     "Finish",
     "Abort",
     "Split",
+    "PruneStaleTail",
     "Reserve",
     "Prepare",
     "AckAppend",
@@ -54,11 +55,13 @@ L3_FAMILIES = ("spill", "reload", "fault")
 
 def names_for(cfg: "Config") -> tuple[str, ...]:
     """The transitions a config can ever enable (the L3 families need an L3 tier,
-    `Prepare` needs `prepared_backups` and `AckAppend` needs `ack_append = "reference"`)."""
+    `Prepare` needs `prepared_backups`, `AckAppend` needs `ack_append = "reference"` and
+    `PruneStaleTail` a `stale_prune` other than `off`)."""
     return tuple(
         n for n in NAMES
         if (cfg.L3 or REGISTRY[n].family not in L3_FAMILIES) and (cfg.prepared_backups or n != "Prepare")
         and (cfg.ack_append == "reference" or n != "AckAppend")
+        and (cfg.stale_prune != "off" or n != "PruneStaleTail")
     )
 
 
