@@ -55,7 +55,7 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded, -1 = none)
     CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
@@ -66,7 +66,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ WriteThreshold \in Nat \ {0} /\ LoadBackThreshold \in Nat
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
-       /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat \cup {-1}
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
        /\ VictimOrder \in {"slru", "lru"}
@@ -1177,6 +1177,8 @@ ReloadExpire ==
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
 
+(* MaxDiskFaults = 0 leaves the faults unbounded; -1 allows none (disk_faults < -1 never
+   holds), so a model with L3 and no fault is finite. *)
 FaultsLeft == MaxDiskFaults = 0 \/ disk_faults < MaxDiskFaults
 
 DiskFail(r) ==
