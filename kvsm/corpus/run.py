@@ -163,7 +163,7 @@ def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int,
     outputs = None
     if case.bug is None and case.knob is None:
         if case.violations:
-            fails.append(Failure(path, case.lines["violation"], "a case without a bug must hold every invariant; name the injected defect that produces this violation on a 'bug' line (or the fidelity knob on a 'knob' line)"))
+            fails.append(Failure(path, case.lines["violation"], "a case without a bug must hold every invariant; name the injected defect that produces this violation on a 'bug' line"))
         played = play(case, case.config)
         outputs = played.outputs
         for line, step, bad in played.violated:
