@@ -414,3 +414,17 @@ def test_the_small_models_constants_are_their_built_in_configs(name):
 def test_conform_is_equal_on_the_reference_model():
     res = conform("reference")
     assert res.equal, res.to_json()["examples"]
+
+
+def test_no_disk_fault_is_minus_one_bound_through_a_definition_in_a_generated_model():
+    from kvsm.state import initial_state
+    from kvsm.transitions import Rejected, Transition, apply
+    from kvsm.tla.models import generated_model
+
+    cfg = replace(load_config("l3-small"), name="nofault")
+    text, mc = generated_model(cfg, 6, ["TypeOK"], [])
+    assert mc.constants["MaxDiskFaults"] == ("<-", "MC_MaxDiskFaults") and "MC_MaxDiskFaults == -1" in text
+    assert "= -" not in mc.text()  # TLC's .cfg has no negative literal
+    with pytest.raises(Rejected, match=r"no disk fault \(max_disk_faults = -1\)"):
+        apply(initial_state(cfg), Transition.make("DiskFail", rank=0))
+    assert explore(replace(cfg, max_requests=1)).summary()["edges_by_transition"].get("DiskFail", 0) == 0

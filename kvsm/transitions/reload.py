@@ -2,7 +2,8 @@
 `ReloadExpire`.
 
 A queued request whose key misses the tree below some node (the anchor) may be marked
-as a reload candidate. `ReloadReserve` is the agreement: each rank counts the leading
+as a reload candidate. `ReloadReserve` decides by a MIN (a collective over counts, not
+an agreement: no rank reads after it what another wrote): each rank counts the leading
 pages of the missing suffix whose hash it holds for every page it owns (object-local
 index `i mod R`); the MIN over ranks is what can be claimed. At least the load-back
 floor (`max(1, load_back_threshold // P)` pages) and a clean attach are needed; then the
