@@ -88,7 +88,7 @@ def walk(
     bounded: bool = typer.Option(
         False,
         "--bounded",
-        help="keep the config's exploration bounds max_requests and max_disk_faults (the walk stops when they are spent, as `kvsm explore` does); by default a walk lifts them and the log's header records the config as walked",
+        help="keep the config's exploration bounds max_requests and max_disk_faults (the walk stops when they are spent, as `kvsm explore` does); by default a walk lifts them (a config with no disk fault, max_disk_faults = -1, keeps none) and the log's header records the config as walked",
     ),
     bug: Optional[str] = bug_option(),
 ) -> None:
@@ -102,7 +102,7 @@ def walk(
 
     cfg = config_or_exit(config, bug)
     if not bounded:
-        cfg = replace(cfg, max_requests=0, max_disk_faults=0)
+        cfg = replace(cfg, max_requests=0, max_disk_faults=min(cfg.max_disk_faults, 0))  # -1 (no fault) is kept
     s0 = initial_state(cfg)
     header = Header(config=cfg, seed=seed, source="walk", initial_digest=s0.digest(), extra={"steps": steps})
     weights = dict(cfg.walk_weights)

@@ -59,6 +59,14 @@ KNOBS = (
     # the reference's writing_check reads `finish_event.query()` (docs/model.md)
     "ack_append",
 )
+# Every fidelity knob: (the reference's value, the fixed value). The `reference` profile
+# (kvsm/configs/reference*.toml) sets each at its first; a corpus case's `knob NAME` line
+# says its violation is the reference's and goes with the second (docs/corpus.md).
+REFERENCE_KNOBS: dict[str, tuple[str, str]] = {
+    "commit_call": ("reference", "fixed"),
+    **{k: ("reference", "fixed") for k in KNOBS},
+    "stale_prune": ("reference", "fixed"),
+}
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
 BUGS = (
@@ -127,7 +135,8 @@ class Config:
     spill_inflight: int = 1
     reload_inflight: int = 1
     spill_queue_cap: int = 8
-    # Exploration bound on DiskFail transitions in a run (0 = unbounded), like max_requests.
+    # Exploration bound on DiskFail transitions in a run, like max_requests: 0 = unbounded,
+    # -1 = none at all (an L3 model whose disks never fail stays finite), n > 0 = at most n.
     max_disk_faults: int = 0
     commit_call: str = "fixed"
     unbacked_evict: str = "fixed"
@@ -191,7 +200,7 @@ _INT_FIELDS = {
     "spill_inflight": 1,
     "reload_inflight": 1,
     "spill_queue_cap": 1,
-    "max_disk_faults": 0,
+    "max_disk_faults": -1,
     "max_requests": 0,
     "max_live": 0,
 }
@@ -373,4 +382,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "REFERENCE_KNOBS"]

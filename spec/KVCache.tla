@@ -6,9 +6,9 @@
 (* a radix tree that every rank holds identically; the only cross-rank     *)
 (* agreements are MINs (and ANDs) over per-rank progress counters: at      *)
 (* Commit (the completion of the commit collective every rank enters with  *)
-(* CommitCall), SpillAck and ReloadAdmit. ReloadReserve also takes a MIN,  *)
-(* over what each rank's own disk holds, to size its claim: a deciding     *)
-(* step, not an agreement (no rank reads another's writes after it).       *)
+(* CommitCall), SpillAck and ReloadAdmit. ReloadReserve's claim is a MIN   *)
+(* too, of what each rank's disk holds: a decision (as evictions are), not *)
+(* an agreement, since no rank reads after it what another rank wrote.     *)
 (*                                                                         *)
 (* The contract is ../shared/design/MODEL.md. The pure Python model in     *)
 (* kvsm/ implements the same rules with the same names; `kvsm conform`     *)
@@ -57,7 +57,7 @@ CONSTANTS
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
-    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded)
+    MaxDiskFaults,      \* DiskFail steps in all (0 = unbounded, -1 = none)
     CommitEntry,        \* a rank's entry into the commit collective: "fixed" (whenever a
                         \* backup is in flight), "reference" (and not when its own ack queue
                         \* is empty: it returns early), "atomic" (the collective as one step)
@@ -73,7 +73,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ WriteThreshold \in Nat \ {0} /\ LoadBackThreshold \in Nat
        /\ MaxRequests \in Nat /\ MaxLive \in Nat
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
-       /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat
+       /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat \cup {-1}
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
        /\ AckTiming \in {"fixed", "reference"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
@@ -1353,6 +1353,8 @@ ReloadExpire ==
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
 
+(* MaxDiskFaults = 0 leaves the faults unbounded; -1 allows none (disk_faults < -1 never
+   holds), so a model with L3 and no fault is finite. *)
 FaultsLeft == MaxDiskFaults = 0 \/ disk_faults < MaxDiskFaults
 
 DiskFail(r) ==

@@ -100,10 +100,11 @@ def test_every_case_becomes_a_log_and_back_without_loss(path, tmp_path):
 
     case = read_case(str(path))
     log = case_to_log(case, tmp_path / "case.jsonl")
-    if case.bug is None:
+    if case.bug is None and case.knob is None:
         assert replay(log, check=True).ok
     else:
-        # a defect's case replays with its defect, to the violations it names at its last step
+        # a defect's (or a finding's) case replays with its defect (its config's knob), to the
+        # violations it names at its last step
         res = replay(log, check=True, bug=case.bug)
         assert res.first_mismatch is None and res.transitions == len(case.steps)
         assert res.violations and {v["step"] for v in res.violations} == {len(case.steps)}

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.config import builtin_names, load_config
+from kvsm.tla.location import NAMED_MODELS
 from kvsm.transitions import names_for
 
 from .helpers import command_paths
@@ -58,7 +59,7 @@ def test_every_kvsm_command_in_readme_and_docs_exists():
 
 
 def test_the_configs_models_and_files_named_exist():
-    models = {"ci", "deep", "l3"}
+    models = set(NAMED_MODELS)
     bad = []
     for name, text in ALL.items():
         for cfg in re.findall(r"--config ([a-z0-9_]+)(?![\w./])", text):

@@ -146,25 +146,7 @@ def test_the_checker_catches_a_page_written_while_its_load_is_in_flight():
     f = c.step(T("Fill"), tx.commit(), at="planted")
     assert f is not None and f.how == "step" and f.violations[0].startswith("7 Content") and "in flight" in f.violations[0]
 
-
 # ---- TLC: the finding and the small models -----------------------------------------------------
-
-TRACES = Path(__file__).resolve().parent.parent / "traces"
-
-
-def test_the_saved_finding_replays_to_invariant_12():
-    from kvsm.invariants import violations_after
-    from kvsm.log import read_log
-
-    header, stream = read_log(str(TRACES / "commit_early_return.jsonl"))
-    assert header.config.commit_call == "reference" and header.source == "tlc"
-    s = initial_state(header.config)
-    for _, _, t, digest in stream:
-        assert not violations(s)
-        s = apply(s, t)
-        assert s.digest() == digest
-    assert [v.split(":")[0] for v in violations_after(t.rank, s)] == ["12 Collectives"]
-    assert (TRACES / "commit_early_return.md").read_text().startswith("# commit_early_return")
 
 
 @pytest.mark.tlc

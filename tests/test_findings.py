@@ -1,11 +1,15 @@
-"""The findings of docs/model.md: reference behaviours that break an invariant, each
-behind a knob (`reference` vs `fixed`). Each has a small TLC model in spec/ where the
-violation shows (`kvsm check` turns it into a log) and a case in traces/, a kvsm log
-that replays to the violation on its last line."""
+"""The findings of docs/findings.md: reference behaviours that break an invariant, each
+behind a fidelity knob (`reference` vs `fixed`). Each is a case in traces/ (a `knob`
+line: its steps break the invariant with the knob at the reference's value and nothing
+with it fixed), TLC's shortest counterexample on the reference model
+(spec/MC_reference.cfg) with the knobs of the findings before it fixed; and the
+reference model with every knob fixed is clean."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,57 +17,128 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
+from kvsm.config import REFERENCE_KNOBS, load_config
+from kvsm.corpus.format import CaseError, parse_case, read_case
+from kvsm.corpus.run import verify_case
 from kvsm.explore import explore
-from kvsm.log import read_log
 from kvsm.replay import replay
-from kvsm.tla.models import config_of_model
-from kvsm.tla.location import model_paths
+from kvsm.tla.location import spec_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-# finding: (TLC model, the invariant its trace violates)
+# finding: (its case, the knob, the invariant, the knobs fixed before TLC reaches it on the
+# reference model: TLC stops at the first violation, so each finding is found with the
+# earlier ones fixed)
 FINDINGS = {
-    "orphan_eviction": ("spec/MC_orphan_eviction.cfg", "HostPages", 6),
-    "durable_split": ("spec/MC_durable_split.cfg", "Durable", 8),
-    "own_disk_durable": ("spec/MC_own_disk_durable.cfg", "Agreement", 13),
+    "commit_early_return": ("finding-commit-early-return", "commit_call", "12 Collectives", ()),
+    "orphan_eviction": ("finding-orphan-eviction", "unbacked_evict", "6 HostPages", ("commit_call",)),
+    "durable_split": ("finding-durable-split", "durable_split", "8 Durable", ("commit_call", "unbacked_evict")),
 }
 
 
 @pytest.mark.parametrize("name", list(FINDINGS))
-def test_the_case_in_traces_replays_to_its_violation_on_its_last_line(name):
-    _, prop, number = FINDINGS[name]
-    log = ROOT / "traces" / f"{name}.jsonl"
-    header, stream = read_log(log)
-    lines = [lineno for lineno, *_ in stream]
-    assert header.source == "tlc" and header.extra["property"] == prop
-    res = replay(log, check=True)
-    assert res.first_mismatch is None
-    assert {v["line"] for v in res.violations} == {lines[-1]}
-    assert any(v["violation"].startswith(f"{number} {prop}") for v in res.violations), res.violations
-    assert (ROOT / "traces" / f"{name}.md").read_text().startswith(f"# {name}: ")
+def test_the_finding_s_case_breaks_its_invariant_with_the_reference_value_and_nothing_when_fixed(name):
+    case_name, knob, invariant, fixed_before = FINDINGS[name]
+    case = read_case(str(ROOT / "traces" / f"{case_name}.txt"))
+    assert case.knob == knob and case.config_base == "reference"
+    assert all(getattr(case.config, k) == REFERENCE_KNOBS[k][1] for k in fixed_before)
+    assert case.violations and all(v.startswith(invariant) for v in case.violations)
+    fails, _ = verify_case(case)
+    assert fails == [], [f.why for f in fails]
+
+
+def test_a_knob_line_needs_the_config_at_the_reference_value():
+    text = (ROOT / "traces" / "finding-commit-early-return.txt").read_text()
+    bad = text.replace("config reference\n", 'config reference\n  commit_call = "fixed"\n', 1)
+    with pytest.raises(CaseError, match="knob commit_call: the config must set it to the reference's value 'reference'"):
+        parse_case(bad, "x.txt")
+    with pytest.raises(CaseError, match="'nonsense' is not a fidelity knob"):
+        parse_case(text.replace("knob commit_call", "knob nonsense"), "x.txt")
+
+
+def test_the_reference_profile_sets_every_knob_at_the_reference_s_value():
+    for name in ("reference", "reference-default"):
+        cfg = load_config(name)
+        assert all(getattr(cfg, k) == ref for k, (ref, _) in REFERENCE_KNOBS.items()), name
+        assert cfg.prepared_backups and cfg.L3 > 0, name
+    assert load_config("reference").max_disk_faults == -1
+
+
+def _reference_variant(d: Path, name: str, fixed: tuple[str, ...], invariants: list[str] | None = None) -> Path:
+    """spec/MC_reference with the knobs `fixed` at their fixed value (and only
+    `invariants` checked, when given)."""
+    from kvsm.tla.models import CONSTANT_FIELDS
+
+    for f in spec_dir().glob("KV*.tla"):
+        shutil.copy(f, d / f.name)
+    (d / f"{name}.tla").write_text((spec_dir() / "MC_reference.tla").read_text().replace("MODULE MC_reference", f"MODULE {name}"))
+    text = (spec_dir() / "MC_reference.cfg").read_text()
+    spec_name = dict(CONSTANT_FIELDS)
+    for k in fixed:
+        text, n = re.subn(rf"^(    {spec_name[k]}) = .*$", rf'\1 = "{REFERENCE_KNOBS[k][1]}"', text, flags=re.M)
+        assert n == 1, k
+    if invariants is not None:
+        text = text.split("INVARIANTS")[0] + "INVARIANTS\n" + "".join(f"    {i}\n" for i in [*invariants, "MC_NodeIdsCovered"])
+    (d / f"{name}.cfg").write_text(text)
+    return d / f"{name}.cfg"
 
 
 @pytest.mark.tlc
-@pytest.mark.parametrize("name", list(FINDINGS))
-def test_tlc_finds_the_violation_on_the_finding_s_model(tmp_path, name):
-    model, prop, _ = FINDINGS[name]
-    res = CliRunner().invoke(app, ["check", "--config", str(ROOT / model), "--json", "--log", str(tmp_path / "v.jsonl")])
+@pytest.mark.parametrize("name", ["orphan_eviction"])
+def test_tlc_finds_the_finding_on_the_reference_model_with_the_earlier_ones_fixed(tmp_path, name):
+    _, _, invariant, fixed_before = FINDINGS[name]
+    cfg = _reference_variant(tmp_path, "MC_peel", fixed_before)
+    res = CliRunner().invoke(app, ["check", "--config", str(cfg), "--json", "--log", str(tmp_path / "v.jsonl")])
     assert res.exit_code == 1, res.output
-    out = json.loads(res.stdout)
-    assert out["violation"]["property"] == prop and out["violation"]["kind"] == "invariant"
+    out = json.loads(res.stdout.splitlines()[0])
+    assert out["violation"]["property"] == invariant.split()[1]
     assert replay(tmp_path / "v.jsonl", check=True).violations
 
 
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", list(FINDINGS))
+def test_tlc_finds_every_finding_on_the_reference_model_with_the_earlier_ones_fixed(tmp_path, name):
+    test_tlc_finds_the_finding_on_the_reference_model_with_the_earlier_ones_fixed(tmp_path, name)
+
+
+@pytest.mark.exhaustive
+def test_tlc_the_reference_model_with_every_knob_fixed_is_clean(tmp_path):
+    from kvsm.tla.check import check
+
+    cfg = _reference_variant(tmp_path, "MC_fixed", tuple(REFERENCE_KNOBS))
+    res = check(str(cfg), log_path=tmp_path / "t.jsonl")
+    assert res.tlc.violation is None and res.tlc.distinct_states > 100_000
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", list(FINDINGS))
+def test_tlc_the_fixed_knob_holds_its_invariant_with_every_other_knob_at_the_reference(tmp_path, name):
+    from kvsm.tla.check import check
+
+    _, knob, invariant, _ = FINDINGS[name]
+    cfg = _reference_variant(tmp_path, "MC_fix", (knob,), ["TypeOK", invariant.split()[1]])
+    res = check(str(cfg), log_path=tmp_path / "t.jsonl")
+    assert res.tlc.violation is None
+
+
 def test_the_orphan_model_is_clean_with_the_fixed_rule_and_not_with_the_reference():
-    module, cfg = model_paths(str(ROOT / FINDINGS["orphan_eviction"][0]))
-    ref = config_of_model(module, cfg)
+    from kvsm.tla.location import model_paths
+    from kvsm.tla.models import config_of_model
+
+    ref = config_of_model(*model_paths(str(spec_dir() / "MC_orphan_eviction.cfg")))
     assert ref.unbacked_evict == "reference"
     bad = explore(ref).violations
     assert bad and all(v["violation"].startswith("6 HostPages") for v in bad)
     assert explore(replace(ref, unbacked_evict="fixed")).violations == []
 
 
+OWN_DISK_MODEL = "spec/MC_own_disk_durable.cfg"
+
+
 def test_the_own_disk_model_is_clean_with_the_fixed_rule_and_not_with_the_reference():
-    module, cfg = model_paths(str(ROOT / FINDINGS["own_disk_durable"][0]))
+    from kvsm.tla.location import model_paths
+    from kvsm.tla.models import config_of_model
+
+    module, cfg = model_paths(str(ROOT / OWN_DISK_MODEL))
     ref = config_of_model(module, cfg)
     assert ref.own_disk_durable == "reference" and ref.max_disk_faults > 0  # every counter bounded
     bad = explore(ref).violations
@@ -75,7 +150,7 @@ def test_the_own_disk_model_is_clean_with_the_fixed_rule_and_not_with_the_refere
 def test_tlc_and_the_model_agree_on_the_own_disk_model():
     from kvsm.tla.conform import conform
 
-    res = conform(str(ROOT / FINDINGS["own_disk_durable"][0]))
+    res = conform(str(ROOT / OWN_DISK_MODEL))
     assert res.equal and res.tlc_states == res.model_states == 910, res.to_json()
 
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.config import load_config
+from kvsm.explore import explore
 from kvsm.tla.conform import Interner, conform, tlc_graph
 from kvsm.state import lane_of
 from kvsm.tx import Tx
@@ -380,3 +381,50 @@ def test_with_fairness_every_held_request_is_released_on_a_small_l3_model(tmp_pa
     res = check(str(cfg))
     assert res.ok, res.tlc.output[-2000:]
     assert res.tlc.distinct_states > 1000
+
+
+# ---- the small models of the reference profile: l3-small and reference ----------------------
+
+
+@pytest.fixture(scope="module")
+def l3_small_graph():
+    return explore(config_of_model(*model_paths("l3-small")), check=True)
+
+
+@pytest.mark.tlc
+def test_conform_is_equal_on_l3_small_and_it_takes_every_l3_step(l3_small_graph):
+    res = conform("l3-small", explored=l3_small_graph)
+    assert res.equal, res.to_json()["examples"]
+    assert res.tlc_states == res.model_states > 5000
+    edges = l3_small_graph.summary()
+    assert edges["violations"] == []
+    missing = {t for t in ("SpillSubmit", "SpillAck", "ReloadMark", "ReloadReserve", "ReloadDone", "ReloadAdmit", "ReloadExpire")
+               if not edges["edges_by_transition"].get(t)}
+    assert not missing
+
+
+@pytest.mark.parametrize("name", ["l3-small", "reference"])
+def test_the_small_models_constants_are_their_built_in_configs(name):
+    got, want = config_of_model(*model_paths(name)), load_config(name)
+    assert replace(got, name=want.name, walk_weights=want.walk_weights) == want
+    assert want.max_disk_faults == -1 and want.max_requests > 0  # every counter bounded
+
+
+@pytest.mark.exhaustive
+def test_conform_is_equal_on_the_reference_model():
+    res = conform("reference")
+    assert res.equal, res.to_json()["examples"]
+
+
+def test_no_disk_fault_is_minus_one_bound_through_a_definition_in_a_generated_model():
+    from kvsm.state import initial_state
+    from kvsm.transitions import Rejected, Transition, apply
+    from kvsm.tla.models import generated_model
+
+    cfg = replace(load_config("l3-small"), name="nofault")
+    text, mc = generated_model(cfg, 6, ["TypeOK"], [])
+    assert mc.constants["MaxDiskFaults"] == ("<-", "MC_MaxDiskFaults") and "MC_MaxDiskFaults == -1" in text
+    assert "= -" not in mc.text()  # TLC's .cfg has no negative literal
+    with pytest.raises(Rejected, match=r"no disk fault \(max_disk_faults = -1\)"):
+        apply(initial_state(cfg), Transition.make("DiskFail", rank=0))
+    assert explore(replace(cfg, max_requests=1)).summary()["edges_by_transition"].get("DiskFail", 0) == 0

@@ -119,6 +119,7 @@ def add(
     log: Path = typer.Argument(..., help="a transition log: a TLC counterexample, a failing simulator run, a hand-made walk"),
     name: str = typer.Option(..., "--name", help="the case's name (its file is DIR/NAME.txt)"),
     bug: Optional[str] = typer.Option(None, "--bug", help="the injected defect that produces the log's violation"),
+    knob: Optional[str] = typer.Option(None, "--knob", help="the fidelity knob (at the reference's value in the log's config) whose behaviour the log's violation is"),
     shows: Optional[str] = typer.Option(None, "--shows", help="one sentence: what the case shows"),
     directory: Path = typer.Option(Path("traces"), "--dir", help="the corpus folder"),
     seconds: float = typer.Option(120.0, "--seconds", min=0, help="time budget for shrinking"),
@@ -150,7 +151,7 @@ def add(
         err.print(f"[red]error:[/red] --dir {escape(str(directory))}: {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     try:
-        text, notes = case_from_log(log, name, dest, bug=bug, shows=shows, seconds=seconds)
+        text, notes = case_from_log(log, name, dest, bug=bug, shows=shows, seconds=seconds, knob=knob)
         write_atomic(dest, text)
     except (LogError, CaseError, ConfigError, OutputError) as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)

@@ -14,7 +14,7 @@ from ..bounds import MAX_SEGMENTS
 from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, bug_or_exit, busy, console, emit_json, err, fail, warn_old_log
 
 MODEL_HELP = (
-    "model: ci, deep, l3, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
+    "model: ci, deep, l3, l3-small, reference, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
     "(a TOML path or a built-in config name such as small or default) whose TLC model is generated"
 )
 

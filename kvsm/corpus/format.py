@@ -37,7 +37,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..config import BUGS, Config, ConfigError, builtin_names, load_config
+from ..config import BUGS, REFERENCE_KNOBS, Config, ConfigError, builtin_names, load_config
 from ..render import SECTIONS
 from ..steptext import StepError, step_text
 from ..steptext import parse_step as read_step
@@ -170,6 +170,9 @@ class Case:
     config: Config  # without the bug
     config_base: str | None
     bug: str | None = None
+    # a fidelity knob at its reference value in `config` whose behaviour the violation is
+    # (docs/findings.md); at its fixed value the steps violate nothing
+    knob: str | None = None
     violations: tuple[str, ...] = ()
     origin: dict[str, Any] = field(default_factory=lambda: dict(ORIGIN_DEFAULT))
     groups: tuple[str, ...] = ()  # the kinds of bug it belongs to (`group use-after-free`), for finding cases by kind
@@ -191,6 +194,8 @@ def _header_lines(case: Case) -> list[str]:
     out += config_lines(case.config, case.config_base)
     if case.bug is not None:
         out.append(f"bug {case.bug}")
+    if case.knob is not None:
+        out.append(f"knob {case.knob}")
     out += [f"violation {v}" for v in case.violations]
     if case.origin != ORIGIN_DEFAULT:
         out.append("origin " + json.dumps(case.origin, separators=(", ", ": ")))
@@ -279,6 +284,11 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             need(rest in BUGS and rest != "none", ln, f"'{rest}' is not an injected defect ({', '.join(b for b in BUGS if b != 'none')})")
             hdr["bug"], at["bug"] = rest, ln
             i += 1
+        elif key == "knob":
+            need(rest in REFERENCE_KNOBS, ln, f"'{rest}' is not a fidelity knob ({', '.join(REFERENCE_KNOBS)})")
+            need("bug" not in hdr, ln, "a case names an injected defect or a knob, not both")
+            hdr["knob"], at["knob"] = rest, ln
+            i += 1
         elif key == "violation":
             need(bool(rest), ln, "'violation' needs the invariant's message")
             violations.append(rest)
@@ -293,9 +303,14 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             hdr["origin"], at["origin"] = origin, ln
             i += 1
         else:
-            raise CaseError(path, ln, f"unknown header field '{key}' (case, group, shows, config, bug, violation, origin)")
+            raise CaseError(path, ln, f"unknown header field '{key}' (case, group, shows, config, bug, knob, violation, origin)")
     for k in ("case", "shows", "config"):
         need(k in hdr, 1, f"the header has no '{k}' line")
+    need("bug" not in hdr or "knob" not in hdr, at.get("bug", 1), "a case names an injected defect or a knob, not both")
+    if "knob" in hdr:
+        ref = REFERENCE_KNOBS[hdr["knob"]][0]
+        got = getattr(hdr["config"], hdr["knob"])
+        need(got == ref, at["knob"], f"knob {hdr['knob']}: the config must set it to the reference's value {ref!r}, it has {got!r}")
     case = Case(
         path=path,
         name=hdr["case"],
@@ -303,6 +318,7 @@ def parse_case(text: str, path: str = "<case>") -> Case:
         config=hdr["config"],
         config_base=hdr["config_base"],
         bug=hdr.get("bug"),
+        knob=hdr.get("knob"),
         violations=tuple(violations),
         origin=hdr.get("origin", dict(ORIGIN_DEFAULT)),
         groups=hdr.get("group", ()),

@@ -10,6 +10,9 @@ What a case must do (docs/corpus.md):
   invariants hold until the last step and after it exactly the `violation` lines are
   reported; on the config without it, no invariant is violated (a step the correct
   model refuses ends that run: the defect was needed to take it);
+- with `knob NAME`: the same, the config (with the fidelity knob at the reference's
+  value) in the role of the defect's and the config with the knob at its fixed value in
+  the role of the correct one; TLC's validate accepts the steps (the spec has the knob);
 - every expected output equals what the renderer prints.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import REFERENCE_KNOBS, Config, ConfigError
 from ..invariants import violations as check_invariants
 from ..log import Header, LogWriter, read_log
 from ..render import Names, View, build, render, render_diff
@@ -158,7 +161,7 @@ def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int,
     if Path(path).suffix == ".txt" and stem != case.name:
         fails.append(Failure(path, case.lines.get("case", 1), f"case '{case.name}' is in a file named '{stem}.txt' (a case's file is its name)"))
     outputs = None
-    if case.bug is None:
+    if case.bug is None and case.knob is None:
         if case.violations:
             fails.append(Failure(path, case.lines["violation"], "a case without a bug must hold every invariant; name the injected defect that produces this violation on a 'bug' line"))
         played = play(case, case.config)
@@ -172,35 +175,46 @@ def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int,
             fails += _compare(case, played)
             if tlc and not played.violated:
                 fails += _tlc(case, played)
-    else:
-        bug_line = case.lines.get("bug", 1)
+        return fails, outputs
+    if case.bug is not None:
+        what, head_line = f"with bug {case.bug}", case.lines.get("bug", 1)
         try:
-            cfg_bug = config_with_bug(case.config, case.bug)
+            cfg_bad: Config | None = config_with_bug(case.config, case.bug)
         except ConfigError as e:
-            fails.append(Failure(path, bug_line, f"bug {case.bug} cannot be run: {e}"))
-            cfg_bug = None
-        if cfg_bug is not None:
-            played = play(case, cfg_bug)
-            outputs = played.outputs
-            if played.rejected is not None:
-                line, step, reason = played.rejected
-                fails.append(Failure(path, line, f"with bug {case.bug}, {step} is not taken: {reason}"))
-            else:
-                last = played.lines[-1] if played.lines else bug_line
-                early = [(ln, st, bad) for ln, st, bad in played.violated if ln != last]
-                for ln, st, bad in early:
-                    fails.append(Failure(path, ln, f"with bug {case.bug}, an invariant is violated before the last step, after {st}: " + "; ".join(bad)))
-                final = next((bad for ln, _, bad in played.violated if ln == last), [])
-                if tuple(final) != case.violations:
-                    fails.append(Failure(
-                        path, case.lines.get("violation", bug_line),
-                        f"with bug {case.bug}, the last step must violate {list(case.violations)}; it violates {final or 'nothing'}",
-                    ))
-                fails += _compare(case, played)
-        # the same steps on the correct model: the defect is what breaks an invariant
-        clean = play(case, case.config)
-        for line, step, bad in clean.violated:
-            fails.append(Failure(path, line, f"without bug {case.bug} the model still violates an invariant after {step}: " + "; ".join(bad)))
+            fails.append(Failure(path, head_line, f"bug {case.bug} cannot be run: {e}"))
+            cfg_bad = None
+        cfg_clean, without = case.config, f"without bug {case.bug}"
+    else:
+        assert case.knob is not None
+        ref, fixed = REFERENCE_KNOBS[case.knob]
+        what, head_line = f"with {case.knob} = {ref!r}", case.lines.get("knob", 1)
+        cfg_bad, cfg_clean = case.config, replace(case.config, **{case.knob: fixed})
+        without = f"with {case.knob} = {fixed!r}"
+    if cfg_bad is not None:
+        played = play(case, cfg_bad)
+        outputs = played.outputs
+        if played.rejected is not None:
+            line, step, reason = played.rejected
+            fails.append(Failure(path, line, f"{what}, {step} is not taken: {reason}"))
+        else:
+            last = played.lines[-1] if played.lines else head_line
+            early = [(ln, st, bad) for ln, st, bad in played.violated if ln != last]
+            for ln, st, bad in early:
+                fails.append(Failure(path, ln, f"{what}, an invariant is violated before the last step, after {st}: " + "; ".join(bad)))
+            final = next((bad for ln, _, bad in played.violated if ln == last), [])
+            if tuple(final) != case.violations:
+                fails.append(Failure(
+                    path, case.lines.get("violation", head_line),
+                    f"{what}, the last step must violate {list(case.violations)}; it violates {final or 'nothing'}",
+                ))
+            fails += _compare(case, played)
+            if tlc and case.knob is not None:
+                # the spec has the knob: TLC must accept the steps as a behaviour of it
+                fails += _tlc(case, played)
+    # the same steps on the correct model: the defect (or the reference's behaviour) is what breaks an invariant
+    clean = play(case, cfg_clean)
+    for line, step, bad in clean.violated:
+        fails.append(Failure(path, line, f"{without} the model still violates an invariant after {step}: " + "; ".join(bad)))
     return fails, outputs
 
 
@@ -249,6 +263,7 @@ def case_info(case: Case) -> dict[str, Any]:
         "shows": case.shows,
         "config_base": case.config_base,
         "bug": case.bug,
+        "knob": case.knob,
         "violations": list(case.violations),
         # the script without its steps (null) and without outputs (the renderer rewrites them)
         "script": [None if e.kind == "step" else e.head() for e in case.script],
@@ -325,7 +340,7 @@ def log_to_case(
             raise CaseError(p, 0, "the log has more transitions than its case's script has steps")
         return Case(
             path=p, name=name or info["name"], shows=shows or info["shows"], config=cfg,
-            config_base=info.get("config_base"), bug=info.get("bug") or bug,
+            config_base=info.get("config_base"), bug=info.get("bug") or bug, knob=info.get("knob"),
             violations=tuple(info.get("violations", ())), origin=origin, script=script,
             groups=tuple(info.get("groups", ())),
         )
@@ -347,6 +362,7 @@ def case_from_log(
     bug: str | None = None,
     shows: str | None = None,
     seconds: float = 120.0,
+    knob: str | None = None,
 ) -> tuple[str, list[str]]:
     """`kvsm corpus add`: the text of the case a log becomes, and notes for a person. A
     failing log is shrunk first (kvsm.corpus.shrink); its steps are each followed by a
@@ -360,6 +376,10 @@ def case_from_log(
     case.path = str(dest)
     if bug is not None:
         case.bug = bug
+    if knob is not None:
+        if knob not in REFERENCE_KNOBS or getattr(case.config, knob) != REFERENCE_KNOBS[knob][0]:
+            raise CaseError(p, 0, f"--knob {knob}: the log's config must have that fidelity knob at the reference's value")
+        case.knob = knob
     cfg = case.config if case.bug is None else config_with_bug(case.config, case.bug)
     replayed = run_steps(cfg, ((ln, t, d) for ln, _, t, d in read_log(p)[1]), p, header.initial_digest)
     stop = replayed.stopped
@@ -379,7 +399,7 @@ def case_from_log(
             case.shows = f"{len(kept)} steps (shrunk from {shrunk.original} of {Path(p).name}) after which {f.describe()}"
         notes.append(f"shrunk {shrunk.original} steps to {len(steps)}" + ("" if shrunk.minimal else f" (the {seconds:.0f} s budget ran out: not minimal)"))
         if f.kind == "violation":
-            if case.bug is not None:
+            if case.bug is not None or case.knob is not None:
                 case.violations = f.messages
             else:
                 notes.append(

@@ -2,7 +2,7 @@
 properties), exhaustively or along random behaviours, and a violation's trace becomes
 a kvsm log.
 
-The model is a shipped one (`ci`, `deep`, `l3`), a `.cfg` beside its module, or one
+The model is a shipped one (`ci`, `deep`, `l3`, `l3-small`, `reference`), a `.cfg` beside its module, or one
 generated from a kvsm config (a TOML path or a built-in config name,
 `kvsm.tla.models.load_model`). A generated model bounds the node ids `Next`
 quantifies over; when a state exceeds the bound (`MC_NodeIdsCovered`), the check is

@@ -11,7 +11,7 @@ from pathlib import Path
 from .errors import TLCError, TLCUnavailable
 
 SPEC_MODULE = "KVCache"
-NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3"}
+NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3", "l3-small": "MC_l3_small", "reference": "MC_reference"}
 
 INSTALL_HINT = (
     "TLC needs Java 17 or newer (Debian/Ubuntu: `apt-get install default-jre-headless`) and "
@@ -68,7 +68,7 @@ def spec_dir() -> Path:
 
 
 def model_paths(name_or_path: str) -> tuple[Path, Path]:
-    """The module and the cfg of a model: `ci`, `deep`, or a `.cfg` path whose module is
+    """The module and the cfg of a model: one of NAMED_MODELS (`ci`, `deep`, ...), or a `.cfg` path whose module is
     the `.tla` beside it with the same stem (TLC's convention)."""
     if name_or_path in NAMED_MODELS:
         d = spec_dir()

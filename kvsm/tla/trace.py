@@ -199,6 +199,9 @@ def module_text(init: dict[str, str], steps: list[str], tok: Tokens, from_init: 
 EXTENDS KVCache
 VARIABLES cursor, bad
 
+\\* TLC's .cfg has no negative literal: a constant at -1 (MaxDiskFaults, no fault) is bound to this
+TraceMinusOne == -1
+
 Ar(a, s, n) == [i \\in 1 .. n |-> a + s * (i - 1)]
 ArS(a, s, n) == {{a + s * i : i \\in 0 .. n - 1}}
 
@@ -301,7 +304,7 @@ TraceView == <<cursor, bad>>
 
 def trace_config(cfg: Config) -> ModelConfig:
     # Prompts only shape Next's arrivals; the log's Arrive steps carry their own tokens.
-    consts = {k: ("=", v) for k, v in constant_bindings(cfg).items() if k != "Prompts"}
+    consts = {k: ("<-", "TraceMinusOne") if v == "-1" else ("=", v) for k, v in constant_bindings(cfg).items() if k != "Prompts"}
     consts["Prompts"] = ("=", "{}")
     return ModelConfig(
         constants=consts,

@@ -18,6 +18,8 @@ def _set_disk(s: ClusterState, t: Transition, ok: bool) -> ClusterState:
     if s.disk_ok[r] == ok:
         raise Rejected(f"rank {r}'s disk is already {'working' if ok else 'failing'}")
     if not ok and s.config.max_disk_faults and s.disk_faults >= s.config.max_disk_faults:
+        if s.config.max_disk_faults < 0:
+            raise Rejected("the config allows no disk fault (max_disk_faults = -1)")
         raise Rejected(f"all {s.config.max_disk_faults} disk faults of the config have happened")
     tx = Tx(s)
     tx.disk_ok[r] = ok

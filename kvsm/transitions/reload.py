@@ -2,12 +2,10 @@
 `ReloadExpire`.
 
 A queued request whose key misses the tree below some node (the anchor) may be marked
-as a reload candidate. `ReloadReserve` decides its claim with a MIN over ranks: each
-rank counts the leading pages of the missing suffix whose hash it holds for every page
-it owns (object-local index `i mod R`); the MIN over ranks is what can be claimed. It is
-a deciding step (each rank decides from its own replica, `decides`), not an agreement
-(`Spec.agreement`: no rank reads what another wrote after it; the reads into the object
-are agreed at `ReloadAdmit`). At least the load-back
+as a reload candidate. `ReloadReserve` decides by a MIN (a collective over counts, not
+an agreement: no rank reads after it what another wrote): each rank counts the leading
+pages of the missing suffix whose hash it holds for every page it owns (object-local
+index `i mod R`); the MIN over ranks is what can be claimed. At least the load-back
 floor (`max(1, load_back_threshold // P)` pages) and a clean attach are needed; then the
 request either joins an in-flight reload of the same pages (same last-page hash) or a
 new reload reserves an uncommitted L2 object (evicting host leaves to fit, as `Reserve`
