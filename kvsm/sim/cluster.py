@@ -238,6 +238,10 @@ class Cluster:
         for r in range(self.R):
             while self.state.acked[r] < len(self.state.writes):
                 self.rank_step(r, Transition.make("AckAppend", rank=r))
+        # appended in lockstep, so every rank knows the others' appends at once: a
+        # replicated step taken before the next MIN (a rollback, which scrubs the acks
+        # of the write it drops) then finds every replica's queues as the log has them
+        self._learn(self._acks_unseen, "ack append")
 
     def learn_l3(self) -> None:
         """The L3 collective: every rank's spill, reload and disk progress since the last
