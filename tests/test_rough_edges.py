@@ -210,3 +210,11 @@ def test_the_campaign_table_fits_a_reader_in_a_pipe(tmp_path):
     assert r.exit_code == 0, r.output
     widths = [len(x) for x in r.stdout.splitlines()]
     assert "coverage" in r.stdout and max(widths) <= 120, max(widths)
+
+
+def test_an_error_quoting_a_value_with_colons_keeps_them_and_shows_no_emoji():
+    # `random:x` followed by the message's own colon read as the emoji code `:x:` once
+    res = subprocess.run([sys.executable, "-m", "kvsm.cli", "sim", "--schedule", "random:x", "-n", "5"], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: --schedule random:x: "), res.stderr
+    assert "\u274c" not in res.stderr

@@ -54,10 +54,11 @@ EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 def _console(stderr: bool) -> Console:
     """A console that never wraps lines when its stream is not a terminal: a one-line error
-    stays one line in a log file or a pipe, and a table keeps its rows on one line."""
-    c = Console(stderr=stderr)
+    stays one line in a log file or a pipe, and a table keeps its rows on one line; and
+    none that reads `:x:` in a message (a path, an option value) as an emoji code."""
+    c = Console(stderr=stderr, emoji=False)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=100_000, soft_wrap=True)
+        c = Console(stderr=stderr, width=100_000, soft_wrap=True, emoji=False)
     return c
 
 

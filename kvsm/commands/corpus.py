@@ -16,8 +16,8 @@ from rich.markup import escape
 
 from .common import progress
 
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 corpus_app = typer.Typer(no_args_is_help=True, help="The regression corpus: readable cases in traces/ that verify replays and checks.")
 

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def emit(text: str) -> None:
