@@ -96,14 +96,21 @@ def test_tlc_and_the_model_agree_on_the_ack_append_model():
     assert res.equal and res.tlc_states == res.model_states == 164, res.to_json()
 
 
+
+def _builtin_with(tmp_path, name: str, lines: str):
+    """A TOML copy of built-in config `name` with `lines` after its policy line."""
+    toml = tmp_path / f"{name}_ack.toml"
+    text = (spec_dir().parent / "kvsm" / "configs" / f"{name}.toml").read_text()
+    toml.write_text(text.replace('policy = "write_through"\n', 'policy = "write_through"\n' + lines))
+    return toml
+
+
 def test_the_simulator_appends_acks_in_lockstep_so_the_reference_entry_pairs_its_calls(tmp_path):
     from kvsm.cli import app
 
     from typer.testing import CliRunner
 
-    toml = tmp_path / "ack.toml"
-    text = (spec_dir().parent / "kvsm" / "configs" / "default.toml").read_text()
-    toml.write_text(text.replace('policy = "write_through"\n', 'policy = "write_through"\nack_append = "reference"\ncommit_call = "reference"\n'))
+    toml = _builtin_with(tmp_path, "default", 'ack_append = "reference"\ncommit_call = "reference"\n')
     log = tmp_path / "s.jsonl"
     r = CliRunner().invoke(app, ["sim", "-c", str(toml), "-n", "40", "-s", "1", "-o", str(log)])
     assert r.exit_code == 0, r.output
@@ -121,9 +128,7 @@ def test_validate_accepts_a_walk_with_acks_appended_before_their_copies(tmp_path
     from kvsm.cli import app
     from kvsm.tla.validate import validate
 
-    toml = tmp_path / "small_ack.toml"
-    text = (spec_dir().parent / "kvsm" / "configs" / "small.toml").read_text()
-    toml.write_text(text.replace('policy = "write_through"\n', 'policy = "write_through"\nack_append = "reference"\n'))
+    toml = _builtin_with(tmp_path, "small", 'ack_append = "reference"\n')
     log = tmp_path / "w.jsonl"
     r = CliRunner().invoke(app, ["walk", "-c", str(toml), "-n", "200", "-s", "3", "-o", str(log)])
     assert r.exit_code == 0, r.output
