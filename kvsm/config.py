@@ -32,7 +32,8 @@ EVICTIONS = ("slru", "lru")
 COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
-_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off"}
+_DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
+                  "carry_host_hit": False}
 # stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
 # or insert whose key leaves a node inside a page splits the node at the page floor and
 # deletes the whole lower part with its subtree. `off` leaves it out (the default: every
@@ -94,6 +95,9 @@ BUGS = (
     "lease_expiry_free",
     "reload_fail_double_free",
     "failed_store_visible",
+    # under carry_host_hit: Match records its host hit without pinning it, so an eviction
+    # before the LoadBack that uses it frees the host pages the load would read
+    "host_hit_unpinned",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3
@@ -148,6 +152,12 @@ class Config:
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).
     prepared_backups: bool = False
+    # The reference's match carries its host hit forward (`last_host_node`,
+    # `host_hit_length`) to a later load-back instead of the load-back finding it again:
+    # Match records the hit and pins it (the host lock the reference's prefetch takes,
+    # `protect_host`) until the LoadBack that loads it, the Insert that recomputes it or
+    # the request's abort (docs/model.md). Off: LoadBack finds the hit itself.
+    carry_host_hit: bool = False
     bug: str = "none"
     # Exploration bounds: total arrivals (0 = unbounded) and requests alive at once.
     max_requests: int = 0
@@ -248,10 +258,11 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["stale_prune"] not in STALE_PRUNES:
             raise ConfigError(f"{where}: field 'stale_prune' must be one of {', '.join(STALE_PRUNES)}, got {data['stale_prune']!r}")
         out["stale_prune"] = data["stale_prune"]
-    if "prepared_backups" in data:
-        if not isinstance(data["prepared_backups"], bool):
-            raise ConfigError(f"{where}: field 'prepared_backups' must be true or false, got {data['prepared_backups']!r}")
-        out["prepared_backups"] = data["prepared_backups"]
+    for flag in ("prepared_backups", "carry_host_hit"):
+        if flag in data:
+            if not isinstance(data[flag], bool):
+                raise ConfigError(f"{where}: field '{flag}' must be true or false, got {data[flag]!r}")
+            out[flag] = data[flag]
     for k in KNOBS:
         if k in data:
             if data[k] not in KNOB_VALUES:

@@ -155,6 +155,18 @@ CATALOGUE: dict[str, Defect] = {
                 "catches the failed entry at the write itself)"
             ),
         ),
+        Defect(
+            "host_hit_unpinned", f"{SPEC}/MC_host_hit.cfg", "6 HostPages",
+            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 128,
+             "settings": (("carry_host_hit", True), ("prepared_backups", True))}, None,
+            tracker="vLLM issue 39702",
+            why_no_gpu=(
+                "the invariant catches the hit at the eviction that frees it, and the model's "
+                "LoadBack refuses a carried hit whose node left the tree (the reference asserts "
+                "there); the bytes the reference would read from a detached node's freed host "
+                "pages have no node in the model to land in"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

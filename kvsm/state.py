@@ -183,12 +183,19 @@ class Request(_Record):
     node: int  # where its lock sits (root = none)
     pages: tuple[int, ...]  # device pages it holds itself (allocated at Insert)
     reload_tried: bool = False  # an L3 reload is looked up once per request
+    # under carry_host_hit, the host hit its Match recorded for a later LoadBack: its
+    # deepest node (root = none), its pages, and whether the match pinned that node
+    hit: int = 0
+    hit_pages: int = 0
+    hit_pin: bool = False
 
     BULKY = "tokens"
 
     def encode(self) -> str:
         tried = "|R" if self.reload_tried else ""
-        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}{tried}"
+        # written only while a hit is carried, so that other requests keep their bytes
+        hit = f"|H{self.hit}:{self.hit_pages}:{int(self.hit_pin)}" if self.hit else ""
+        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}{tried}{hit}"
 
 
 @dataclass(frozen=True, slots=True)

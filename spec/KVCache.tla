@@ -78,13 +78,13 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ AckTiming \in {"fixed", "reference"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
        /\ VictimOrder \in {"slru", "lru"}
-       /\ PreparedBackups \in BOOLEAN
+       /\ PreparedBackups \in BOOLEAN /\ CarryHostHit \in BOOLEAN
        /\ OwnDiskDurable \in {"fixed", "reference"}
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
-                  "reload_fail_double_free", "failed_store_visible"}
+                  "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -96,7 +96,7 @@ VARIABLES
     objects,        \* L2 object key -> [base, length, committed, owner]
     pending,        \* nodes whose backup is reserved but not committed (object key = node id)
     writes,         \* submitted backup writes (node ids), in submit order
-    requests,       \* request id -> [tokens, out_pages, phase, node, pages, tried]
+    requests,       \* request id -> [tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin]
     write_done,     \* local: rank -> writes at the head of `writes` it has finished
     dev_content,    \* ghost: device page -> the prefix whose KV it holds
     host_content,   \* ghost: host page -> the prefix whose KV it holds
@@ -153,7 +153,7 @@ ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
 NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int, durable: BOOLEAN,
             lock: Nat, pin: Nat, hits: Nat, touched: Nat]
 RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool),
-               tried: BOOLEAN]
+               tried: BOOLEAN, hit: Nat, hitlen: Nat, hitpin: BOOLEAN]
 ObjectRec == [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
 SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
 CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
@@ -309,7 +309,8 @@ Arrive(rid, tokens, out_pages) ==
     /\ LiveRoom
     /\ out_pages \in Nat
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
-                            node |-> Root, pages |-> <<>>, tried |-> FALSE]) @@ requests
+                            node |-> Root, pages |-> <<>>, tried |-> FALSE,
+                            hit |-> Root, hitlen |-> 0, hitpin |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<treeVars, prepared, deviceVars, hostVars, backupVars, loadVars, spill_queue,
                    l3Vars, diverged>>
@@ -332,8 +333,24 @@ Matched(s, rid) ==
         s1 == IF split THEN TouchPath(SplitNode(s0, w.cut[1], w.cut[2]), <<s.next_id>>) ELSE s0
         k == OnL1Run(s1.nodes, path)
         last == IF k = 0 THEN Root ELSE path[k]
-    IN [s1 EXCEPT !.nodes = LockPath(@, last, 1),
-                  !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last]]
+        \* under CarryHostHit the matched nodes below the lock are its host hit
+        below == SubSeq(path, k + 1, Len(path))
+        carry == CarryHostHit /\ below # <<>>
+        deepest == IF carry THEN below[Len(below)] ELSE Root
+        pin == carry /\ Bug # "host_hit_unpinned"
+        locked == LockPath(s1.nodes, last, 1)
+    IN [s1 EXCEPT !.nodes = IF pin THEN [locked EXCEPT ![deepest].pin = @ + 1] ELSE locked,
+                  !.requests[rid] = [req EXCEPT !.phase = "matched", !.node = last,
+                                                !.hit = deepest,
+                                                !.hitlen = IF carry THEN RunPages(s1.nodes, below) ELSE 0,
+                                                !.hitpin = pin]]
+
+(* The request's carried host hit is used (LoadBack) or no longer wanted (Insert,
+   Abort): the pin its match took, if any, is released. *)
+DroppedHit(s, rid) ==
+    LET req == s.requests[rid]
+    IN [s EXCEPT !.nodes = IF req.hitpin THEN [@ EXCEPT ![req.hit].pin = @ - 1] ELSE @,
+                 !.requests[rid] = [req EXCEPT !.hit = Root, !.hitlen = 0, !.hitpin = FALSE]]
 
 \* Match's effect: a split, the stamps, the lock and the request.
 MatchTo(s) ==
@@ -350,7 +367,9 @@ MatchTo(s) ==
    page (MatchKey), splitting the node the match ends inside (not when it is
    unsplittable: the match then stops above it); touch the matched nodes root
    to leaf, the node it ends inside and its upper part; lock the path down to
-   the deepest matched node on L1. *)
+   the deepest matched node on L1. Under CarryHostHit it records the matched
+   nodes below the lock, its host hit (the deepest one and their pages), and
+   pins the deepest (under host_hit_unpinned it does not pin it). *)
 Match(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "queued")
@@ -454,7 +473,7 @@ Inserted(s, rid, lay) ==
                         ELSE s1.nodes[n]]
         grown == IF fresh = <<>> THEN pathNodes ELSE (newId :> newNode) @@ pathNodes
         final == IF fresh = <<>> THEN last ELSE newId
-    IN Settled([s1 EXCEPT
+    IN Settled(DroppedHit([s1 EXCEPT
           !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
           !.next_id = IF fresh = <<>> \/ attach THEN @ ELSE @ + 1,
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
@@ -462,7 +481,7 @@ Inserted(s, rid, lay) ==
           !.dev_content = Zip(SubSeq(pages, 1, nReown + Len(fresh)),
                               [i \in filled |-> SubSeq(req.tokens, 1, lay.positions[i] + 1)]) @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
-                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]],
+                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]], rid),
                rid, IF attach THEN prep ELSE NoNode)
 
 \* Insert's effect: the split, the evictions, the pages taken, the request, its prepared backup settled.
@@ -510,7 +529,7 @@ Insert(rid) ==
 \* reload mark, its place among a reload's waiters, and its prepared backup.
 Released(s, rid) ==
     LET req == s.requests[rid]
-        freed == FreeDev(Settled(s, rid, NoNode), req.pages)
+        freed == FreeDev(Settled(DroppedHit(s, rid), rid, NoNode), req.pages)
     IN [freed EXCEPT !.nodes = IF req.phase # "queued" THEN LockPath(@, req.node, -1) ELSE @,
                      !.requests = Remove(@, {rid}),
                      !.reload_candidates = Remove(@, {rid}),
@@ -907,8 +926,9 @@ EvictHost(n) ==
     /\ EvictHostTo(Decided("EvictHost", [v \in Views |-> IF IsHostVictim(n, v) THEN EvictHostNode(State, n)
                                                         ELSE NoOutcome]))
 
-\* The pages of the L2-only nodes below request rid's lock, along its key.
-HostHit(rid) == RunPages(nodes, HostRun(nodes, requests[rid]))
+\* The pages of the L2-only nodes below request rid's lock, along its key (under
+\* CarryHostHit, those of its recorded hit still off L1).
+HostHit(rid) == RunPages(nodes, LoadRun(nodes, requests[rid]))
 
 \* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes.
 LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0]
@@ -952,6 +972,9 @@ LoadedBack(s, rid, lp) ==
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
           !.requests[rid].node = last], Range(run))
 
+\* The load-back, its carried host hit used (its pin released).
+LoadedBackHit(s, rid, lp) == DroppedHit(LoadedBack(s, rid, lp), rid)
+
 \* LoadBack's effect: the evictions, the pages taken, the load issued and the lock moved
 \* (and under load_host_release the host copies released).
 LoadBackTo(s) ==
@@ -974,7 +997,7 @@ LoadBackAlong(rid, plan) ==
     /\ LoadBackFits(plan)
     /\ LoadBackTo(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
                                                                ELSE LoadBackPlan(State, requests[rid], v)
-                                                       IN IF LoadBackFits(lp) THEN LoadedBack(State, rid, lp)
+                                                       IN IF LoadBackFits(lp) THEN LoadedBackHit(State, rid, lp)
                                                           ELSE NoOutcome]))
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
@@ -985,6 +1008,7 @@ LoadBackAlong(rid, plan) ==
 LoadBack(rid) ==
     /\ RoundClosed
     /\ InPhase(rid, "matched")
+    /\ CarryHostHit => requests[rid].hit \in DOMAIN nodes
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
     /\ LoadBackAlong(rid, LoadBackPlan(State, requests[rid], ClusterView))
@@ -1540,7 +1564,8 @@ DevicePages ==
 
 \* 6. The object ranges, the reloads' reservations and the free set partition
 \*    the host pool; each object belongs to exactly one committed node or pending
-\*    backup (a reload's reservation is part of the reload itself).
+\*    backup (a reload's reservation is part of the reload itself); a carried
+\*    host hit still names a node with its L2 copy.
 HostPages ==
     /\ \A k \in DOMAIN objects : ObjectPages(objects[k]) \subseteq HostPool
     /\ \A j \in DOMAIN reloads : ReloadPages(reloads[j]) \subseteq HostPool
@@ -1556,6 +1581,9 @@ HostPages ==
           ELSE k \in pending \cup PreparedIds
     /\ \A n \in DOMAIN nodes :
           (nodes[n].host # NoObject /\ nodes[n].host \in DOMAIN objects) => objects[nodes[n].host].owner = n
+    \* a carried host hit names a node that still holds its L2 copy (CarryHostHit)
+    /\ \A q \in DOMAIN requests :
+          requests[q].hit # Root => requests[q].hit \in DOMAIN nodes /\ nodes[requests[q].hit].host # NoObject
 
 \* Device pages whose load-back copy is still in flight on their owner rank.
 Copying == UNION {{loads[j].pages[k][1] : k \in {k \in 1 .. Len(loads[j].pages) :
@@ -1614,13 +1642,14 @@ Reload ==
     /\ Len(spill_queue) <= SpillQueueCap
 
 \* 10. The counters the spec keeps: ids and stamps never run ahead of them; a
-\*     node's pin counts the spills that pin it; each rank's spill, reload and
+\*     node's pin counts the spills and the carried host hits that pin it; each rank's spill, reload and
 \*     load-back progress is within what is in flight (a load every rank has
 \*     done is no longer in flight); no disk holds more than L3 pages.
 Counts ==
     /\ \A n \in DOMAIN nodes : n < next_id /\ nodes[n].touched <= clock
     /\ \A q \in DOMAIN requests : q < next_rid
     /\ \A n \in DOMAIN nodes : nodes[n].pin = Cardinality({j \in DOMAIN spills : spills[j].node = n /\ spills[j].pinned})
+                                             + Cardinality({q \in DOMAIN requests : requests[q].hit = n /\ requests[q].hitpin})
     /\ \A r \in Ranks :
           /\ Len(spill_done[r]) <= spill_gathered[r]
           /\ spill_gathered[r] <= Len(spills)

@@ -33,6 +33,7 @@ CONSTANTS
     UnbackedEvict,  \* "reference": an unbacked leaf with L2-only children is a device victim (orphans them)
     DurableSplit,   \* "reference": a split's lower part keeps durable whatever the offset
     VictimOrder,    \* "slru": nodes hit twice or more are evicted last; "lru": by last access only
+    CarryHostHit,   \* TRUE: Match records its host hit (pinned) for a later LoadBack to load
     Bug             \* an injected defect (docs/defects.md), or "none"
 
 Root == 0
@@ -626,6 +627,19 @@ HostRunFrom(ns, tokens, cur, i, run) ==
 
 HostRun(ns, req) == HostRunFrom(ns, MatchKey(req.tokens), req.node, Len(Prefix(ns, req.node)), <<>>)
 
+(* Under CarryHostHit: the nodes of the request's recorded host hit that a
+   load-back brings back, as the reference walks them: from the recorded node up
+   while off L1 (stopping at the request's lock), root first. *)
+RECURSIVE CarriedRunFrom(_, _, _, _)
+CarriedRunFrom(ns, stop, n, run) ==
+    IF n = stop \/ ns[n].dev # <<>> THEN run
+    ELSE CarriedRunFrom(ns, stop, ns[n].parent, <<n>> \o run)
+
+CarriedRun(ns, req) == IF req.hit = Root THEN <<>> ELSE CarriedRunFrom(ns, req.node, req.hit, <<>>)
+
+\* What a load-back of `req` brings back: its recorded hit, or the run it finds.
+LoadRun(ns, req) == IF CarryHostHit THEN CarriedRun(ns, req) ELSE HostRun(ns, req)
+
 \* The pages of a run of nodes.
 RunPages(ns, run) == SumSeq([k \in DOMAIN run |-> Len(ns[run[k]].key)])
 
@@ -634,7 +648,7 @@ RunPages(ns, run) == SumSeq([k \in DOMAIN run |-> Len(ns[run[k]].key)])
    (with rank v's ties) frees what the lanes lack (`remaining` is what it could
    not free). *)
 LoadBackPlan(s, req, v) ==
-    LET run == HostRun(s.nodes, req)
+    LET run == LoadRun(s.nodes, req)
         count == RunPages(s.nodes, run)
         lanes == [i \in 1 .. count |-> Lane(i - 1)]
         need == LaneNeed(lanes)

@@ -38,7 +38,16 @@ def next_rid_msg(next_rid: int) -> str:
 
 
 def _pin(nid: int, n: Any, pins: int) -> str:
-    return f"node {nid} has pin {n.pin} but {pins} pinning spills"
+    return f"node {nid} has pin {n.pin} but {pins} pinning spills and carried host hits"
+
+
+def expected_pins(s: Any) -> Counter[int]:
+    """Each node's pins: the spills that pin it and the carried host hits whose match
+    pinned it (carry_host_hit)."""
+    pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
+    if s.config.carry_host_hit:
+        pins.update(q.hit for q in s.requests.values() if q.hit_pin)
+    return pins
 
 
 def _oldest_load(load_done: Any) -> str:
@@ -99,7 +108,7 @@ def whole(w: Any) -> None:
 
 def whole_progress(w: Any) -> None:
     s = w.s
-    pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
+    pins = expected_pins(s)
     for nid, n in w.nodes.items():
         if n.pin != pins.get(nid, 0):
             w.bad(I, _pin(nid, n, pins.get(nid, 0)))
@@ -129,7 +138,7 @@ def holds(s: Any, facts: Any, per_rank: Any, sums: Any) -> bool:
     backups = sorted(compress(map(GET_NID, facts), map(GET_BACKUP, facts)))
     if len(s.backup_index) != len(backups) or s.backup_index.to_list() != backups:
         return False
-    pins: Counter[int] = Counter(op.node for op in s.spills if op.pinned)
+    pins = expected_pins(s)
     nodes = s.nodes
     if list(map(GET_PIN, nodes.values())) != list(map(pins.get, nodes.keys(), repeat(0))):
         return False
@@ -220,9 +229,12 @@ def step(d: Any) -> None:
     nodes = d.nodes
     _ondev_step(d)
     _indexes_step(d)
-    if A.spills is not B.spills or any(An[n].pin != Bn[n].pin for n in nodes if n in An and n in Bn) or any(An[n].pin for n in nodes if n in An and n not in Bn):
-        pins: Counter[int] = Counter(op.node for op in A.spills if op.pinned)
-        for nid in nodes | {op.node for op in A.spills} | {op.node for op in B.spills}:
+    if (A.spills is not B.spills or any(An[n].pin != Bn[n].pin for n in nodes if n in An and n in Bn)
+            or any(An[n].pin for n in nodes if n in An and n not in Bn) or (d.requests_w and A.config.carry_host_hit)):
+        pins = expected_pins(A)
+        hits = {q.hit for q in (A.requests.get(r) or B.requests.get(r) for r in d.requests_w) if q is not None and q.hit}
+        hits |= {q.hit for q in (B.requests.get(r) for r in d.requests_w) if q is not None and q.hit}
+        for nid in nodes | {op.node for op in A.spills} | {op.node for op in B.spills} | hits:
             n = An.get(nid)
             if n is not None and n.pin != pins.get(nid, 0):
                 d.bad(I, _pin(nid, n, pins.get(nid, 0)))

@@ -82,8 +82,22 @@ def _object(r: Any, s: ClusterState, key: int, obj: Any, prepared: set[int]) -> 
             r.bad(I, f"reload object {key} has {obj.length} pages for its reload's pages")
 
 
+def hit_faults(s: ClusterState) -> list[str]:
+    """Under carry_host_hit: a host hit a match carries names a node in the tree with its
+    L2 copy (the host pages its load-back will read are not freed under it)."""
+    if not s.config.carry_host_hit:
+        return []
+    out = []
+    for q in s.requests.values():
+        if q.hit and (q.hit not in s.nodes or s.nodes[q.hit].host is None):
+            out.append(f"request {q.id} carries a host hit on node {q.hit}, which no longer holds its L2 copy")
+    return out
+
+
 def whole(w: Any) -> None:
     s = w.s
+    for msg in hit_faults(s):
+        w.bad(I, msg)
     _regions(w)
     for key, obj in s.objects.items():
         _object(w, s, key, obj, w.prepared)
@@ -95,6 +109,8 @@ def whole(w: Any) -> None:
 def holds(s: ClusterState, prepared: set[int]) -> bool:
     """The whole-state rule but a node's side of its object's ownership (each node's own
     check), decided fast (`kvsm.invariants.fast`)."""
+    if hit_faults(s):
+        return False
     L2 = s.config.L2
     objects, nodes, pending = s.objects, s.nodes, s.pending
     spans = sorted((o.base, o.length) for o in objects.values() if o.length > 0)
@@ -135,6 +151,12 @@ def holds(s: ClusterState, prepared: set[int]) -> bool:
 def step_node(d: Any, nid: int, a: Any, obj: Any) -> None:
     if obj.owner != nid:
         d.bad(I, _owner(nid, a.host))
+
+
+def step_hits(d: Any) -> None:
+    """The carried host hits (after a step that wrote nodes or requests)."""
+    for msg in hit_faults(d.A):
+        d.bad(I, msg)
 
 
 def step(d: Any) -> None:

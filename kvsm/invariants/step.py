@@ -246,6 +246,8 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
     device_pages.step(d)
     if d.host_pages or d.objects_w or d.unlinked or not all(map(is_, A.l2_free, B.l2_free)):
         host_pages.step(d)
+    if A.config.carry_host_hit and (d.nodes or d.requests_w):
+        host_pages.step_hits(d)
     if d.devc_w or d.hostc_w or d.l3_w or A.spill_staged != B.spill_staged:
         content.step_pages(d)
     if d.l3_removed:

@@ -266,6 +266,13 @@ def _prepared(s: ClusterState, rid: int) -> str:
     return "prepared backup did not fit" if nid is None else f"prepared backup {node_label(nid)}"
 
 
+def _hit(q: Any) -> str:
+    """A request's carried host hit (carry_host_hit): its node, pages and pin."""
+    if not q.hit:
+        return "-"
+    return f"{node_label(q.hit)} {q.hit_pages}p{' pinned' if q.hit_pin else ' unpinned'}"
+
+
 def _requests(s: ClusterState) -> Section:
     R = s.config.R
     held = {w for op in s.reloads for w in op.waiters}
@@ -284,6 +291,7 @@ def _requests(s: ClusterState) -> Section:
                     Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
                     Field("held by a reload", "yes" if rid in held else "", "", "flag"),
                     Field("prepared backup", _prepared(s, rid), "", "bare"),
+                    Field("host hit", _hit(q), "-"),
                 ),
                 order=(rid,),
             )

@@ -8,7 +8,7 @@ from ..config import RANK_VIEW_BUGS
 from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.registry import cluster_view
-from ..transitions.evict import host_run
+from ..transitions.evict import carried_run, host_run
 from ..transitions.prune import stale_cut
 from ..transitions.reload import reload_target
 from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
@@ -40,16 +40,34 @@ def match(v: View, rid: int, l2: bool) -> tuple[int, int, bool]:
     prune(v, rid)
     s = v.apply(T("Match", rid=rid))
     hit_l1 = _depth(s, s.requests[rid].node)
-    if l2:
-        _, pages = host_run(s, rid)
-        cfg = s.config
-        if pages and pages * cfg.P >= cfg.load_back_threshold:
-            try:
-                v.apply(T("LoadBack", rid=rid))
-            except Rejected:
-                return hit_l1, 0, True
-            return hit_l1, pages, False
+    if l2 and not s.config.carry_host_hit:
+        pages, refused = load_back(v, rid)
+        return hit_l1, pages, refused
     return hit_l1, 0, False
+
+
+def load_back(v: View, rid: int) -> tuple[int, bool]:
+    """Load request `rid`'s host hit back when it is worth it (at least the config's
+    `load_back_threshold` tokens): right after its match, or under carry_host_hit the
+    hit its match recorded, after the allocations the request makes in between (its
+    prepared backup: the order of a lookup, its allocation, then the load). Returns
+    the pages loaded back and whether a worthwhile load-back was refused."""
+    s = v.state
+    req = s.requests[rid]
+    if not s.config.carry_host_hit:
+        pages = host_run(s, rid)[1]
+    elif req.hit in s.nodes or not req.hit:
+        pages = carried_run(s, rid)[1]
+    else:
+        pages = req.hit_pages  # a hit an unpinned match let go: the load-back refuses it
+    cfg = s.config
+    if pages and pages * cfg.P >= cfg.load_back_threshold:
+        try:
+            v.apply(T("LoadBack", rid=rid))
+        except Rejected:
+            return 0, True
+        return pages, False
+    return 0, False
 
 
 def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:

@@ -88,6 +88,9 @@ class Simulation(SerialSchedule, RandomSchedule):
         # forward pass (Prepare), attached or rolled back at the insert
         self.prepared_path = self.wt_backup and prep.cfg.prepared_backups
         self.prepared: dict[int, int] = {}  # rid -> node id of its prepared backup
+        # under carry_host_hit a request's load-back uses the hit its match recorded, after
+        # its prepared backup (`proc.load_back`)
+        self.carry = prep.l2 and prep.cfg.carry_host_hit
         n = len(prep.workload.requests)
         self.sample_every = max(1, n // 400)
         self.applied = 0  # transitions applied to the log's state
@@ -144,6 +147,8 @@ class Simulation(SerialSchedule, RandomSchedule):
         req = self.workload.requests[req_index]
         hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
         self._prepare(rid, len(req.hash_ids))
+        if self.carry:
+            hit_l2, refused = self.cluster.run(proc.load_back, rid)
         self._admitted(rid, req_index, hit_l1, hit_l2, refused, t_ms)
         return _Live(rid=rid, index=req_index, tokens=req.hash_ids, hits=hit_l1 + hit_l2), hit_l1, hit_l2
 
@@ -405,6 +410,8 @@ class Simulation(SerialSchedule, RandomSchedule):
             live = self.live[rid]
             hit_l1, hit_l2, refused = c.run(proc.match, rid, self.prep.l2)
             self._prepare(rid, len(live.tokens))
+            if self.carry:
+                hit_l2, refused = c.run(proc.load_back, rid)
             live.matched = True
             live.hits = hit_l1 + hit_l2
             self._admitted(rid, live.index, hit_l1, hit_l2, refused, tick * self.timing.tick_ms)

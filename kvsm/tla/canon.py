@@ -94,6 +94,9 @@ class RequestRow(NamedTuple):
     node: int
     pages: tuple
     reload_tried: bool
+    hit: int = 0  # the carried host hit (carry_host_hit): node, pages, pinned
+    hit_pages: int = 0
+    hit_pin: bool = False
 
 
 class SpillRow(NamedTuple):
@@ -229,7 +232,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "writes": list(c.writes),
         "requests": [
             {"id": r.id, "tokens": list(r.tokens), "out_pages": r.out_pages, "phase": r.phase, "node": r.node, "pages": list(r.pages),
-             **({"reload_tried": True} if r.reload_tried else {})}
+             **({"reload_tried": True} if r.reload_tried else {}),
+             **({"hit": r.hit, "hit_pages": r.hit_pages, "hit_pin": r.hit_pin} if r.hit else {})}
             for r in sorted(c.requests, key=lambda r: r.id)
         ],
         "write_done": list(c.write_done),

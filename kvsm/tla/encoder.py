@@ -56,6 +56,9 @@ class Encoder:
             ("node", "node", lambda r: str(r.node)),
             ("pages", "pages", lambda r: dev(r.pages)),
             ("tried", "reload_tried", lambda r: tla_bool(r.reload_tried)),
+            ("hit", "hit", lambda r: str(r.hit)),
+            ("hitlen", "hit_pages", lambda r: str(r.hit_pages)),
+            ("hitpin", "hit_pin", lambda r: tla_bool(r.hit_pin)),
         )
 
     @staticmethod

@@ -129,6 +129,7 @@ CONSTANT_FIELDS = (
     ("stale_prune", "StalePrune"),
     ("eviction", "VictimOrder"),
     ("prepared_backups", "PreparedBackups"),
+    ("carry_host_hit", "CarryHostHit"),
     ("bug", "Bug"),
 )
 

@@ -69,7 +69,7 @@ def canon_model(s: ClusterState) -> Canon:
         objects=frozenset(ObjectRow(key=k, base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items() if k not in reload_objs),
         pending=frozenset(PendingRow(node=k, obj=b.obj, locked=b.locked) for k, b in s.pending.items()),
         writes=tuple(s.writes),
-        requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried) for r in s.requests.values()),
+        requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried, hit=r.hit, hit_pages=r.hit_pages, hit_pin=r.hit_pin) for r in s.requests.values()),
         write_done=tuple(s.write_done),
         dev_content=frozenset(s.dev_content.items()),
         host_content=frozenset(s.host_content.items()),
@@ -150,7 +150,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "requests":
         return frozenset(
             RequestRow(
-                id=rid, tokens=_seq(q["tokens"]), out_pages=q["out_pages"], phase=q["phase"], node=q["node"], pages=_seq(q["pages"]), reload_tried=q["tried"]
+                id=rid, tokens=_seq(q["tokens"]), out_pages=q["out_pages"], phase=q["phase"], node=q["node"], pages=_seq(q["pages"]), reload_tried=q["tried"],
+                hit=q["hit"], hit_pages=q["hitlen"], hit_pin=q["hitpin"],
             )
             for rid, q in as_fcn(v).items()
         )
@@ -279,7 +280,8 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "writes": tuple(s.writes),
         "requests": Fcn(
             {
-                rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, tried=r.reload_tried)
+                rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, tried=r.reload_tried,
+                           hit=r.hit, hitlen=r.hit_pages, hitpin=r.hit_pin)
                 for rid, r in s.requests.items()
             }
         ),

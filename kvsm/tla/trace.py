@@ -222,8 +222,9 @@ Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
     [parent |-> parent, key |-> key, dev |-> dev, host |-> host, durable |-> durable,
      lock |-> lock, pin |-> pin, hits |-> hits, touched |-> touched]
 Ob(base, length, committed, owner) == [base |-> base, length |-> length, committed |-> committed, owner |-> owner]
-Rq(tokens, out_pages, phase, node, pages, tried) ==
-    [tokens |-> tokens, out_pages |-> out_pages, phase |-> phase, node |-> node, pages |-> pages, tried |-> tried]
+Rq(tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin) ==
+    [tokens |-> tokens, out_pages |-> out_pages, phase |-> phase, node |-> node, pages |-> pages, tried |-> tried,
+     hit |-> hit, hitlen |-> hitlen, hitpin |-> hitpin]
 PR(t) == [r \\in Ranks |-> t[r + 1]]
 Lanes(ls, n) == [i \\in 1 .. n |-> ls[((i - 1) % R) + 1][((i - 1) \\div R) + 1]]
 

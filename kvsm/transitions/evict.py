@@ -22,7 +22,7 @@ from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
 from .eviction import evict_device_node, evict_host_node, first_victim
-from .request import match_key, request_in
+from .request import drop_hit, match_key, request_in
 
 
 def _evict_first(s: ClusterState, t: Transition, tier: str, view: int | None) -> ClusterState:
@@ -82,6 +82,26 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     return run, pages
 
 
+def carried_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
+    """Under carry_host_hit: the nodes the request's recorded host hit brings back, as
+    the reference's load-back walks them: from the recorded node up while off L1 (a
+    node another load brought back since ends the run). Returns them root first and
+    their pages. A hit whose node left the tree is refused (the reference asserts that
+    every node it walks is backed): only an unpinned hit (`host_hit_unpinned`) can."""
+    req = s.requests[rid]
+    if not req.hit:
+        return [], 0
+    if req.hit not in s.nodes:
+        raise Rejected(f"request {rid}'s host hit, node {req.hit}, has left the tree")
+    run: list[int] = []
+    nid = req.hit
+    while nid != req.node and not s.nodes[nid].dev:
+        run.append(nid)
+        nid = s.nodes[nid].parent
+    run.reverse()
+    return run, sum(s.nodes[n].pages for n in run)
+
+
 def load_back(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Load the L2-only nodes below a matched request's lock back to L1 (all or nothing):
     the `i`-th page of the run goes to lane `i mod R`; lanes short of pages are freed by
@@ -93,7 +113,7 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     cfg = tx.cfg
     R = cfg.R
     req = request_in(tx, rid, (MATCHED,))
-    run, pages = host_run(s, rid)
+    run, pages = carried_run(s, rid) if cfg.carry_host_hit else host_run(s, rid)
     if pages == 0:
         raise Rejected(f"request {rid} has no host hit below its lock")
     if pages * cfg.P < cfg.load_back_threshold:
@@ -129,7 +149,7 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     tx.loads = tx.loads + (LoadOp(run[-1], tuple(copies)),)
     tx.lock_path(run[-1], +2)  # the load's own lock and the request's
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, req.with_(node=run[-1]))
+    tx.requests.set(rid, drop_hit(tx, req).with_(node=run[-1]))
     return tx.commit()
 
 

@@ -99,8 +99,35 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
             break
         last_dev = nid
     tx.lock_path(last_dev, +1)
-    tx.requests.set(rid, req.with_(phase=MATCHED, node=last_dev))
+    req = req.with_(phase=MATCHED, node=last_dev)
+    if tx.cfg.carry_host_hit:
+        req = carry_hit(tx, req, path[path.index(last_dev) + 1 :] if last_dev != ROOT_ID else path)
+    tx.requests.set(rid, req)
     return tx.commit()
+
+
+def carry_hit(tx: Tx, req: Request, below: list[int]) -> Request:
+    """Under carry_host_hit: the match records its host hit, the matched nodes below its
+    lock (all off L1, each backed): the deepest one (the reference's `last_host_node`)
+    and their pages (`host_hit_length`), and pins that node until the hit is used or
+    dropped (`drop_hit`). A pinned host leaf is no host victim, and the nodes above it
+    have a child, so the whole hit stays on L2."""
+    if not below:
+        return req
+    pin = tx.cfg.bug != "host_hit_unpinned"  # the defect: the hit is recorded, not pinned
+    if pin:
+        tx.update(below[-1], pin=tx.node(below[-1]).pin + 1)
+    return req.with_(hit=below[-1], hit_pages=sum(tx.node(n).pages for n in below), hit_pin=pin)
+
+
+def drop_hit(tx: Tx, req: Request) -> Request:
+    """The request's carried host hit is used (LoadBack) or no longer wanted (Insert,
+    Abort): its pin, if its match took one, is released."""
+    if not req.hit:
+        return req
+    if req.hit_pin:
+        tx.update(req.hit, pin=tx.node(req.hit).pin - 1)
+    return req.with_(hit=ROOT_ID, hit_pages=0, hit_pin=False)
 
 
 def _rids(s: ClusterState, phase: str) -> list[int]:
@@ -230,7 +257,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
     settle_prepared(tx, rid, last if new_tokens else None)
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, req.with_(phase=DECODING, node=last, pages=own))
+    tx.requests.set(rid, drop_hit(tx, req).with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
 
 
@@ -267,6 +294,7 @@ def insert_candidates(s: ClusterState) -> Iterable[Transition]:
 
 def _release(tx: Tx, req: Request) -> None:
     settle_prepared(tx, req.id, None)
+    drop_hit(tx, req)
     if req.phase != QUEUED:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)
