@@ -39,6 +39,9 @@ def logs(tmp_path_factory) -> list[Path]:
                          l1_pages=16, l2_pages=48, l3_pages=60, faults="disk:0.02,slow:0.1,stall:0.05,abort:0.1,burst:0.05"),
         "l2": SimOptions(workload="thrash", config="small", requests=40, tiers="l1,l2", seed=5, l1_pages=8, l2_pages=24,
                          faults="slow:0.1,stall:0.05,abort:0.1"),
+        # hits carried from the match to the load-back, pinned (carry_host_hit)
+        "carry": SimOptions(workload="multi-turn", config="default", requests=60, tiers="l1,l2", seed=3, l1_pages=16,
+                            l2_pages=64, settings=(("carry_host_hit", True), ("prepared_backups", True))),
     }.items():
         simulate(opts, d / f"{name}.jsonl")
         out.append(d / f"{name}.jsonl")
