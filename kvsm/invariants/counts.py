@@ -232,8 +232,8 @@ def step(d: Any) -> None:
     if (A.spills is not B.spills or any(An[n].pin != Bn[n].pin for n in nodes if n in An and n in Bn)
             or any(An[n].pin for n in nodes if n in An and n not in Bn) or (d.requests_w and A.config.carry_host_hit)):
         pins = expected_pins(A)
-        hits = {q.hit for q in (A.requests.get(r) or B.requests.get(r) for r in d.requests_w) if q is not None and q.hit}
-        hits |= {q.hit for q in (B.requests.get(r) for r in d.requests_w) if q is not None and q.hit}
+        # (the nodes a written request's hit named before or names after the step)
+        hits = {q.hit for r in d.requests_w for q in (A.requests.get(r), B.requests.get(r)) if q is not None and q.hit}
         for nid in nodes | {op.node for op in A.spills} | {op.node for op in B.spills} | hits:
             n = An.get(nid)
             if n is not None and n.pin != pins.get(nid, 0):
