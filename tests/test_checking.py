@@ -88,7 +88,7 @@ def test_the_per_transition_checks_find_nothing_along_correct_runs(logs):
 def test_the_fast_from_scratch_check_agrees_with_the_reference_on_correct_and_corrupted_states(logs):
     rng = random.Random(7)
     corrupt = [_bump_lock, _wrong_dev_content, _leak_device_page, _wrong_ondev, _longer_object, _wrong_sums, _wrong_disk_entry,
-               _wrong_host_content, _wrong_child_entry, _wrong_pin, _late_stamp, _wrong_hashes, _cycle]
+               _wrong_host_content, _wrong_child_entry, _wrong_pin, _late_stamp, _wrong_hashes, _cycle, _stale_hit]
     checked = 0
     for p in logs:
         cache = Cache()  # (one along the run, as the checker keeps it)
@@ -253,6 +253,16 @@ def _wrong_child_entry(s):
 def _wrong_pin(s):
     nid, n = _some_node(s)
     return None if n is None else replace(s, nodes=s.nodes.set(nid, n.with_(pin=n.pin + 1)))
+
+
+def _stale_hit(s):
+    """A carried host hit (carry_host_hit) that names a node no longer in the tree, its
+    pin let go (invariant 6; the victim index and the sums then differ too)."""
+    q = next((q for q in s.requests.values() if q.hit), None)
+    if q is None:
+        return None
+    nodes = s.nodes.set(q.hit, s.nodes[q.hit].with_(pin=s.nodes[q.hit].pin - 1)) if q.hit_pin else s.nodes
+    return replace(s, nodes=nodes, requests=s.requests.set(q.id, q.with_(hit=s.next_id, hit_pin=False)))
 
 
 def _late_stamp(s):
