@@ -155,6 +155,18 @@ CATALOGUE: dict[str, Defect] = {
                 "catches the failed entry at the write itself)"
             ),
         ),
+        Defect(
+            "loadback_evicts_own_host", f"{SPEC}/MC_write_back_sync.cfg", "5 DevicePages",
+            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
+             "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}, None, sim_seed=1,
+            tracker="sglang PR 27631",
+            why_no_gpu=(
+                "the node the load restores has left the tree, so no node claims the pages "
+                "its copies land in: the backend checks such a page against the host page's "
+                "present KV, which is what the copy reads (another node's, written back in "
+                "the same step); the invariant catches the load at its LoadBack"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

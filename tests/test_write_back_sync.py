@@ -1,0 +1,69 @@
+"""The reference's write-back eviction (`write_back_evict = "sync"`, docs/model.md): a
+load-back short of device pages writes its unbacked device victim back inside its own
+step, and the defect `loadback_evicts_own_host` (sglang PR 27631, docs/defects.md) lets
+that write-back's host eviction take the node the load restores. The run below is
+spec/MC_write_back_sync's: node 1 (two pages) backed and off L1, node 2 (one page)
+unbacked on L1, and a request whose load-back of node 1 needs node 2's lane."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsm import effects as fx
+from kvsm.config import Config, ConfigError, Prompt
+from kvsm.invariants import violations
+from kvsm.state import Rejected, initial_state
+from kvsm.transitions import Transition, apply
+
+T = Transition.make
+
+BEFORE_LOAD = [
+    T("Arrive", rid=0, tokens=(1, 2), out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0),
+    T("Arrive", rid=1, tokens=(3,), out_pages=0), T("Match", rid=1), T("Reserve", node=1, fits=True),
+    T("WriteDone", rank=0), T("WriteDone", rank=1), T("CommitCall", rank=0), T("CommitCall", rank=1), T("Commit"),
+    T("Insert", rid=1), T("Finish", rid=1), T("Arrive", rid=2, tokens=(1, 2, 5), out_pages=0), T("Match", rid=2),
+]
+
+
+def _before_load(L2: int, write_back_evict: str = "sync", bug: str = "none"):
+    cfg = Config(R=2, L1=1, L2=L2, policy="write_back", write_back_evict=write_back_evict, bug=bug,
+                 prompts=(Prompt((1, 2)), Prompt((3,)), Prompt((1, 2, 5))))
+    s = initial_state(cfg)
+    for t in BEFORE_LOAD:
+        s = apply(s, t)
+    # node 1 backed and off L1, node 2 unbacked on lane 0's only page
+    assert s.nodes[1].host is not None and not s.nodes[1].dev
+    assert s.nodes[2].host is None and s.nodes[2].dev == (0,)
+    return s
+
+
+def test_a_load_back_writes_its_unbacked_victim_back_in_its_own_step():
+    s = _before_load(L2=3)
+    after = apply(s, T("LoadBack", rid=2))
+    assert not violations(after)
+    victim = after.nodes[2]
+    obj = after.objects[victim.host]
+    # backed (committed) and evicted from L1; its host copy holds the KV its page held
+    assert obj.committed and victim.dev == () and after.host_content[obj.base] == s.dev_content[0]
+    assert [e for e in after.effects if isinstance(e, fx.Store)] == [fx.Store(0, 0, obj.base)]
+    assert after.nodes[1].dev and after.loads[-1].node == 1
+    # the model before the knob: an unbacked leaf is no victim, and the load-back is refused
+    with pytest.raises(Rejected, match="owner-lane planner cannot free"):
+        apply(_before_load(L2=3, write_back_evict="locked"), T("LoadBack", rid=2))
+
+
+def test_the_load_back_protects_its_own_host_copies_and_the_defect_evicts_them():
+    # the host pool holds node 1 only: the write-back finds room only by evicting it
+    with pytest.raises(Rejected, match="finds no host room"):
+        apply(_before_load(L2=2), T("LoadBack", rid=2))
+    after = apply(_before_load(L2=2, bug="loadback_evicts_own_host"), T("LoadBack", rid=2))
+    assert 1 not in after.nodes and after.nodes[2].host is not None
+    found = violations(after)
+    assert found and all(v.startswith("5 DevicePages") for v in found), found
+
+
+def test_the_knob_is_left_out_of_a_config_s_json_at_its_default_and_checked():
+    assert "write_back_evict" not in Config().to_json()
+    assert Config(write_back_evict="sync").to_json()["write_back_evict"] == "sync"
+    with pytest.raises(ConfigError, match="field 'write_back_evict' must be one of locked, sync"):
+        Config.from_json({"write_back_evict": "async"})
