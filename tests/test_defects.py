@@ -212,8 +212,7 @@ def test_model_and_spec_have_the_same_graph_under_the_defect(name):
 
 # the field bugs whose seed runs (300 requests with the defect, then without) cost 15-25 s
 # each: `pytest -m exhaustive` (benchmarks/defects.py runs them all)
-FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible",
-                        "loadback_evicts_own_host"}
+FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible"}
 
 
 @pytest.mark.parametrize(
