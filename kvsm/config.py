@@ -104,6 +104,9 @@ BUGS = (
     # under write_back_evict = sync: a load-back's own write-back evicts host leaves
     # without sparing the nodes it is restoring (no host protection of its run)
     "loadback_evicts_own_host",
+    # under write_back_evict = sync: a device victim whose write-back finds no host room
+    # is evicted as though it were backed
+    "write_back_fail_evict",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3

@@ -87,7 +87,8 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
-                  "reload_fail_double_free", "failed_store_visible", "loadback_evicts_own_host"}
+                  "reload_fail_double_free", "failed_store_visible", "loadback_evicts_own_host",
+                  "write_back_fail_evict"}
        /\ WriteBackEvict \in {"locked", "sync"}
 
 VARIABLES
@@ -932,7 +933,7 @@ WrittenBack(s, n) ==
    evicted): an unbacked one is written back first, its host room made from a
    snapshot of the host victims as they stand then but `keep` (rank v's order,
    as Reserve's); `ok` is FALSE when a write-back finds no room (the load-back
-   is refused). *)
+   is refused; under write_back_fail_evict the victim is evicted all the same). *)
 EvictAllSync(s, victims, keep, v) ==
     LET after[k \in Nat] ==
             IF k = 0 THEN [s |-> s, ok |-> TRUE]
@@ -945,6 +946,9 @@ EvictAllSync(s, victims, keep, v) ==
                              room0 == HostRoom(r.s, RoomNeed(len, v), TLCEval(VictimKeys(r.s.nodes, hv, v)), hv)
                              room == IF Bug = "backup_host_uaf" /\ ~room0.ok THEN InflightRoom(room0.s, RoomNeed(len, v)) ELSE room0
                          IN IF HasRun(room.s.l2_free, len) THEN [s |-> EvictDeviceNode(WrittenBack(room.s, n), n), ok |-> TRUE]
+                            \* under write_back_fail_evict the victim is evicted as though it were backed
+                            ELSE IF Bug = "write_back_fail_evict"
+                            THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
                             ELSE [r EXCEPT !.ok = FALSE]
     IN after[Len(victims)]
 

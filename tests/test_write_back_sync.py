@@ -1,8 +1,9 @@
 """The reference's write-back eviction (`write_back_evict = "sync"`, docs/model.md): a
 load-back short of device pages writes its unbacked device victim back inside its own
 step, and the defect `loadback_evicts_own_host` (sglang PR 27631, docs/defects.md) lets
-that write-back's host eviction take the node the load restores. The run below is
-spec/MC_write_back_sync's: node 1 (two pages) backed and off L1, node 2 (one page)
+that write-back's host eviction take the node the load restores (and
+`write_back_fail_evict`, sglang PR 27108, evicts a victim whose write-back failed).
+The run below is spec/MC_write_back_sync's: node 1 (two pages) backed and off L1, node 2 (one page)
 unbacked on L1, and a request whose load-back of node 1 needs node 2's lane."""
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def test_the_load_back_protects_its_own_host_copies_and_the_defect_evicts_them()
     assert 1 not in after.nodes and after.nodes[2].host is not None
     found = violations(after)
     assert found and all(v.startswith("5 DevicePages") for v in found), found
+
+
+def test_a_victim_whose_write_back_fails_is_evicted_as_backed_only_under_the_defect():
+    # sglang PR 27108: the failed write-back's victim leaves L1 with its KV nowhere
+    after = apply(_before_load(L2=2, bug="write_back_fail_evict"), T("LoadBack", rid=2))
+    assert after.nodes[2].dev == () and after.nodes[2].host is None and after.nodes[1].dev
+    assert violations(after) == ["2 Residency: node 2 is neither on L1 nor backed on L2"]
 
 
 def test_the_knob_is_left_out_of_a_config_s_json_at_its_default_and_checked():

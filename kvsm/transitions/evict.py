@@ -118,7 +118,13 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         for victim in p.victims:
             if sync and tx.node(victim).host is None:
                 if not write_back(tx, victim, view, keep):
-                    raise Rejected(f"the write-back of device victim {victim} finds no host room: the load-back is refused")
+                    if cfg.bug != "write_back_fail_evict":
+                        raise Rejected(f"the write-back of device victim {victim} finds no host room: the load-back is refused")
+                    # the defect (sglang PR 27108): the victim whose write-back failed is
+                    # evicted as though it were backed: off L1, its KV nowhere
+                    tx.free_dev(tx.node(victim).dev)
+                    tx.set_dev(victim, ())
+                    continue
                 enqueue_spill(tx, victim)
             evict_device_node(tx, victim)
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
