@@ -75,3 +75,39 @@ def test_the_knob_is_left_out_of_a_config_s_json_at_its_default_and_checked():
     assert Config(write_back_evict="sync").to_json()["write_back_evict"] == "sync"
     with pytest.raises(ConfigError, match="field 'write_back_evict' must be one of locked, sync"):
         Config.from_json({"write_back_evict": "async"})
+
+
+# ---- the GPU backend ---------------------------------------------------------------------------------
+
+
+def test_the_gpu_backend_stores_a_write_back_before_the_eviction_poisons_it_and_agrees_after():
+    from kvsm.gpu.plan import agreements, plan_rank
+
+    s = _before_load(L2=3)
+    after = apply(s, T("LoadBack", rid=2))
+    obj = after.objects[after.nodes[2].host]
+    store = [b for b in plan_rank(after, 0) if b.op is fx.Store]
+    # the page's KV as it was stored (the ghost after the step has it poisoned)
+    assert [(b.dev, b.host, b.content) for b in store] == [([0], [obj.base], [s.dev_content[0]])]
+    assert after.dev_content.get(0) is None
+    # its commit is in the step: the ranks agree after it, as after a Commit
+    assert agreements("LoadBack", after.effects) == (False, True)
+    # a load-back that stores nothing meets no other rank
+    assert agreements("LoadBack", tuple(e for e in after.effects if not isinstance(e, (fx.Store, fx.PoisonHost)))) == (False, False)
+
+
+@pytest.mark.exhaustive
+def test_the_gpu_backend_replays_a_write_back_and_loads_it_back_on_real_bytes(tmp_path):
+    # rank processes on the CPU: node 2 written back inside request 2's LoadBack, then loaded
+    # back by request 3 from the host pages its write-back filled (several seconds: torch)
+    pytest.importorskip("torch")
+    from kvsm.defects import write_log
+    from kvsm.gpu.launch import Options, replay as gpu_replay
+
+    s = _before_load(L2=3)
+    steps = BEFORE_LOAD + [T("LoadBack", rid=2), T("LoadDone", rank=0), T("LoadDone", rank=1), T("Abort", rid=2),
+                           T("Arrive", rid=3, tokens=(3, 4), out_pages=0), T("Match", rid=3), T("LoadBack", rid=3),
+                           T("LoadDone", rank=1), T("LoadDone", rank=0)]
+    log = write_log(s.config, steps, tmp_path / "write-back.jsonl")
+    out = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
+    assert out["ok"] and out["pages_loaded"] == 3 and out["pages_stored"] == 3, out
