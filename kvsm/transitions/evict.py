@@ -17,7 +17,7 @@ from typing import Iterable
 
 from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
-from ..victims import in_rank_order, sync_write_back
+from ..victims import held_on_l1, in_rank_order, sync_write_back
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
@@ -108,7 +108,13 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     if any(deficits):
         sync = sync_write_back(cfg)
         tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
-        cands = [k[2] for k in in_rank_order(s.dev_index, cfg, view)] + (sorted(s.backup_index) if sync else [])
+        cands = [k[2] for k in in_rank_order(s.dev_index, cfg, view)]
+        if sync:
+            # the unbacked device leaves, written back before they are evicted (a pending
+            # one only where the victim test does not see its backup: evict_pending)
+            held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
+            cands += sorted(s.backup_index) + sorted(
+                n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
         p = plan(tree, deficits, cands)
         if any(p.remaining):
             raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
