@@ -215,7 +215,7 @@ def test_model_and_spec_have_the_same_graph_under_the_defect(name):
 # the field bugs whose seed runs (300 requests with the defect, then without) cost 15-25 s
 # each: `pytest -m exhaustive` (benchmarks/defects.py runs them all)
 FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible",
-                        "write_back_fail_evict"}
+                        "loadback_evicts_own_host", "write_back_fail_evict"}
 
 
 @pytest.mark.parametrize(
