@@ -33,7 +33,14 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 # Knobs left out of a config's JSON (and so of a log header) while at their default, so
 # that logs of configs that do not set them keep their bytes.
 _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
-                  "carry_host_hit": False}
+                  "carry_host_hit": False,
+                  "write_back_evict": "locked"}
+# write_back_evict (only under policy = write_back): how a load-back's owner-lane eviction
+# treats an unbacked device victim. `locked` (the default, the model before it): it is no
+# victim (a write-back is its own asynchronous, locked `Reserve`); `sync` (the reference's
+# `_evict_cp_load_back_owner_lanes`): it is written back synchronously inside the
+# `LoadBack` (host evict-to-fit, copy, commit) and then evicted as a backed node.
+WRITE_BACK_EVICTS = ("locked", "sync")
 # stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
 # or insert whose key leaves a node inside a page splits the node at the page floor and
 # deletes the whole lower part with its subtree. `off` leaves it out (the default: every
@@ -98,6 +105,12 @@ BUGS = (
     # under carry_host_hit: Match records its host hit without pinning it, so an eviction
     # before the LoadBack that uses it frees the host pages the load would read
     "host_hit_unpinned",
+    # under write_back_evict = sync: a load-back's own write-back evicts host leaves
+    # without sparing the nodes it is restoring (no host protection of its run)
+    "loadback_evicts_own_host",
+    # under write_back_evict = sync: a device victim whose write-back finds no host room
+    # is evicted as though it were backed
+    "write_back_fail_evict",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3
@@ -148,6 +161,7 @@ class Config:
     own_disk_durable: str = "fixed"
     ack_append: str = "fixed"
     stale_prune: str = "off"
+    write_back_evict: str = "locked"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).
@@ -258,6 +272,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["stale_prune"] not in STALE_PRUNES:
             raise ConfigError(f"{where}: field 'stale_prune' must be one of {', '.join(STALE_PRUNES)}, got {data['stale_prune']!r}")
         out["stale_prune"] = data["stale_prune"]
+    if "write_back_evict" in data:
+        if data["write_back_evict"] not in WRITE_BACK_EVICTS:
+            raise ConfigError(f"{where}: field 'write_back_evict' must be one of {', '.join(WRITE_BACK_EVICTS)}, got {data['write_back_evict']!r}")
+        out["write_back_evict"] = data["write_back_evict"]
     for flag in ("prepared_backups", "carry_host_hit"):
         if flag in data:
             if not isinstance(data[flag], bool):
@@ -393,4 +411,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "REFERENCE_KNOBS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "REFERENCE_KNOBS"]

@@ -167,6 +167,29 @@ CATALOGUE: dict[str, Defect] = {
                 "pages have no node in the model to land in"
             ),
         ),
+        Defect(
+            "loadback_evicts_own_host", f"{SPEC}/MC_write_back_sync.cfg", "5 DevicePages",
+            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
+             "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}, None, sim_seed=1,
+            tracker="sglang PR 27631",
+            why_no_gpu=(
+                "the node the load restores has left the tree, so no node claims the pages "
+                "its copies land in: the backend checks such a page against the host page's "
+                "present KV, which is what the copy reads (another node's, written back in "
+                "the same step); the invariant catches the load at its LoadBack"
+            ),
+        ),
+        Defect(
+            "write_back_fail_evict", f"{SPEC}/MC_write_back_sync.cfg", "2 Residency",
+            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
+             "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}, None, sim_seed=1,
+            tracker="sglang PR 27108",
+            why_no_gpu=(
+                "the victim's device pages are freed with no copy anywhere, so nothing is "
+                "left to load: a later match finds the node neither on L1 nor on L2, and no "
+                "step of the model copies it; no byte moves wrong, a KV is lost"
+            ),
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the

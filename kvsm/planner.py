@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from .config import Config
 from .state import ROOT_ID, Node, lane_of
-from .victims import held_on_l1, rank_order_key, victim_order
+from .victims import held_on_l1, rank_order_key, sync_write_back, victim_order
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class TreeView:
         self.write_through = cfg.policy == "write_through"
         self.cfg = cfg
         self.orphans = cfg.unbacked_evict == "reference"
+        # under write_back_evict = "sync" an unbacked victim is written back inside the
+        # load-back and then evicted as a backed node: a victim, kept in the tree
+        self.sync = sync_write_back(cfg)
         self._counts: dict[int, tuple[int, ...]] = {}
 
     def counts(self, nid: int) -> tuple[int, ...]:
@@ -71,7 +74,7 @@ class TreeView:
         if nid == ROOT_ID:
             return False
         n = self.get(nid)
-        return bool(n.dev) and not held_on_l1(n, self.is_pending(nid), self.cfg) and (n.host is not None or self.write_through)
+        return bool(n.dev) and not held_on_l1(n, self.is_pending(nid), self.cfg) and (n.host is not None or self.write_through or self.sync)
 
     def after_plan(self, nid: int, planned: set[int] | frozenset[int]) -> bool:
         """Evictable once the planned victims are gone: every child on L1 is planned, and
@@ -81,7 +84,7 @@ class TreeView:
         if not self.base(nid):
             return False
         n = self.get(nid)
-        strict = n.host is None and not self.orphans
+        strict = n.host is None and not self.orphans and not self.sync
         for cid in n.children.values():
             if cid in planned:
                 if strict and self.get(cid).host is not None:

@@ -29,7 +29,7 @@
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
-(* The constants. Nine of them are declared in KVTree, because its operators
+(* The constants. Ten of them are declared in KVTree, because its operators
    depend on them (a module cannot refer to what the module extending it
    declares); a model binds them like the others:
      R              ranks (context-parallel size)
@@ -43,6 +43,9 @@ EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
                     victim (evicting it orphans them)
      DurableSplit   "reference": a split's lower part, and the node a spill's ack
                     marks, keep or get durable whatever the split offset
+   and how a load-back evicts under write_back:
+     WriteBackEvict "sync": its unbacked device victims are written back inside its
+                    step (the reference); "locked": they are no victims
    and the victim order and the injected defect:
      VictimOrder    "slru" (nodes hit twice or more are evicted last) or "lru"
      Bug            an injected defect (docs/defects.md), or "none" *)
@@ -84,7 +87,9 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
-                  "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned"}
+                  "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host",
+                  "write_back_fail_evict"}
+       /\ WriteBackEvict \in {"locked", "sync"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -930,8 +935,56 @@ EvictHost(n) ==
 \* CarryHostHit, those of its recorded hit still off L1).
 HostHit(rid) == RunPages(nodes, LoadRun(nodes, requests[rid]))
 
-\* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes.
-LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0]
+(* The reference's synchronous write-back of an unbacked device victim n inside a
+   load-back's eviction (write_backup(write_back=True), then writing_check, which
+   blocks until the copy is done), once a run of its length is free: the object,
+   every rank's copy of its pages (the host pages take the device pages' content),
+   the commit (queued for a spill). *)
+WrittenBack(s, n) ==
+    LET len == Len(s.nodes[n].key)
+        base == FirstFit(s.l2_free, len)
+    IN [s EXCEPT !.l2_free = @ \ (base .. base + len - 1),
+                 !.objects = (n :> [base |-> base, length |-> len, committed |-> TRUE, owner |-> n]) @@ @,
+                 !.host_content = [h \in base .. base + len - 1 |-> s.dev_content[s.nodes[n].dev[h - base + 1]]] @@ @,
+                 !.nodes[n].host = n,
+                 !.spill_queue = Enqueue(@, <<n>>)]
+
+(* Evict the victims in order under SyncWriteBack (after[k]: once the first k are
+   evicted): an unbacked one is written back first, its host room made from a
+   snapshot of the host victims as they stand then but `keep` (rank v's order,
+   as Reserve's); `ok` is FALSE when a write-back finds no room (the load-back
+   is refused; under write_back_fail_evict the victim is evicted all the same). *)
+EvictAllSync(s, victims, keep, v) ==
+    LET after[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, ok |-> TRUE]
+            ELSE LET r == after[k - 1]
+                     n == victims[k]
+                 IN IF ~r.ok THEN r
+                    ELSE IF r.s.nodes[n].host # NoObject THEN [r EXCEPT !.s = EvictDeviceNode(@, n)]
+                    ELSE LET len == Len(r.s.nodes[n].key)
+                             hv == HostVictims(r.s) \ keep
+                             room0 == HostRoom(r.s, RoomNeed(len, v), TLCEval(VictimKeys(r.s.nodes, hv, v)), hv)
+                             room == IF Bug = "backup_host_uaf" /\ ~room0.ok THEN InflightRoom(room0.s, RoomNeed(len, v)) ELSE room0
+                         IN IF HasRun(room.s.l2_free, len) THEN [s |-> EvictDeviceNode(WrittenBack(room.s, n), n), ok |-> TRUE]
+                            \* under write_back_fail_evict the victim is evicted as though it were backed
+                            ELSE IF Bug = "write_back_fail_evict"
+                            THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
+                            ELSE [r EXCEPT !.ok = FALSE]
+    IN after[Len(victims)]
+
+(* A load-back's plan lp (LoadBackPlan) with its evictions done: `ev` is the state
+   after them and whether every write-back fit. The nodes it restores are kept from
+   its write-backs' host eviction, but under loadback_evicts_own_host. *)
+WithEvictions(s, lp) ==
+    LET keep == IF Bug = "loadback_evicts_own_host" THEN {} ELSE Range(lp.run)
+        ev == IF lp.remaining # [lane \in Ranks |-> 0] THEN [s |-> s, ok |-> FALSE]
+              ELSE IF SyncWriteBack THEN EvictAllSync(s, lp.victims, keep, lp.view)
+              ELSE [s |-> EvictAll(s, lp.victims), ok |-> TRUE]
+    IN [run |-> lp.run, lanes |-> lp.lanes, victims |-> lp.victims, remaining |-> lp.remaining, ev |-> ev]
+
+\* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes
+\* (and every write-back it makes fits).
+LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0] /\ lp.ev.ok
 
 (* Under load_host_release the host copy is released when the load is issued, as
    though its copies were done: the loaded nodes `ns` become unbacked device nodes
@@ -954,13 +1007,16 @@ LoadedBack(s, rid, lp) ==
         sizes == [k \in DOMAIN run |-> Len(s.nodes[run[k]].key)]
         count == SumSeq(sizes)
         start == [k \in DOMAIN run |-> SumSeq(SubSeq(sizes, 1, k - 1))]
-        s1 == EvictAll(s, lp.victims)
+        s1 == lp.ev.s
         got == Alloc(s1.dev_free, lp.lanes)
-        \* page i of the run is loaded from this host page
+        \* page i of the run is loaded from this host page, as gathered before the evictions
         source == [i \in 1 .. count |->
                      LET k == CHOOSE k \in DOMAIN run : start[k] < i /\ i <= start[k] + sizes[k]
-                     IN s1.objects[s1.nodes[run[k]].host].base + (i - start[k] - 1)]
-        last == run[Len(run)]
+                     IN s.objects[s.nodes[run[k]].host].base + (i - start[k] - 1)]
+        \* a node of the run that host eviction took (loadback_evicts_own_host) is gone:
+        \* the pages it was given are held by no node while the load copies into them
+        alive == SelectSeq(run, LAMBDA n : n \in DOMAIN s1.nodes)
+        last == IF alive = <<>> THEN req.node ELSE alive[Len(alive)]
         loaded == [n \in DOMAIN s1.nodes |->
                      IF n \in Range(run)
                      THEN LET k == IndexOf(run, n)
@@ -970,7 +1026,7 @@ LoadedBack(s, rid, lp) ==
           !.nodes = LockPath(LockPath(loaded, last, 2), req.node, -1),
           !.dev_free = got.free,
           !.loads = Append(@, [node |-> last, pages |-> [i \in 1 .. count |-> <<got.pages[i], source[i]>>]]),
-          !.requests[rid].node = last], Range(run))
+          !.requests[rid].node = last], Range(alive))
 
 \* The load-back, its carried host hit used (its pin released).
 LoadedBackHit(s, rid, lp) == DroppedHit(LoadedBack(s, rid, lp), rid)
@@ -987,8 +1043,8 @@ LoadBackTo(s) ==
     /\ l2_free' = s.l2_free
     /\ objects' = s.objects
     /\ host_content' = s.host_content
-    /\ UNCHANGED <<next_id, clock, next_rid, prepared, backupVars, load_done, spill_queue,
-                   l3Vars>>
+    /\ spill_queue' = s.spill_queue
+    /\ UNCHANGED <<next_id, clock, next_rid, prepared, backupVars, load_done, l3Vars>>
 
 (* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is
    an argument, which TLC evaluates once (it evaluates a LET of an action at every
@@ -996,7 +1052,7 @@ LoadBackTo(s) ==
 LoadBackAlong(rid, plan) ==
     /\ LoadBackFits(plan)
     /\ LoadBackTo(Decided("LoadBack", [v \in Views |-> LET lp == IF v = ClusterView THEN plan
-                                                               ELSE LoadBackPlan(State, requests[rid], v)
+                                                               ELSE WithEvictions(State, LoadBackPlan(State, requests[rid], v))
                                                        IN IF LoadBackFits(lp) THEN LoadedBackHit(State, rid, lp)
                                                           ELSE NoOutcome]))
 
@@ -1011,7 +1067,7 @@ LoadBack(rid) ==
     /\ CarryHostHit => requests[rid].hit \in DOMAIN nodes
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    /\ LoadBackAlong(rid, LoadBackPlan(State, requests[rid], ClusterView))
+    /\ LoadBackAlong(rid, WithEvictions(State, LoadBackPlan(State, requests[rid], ClusterView)))
 
 \* Rank r has a load-back in flight whose copies it has not done.
 LoadLeft(r) == load_done[r] < Len(loads)

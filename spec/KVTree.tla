@@ -34,6 +34,8 @@ CONSTANTS
     DurableSplit,   \* "reference": a split's lower part keeps durable whatever the offset
     VictimOrder,    \* "slru": nodes hit twice or more are evicted last; "lru": by last access only
     CarryHostHit,   \* TRUE: Match records its host hit (pinned) for a later LoadBack to load
+    WriteBackEvict, \* "sync": under write_back a load-back writes its unbacked device victims back
+                    \* inside its step (the reference); "locked": they are no victims
     Bug             \* an injected defect (docs/defects.md), or "none"
 
 Root == 0
@@ -43,6 +45,8 @@ NoNode == -1
 NoContent == <<>>   \* a poisoned page
 Ranks == 0 .. R - 1
 WriteThrough == Policy = "write_through"
+\* A load-back writes its unbacked device victims back synchronously, in its own step.
+SyncWriteBack == Policy = "write_back" /\ WriteBackEvict = "sync"
 
 \* Device page p belongs to the lane of rank p mod R.
 Lane(p) == p % R
@@ -308,6 +312,14 @@ HostVictims(s) ==
     LET parents == Parents(s.nodes)
     IN {n \in DOMAIN s.nodes : HostEvictableAmong(s, n, parents)}
 
+\* Under SyncWriteBack, the unbacked device leaves the planner may take too (they are
+\* written back first): on L1, unlocked, no pending backup, no child on L1.
+SyncVictims(s) ==
+    IF ~SyncWriteBack THEN {}
+    ELSE LET parentsOnL1 == ParentsOnL1(s.nodes)
+         IN {n \in DOMAIN s.nodes \ {Root} : s.nodes[n].dev # <<>> /\ s.nodes[n].host = NoObject
+                                              /\ ~HeldOnL1(s, n, Bug) /\ n \notin parentsOnL1}
+
 -----------------------------------------------------------------------------
 (* Pages *)
 
@@ -522,13 +534,13 @@ Contribution(ns, n, d) == ContributionOf(LaneCounts(ns, n), d)
 PlanBase(s, n) ==
     LET nd == s.nodes[n]
     IN n # Root /\ nd.dev # <<>> /\ ~HeldOnL1(s, n, Bug)
-       /\ (nd.host # NoObject \/ WriteThrough)
+       /\ (nd.host # NoObject \/ WriteThrough \/ SyncWriteBack)
 
 \* Evictable once the planned victims are gone; an unbacked node (deleted when
 \* evicted) must lose every child, and only to unbacked planned victims (under
 \* UnbackedEvict = "reference", as in the reference, it may keep L2-only ones).
 AfterPlan(s, n, planned) ==
-    LET strict == s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed"
+    LET strict == s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed" /\ ~SyncWriteBack
     IN /\ PlanBase(s, n)
        /\ \A c \in Children(s.nodes, n) :
             IF c \in planned THEN ~(strict /\ s.nodes[c].host # NoObject)
@@ -545,7 +557,8 @@ Kept(s, planned) ==
 
 AfterPlanAmong(s, n, keptOnL1, kept) ==
     /\ PlanBase(s, n)
-    /\ IF s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed" THEN n \notin kept ELSE n \notin keptOnL1
+    /\ IF s.nodes[n].host = NoObject /\ UnbackedEvict = "fixed" /\ ~SyncWriteBack THEN n \notin kept
+       ELSE n \notin keptOnL1
 
 (* What evicting n would unlock: the contribution of its nearest ancestor on L1
    (`lc` holds LaneCounts of every node on L1). *)
@@ -600,7 +613,8 @@ PlanRound(s, lc, r, v) ==
 Plan(s, deficits, v) ==
     LET lc == TLCEval([n \in {m \in DOMAIN s.nodes : s.nodes[m].dev # <<>>} |-> LaneCounts(s.nodes, n)])
         plan[k \in Nat] ==
-            IF k = 0 THEN [d |-> deficits, cands |-> DevVictims(s), planned |-> {}, victims |-> <<>>, done |-> FALSE]
+            IF k = 0 THEN [d |-> deficits, cands |-> DevVictims(s) \cup SyncVictims(s), planned |-> {},
+                           victims |-> <<>>, done |-> FALSE]
             ELSE LET r == plan[k - 1] IN IF r.done THEN r ELSE PlanRound(s, lc, r, v)
         r == plan[Cardinality(DOMAIN s.nodes) + 1]
     IN [victims |-> r.victims, remaining |-> r.d]
@@ -656,7 +670,7 @@ LoadBackPlan(s, req, v) ==
         plan == IF \A lane \in Ranks : deficit[lane] = 0
                 THEN [victims |-> <<>>, remaining |-> deficit]
                 ELSE Plan(s, deficit, v)
-    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining]
+    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining, view |-> v]
 
 -----------------------------------------------------------------------------
 (* L3. A page inside an L2 object or a reload belongs to rank i mod R, i its

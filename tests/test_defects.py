@@ -103,6 +103,8 @@ TLC_PROPERTY = {
     "reload_fail_double_free": "HostPages",
     "failed_store_visible": "Content",
     "host_hit_unpinned": "HostPages",
+    "loadback_evicts_own_host": "DevicePages",
+    "write_back_fail_evict": "Residency",
 }
 
 
@@ -126,7 +128,8 @@ def tlc_caught(tmp_path_factory):
 # reload_fail_double_free: the one-rank L3 model to its 17th and 18th steps;
 # load_host_release: MC_load_uaf to its 14th step, 3,285 states): `pytest -m exhaustive`;
 # their corpus cases replay the counterexamples by default
-FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free", "load_host_release", "reload_fail_double_free", "host_hit_unpinned"}
+FIELD_TLC_EXHAUSTIVE = {"lease_expiry_free", "load_host_release", "reload_fail_double_free", "host_hit_unpinned", "loadback_evicts_own_host",
+                        "write_back_fail_evict"}
 
 
 @pytest.mark.tlc
@@ -148,7 +151,7 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
 # the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
 # own): left to `pytest -m exhaustive` to keep their default cost within budget
 FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free",
-                             "failed_store_visible", "host_hit_unpinned"}
+                             "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict"}
 
 
 @pytest.mark.tlc
@@ -170,7 +173,8 @@ def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the
 # the defects' own models, each checked without its defect (the L3 ones take minutes;
 # MC_loads is checked clean in the default run by tests/test_fidelity.py already)
 DEFECT_MODELS = sorted(
-    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf", "load_host_release", "host_hit_unpinned")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
+    {(_model(n), n in ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf", "load_host_release",
+                       "host_hit_unpinned", "loadback_evicts_own_host")) for n in DEFECTS if CATALOGUE[n].model != "ci"}
 )
 
 
@@ -189,7 +193,7 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 # the two L3 defects' models have hundreds of thousands of states, and the field bugs'
 # conform runs take minutes of TLC: whole-graph runs left to `pytest -m exhaustive`
 HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
-                 "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned"}
+                 "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict"}
 
 
 @pytest.mark.tlc
@@ -212,7 +216,7 @@ def test_model_and_spec_have_the_same_graph_under_the_defect(name):
 # the field bugs whose seed runs (300 requests with the defect, then without) cost 15-25 s
 # each: `pytest -m exhaustive` (benchmarks/defects.py runs them all)
 FIELD_SIM_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "reload_fail_double_free", "failed_store_visible",
-                        "host_hit_unpinned"}
+                        "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict"}
 
 
 @pytest.mark.parametrize(

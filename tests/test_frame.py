@@ -31,6 +31,10 @@ def test_the_spec_s_frames_leave_each_action_the_variables_it_assigns():
     assert may["Match"] == {"nodes", "next_id", "clock", "objects", "requests", "spill_queue"}
     assert may["EvictDevice"] == {"nodes", "dev_free", "dev_content", "diverged"}
     assert may["SpillAck"] == {"nodes", "spills", "spill_gathered", "spill_done"}
+    # a load-back's write-backs (write_back_evict = "sync") reserve, fill and commit
+    # host objects and queue them for a spill
+    assert may["LoadBack"] == {"nodes", "dev_free", "dev_content", "requests", "loads", "l2_free", "objects",
+                               "host_content", "spill_queue", "diverged"}
     # and none of them may change every variable
     assert all(f[a] for a in f), [a for a in f if not f[a]]
 

@@ -45,7 +45,8 @@ def agreements(name: str, effects: tuple) -> tuple[bool, bool]:
     other ranks stored become readable; `ReloadAdmit`, whose slab pages other ranks read
     from their disks become readable, since the admitted node may be loaded back by any
     lane; `SpillAck`, which releases pins and decides durability only once every rank's
-    gathers and disk writes are done). Around every transition that frees host pages:
+    gathers and disk writes are done), and after a replicated transition that stores (a
+    `LoadBack` whose write-backs commit in the step). Around every transition that frees host pages:
     ranks run ahead of each other between agreements, so a freed host page could be
     poisoned by one rank while a slower one still loads or gathers its old content (the
     barrier before orders every earlier read before the poison), or a poison could land
@@ -54,7 +55,10 @@ def agreements(name: str, effects: tuple) -> tuple[bool, bool]:
     """
     frees_host = any(isinstance(e, PoisonHost) for e in effects)
     spec = REGISTRY.get(name)
-    return frees_host, frees_host or (spec is not None and spec.agreement)
+    # a replicated step that stores commits what it stored in the same step (the write-back
+    # of a LoadBack under write_back_evict = "sync"): other ranks may read it from then on
+    commits_stores = spec is not None and not spec.per_rank and any(isinstance(e, Store) for e in effects)
+    return frees_host, frees_host or commits_stores or (spec is not None and spec.agreement)
 
 
 class PlanError(ValueError):
@@ -127,7 +131,10 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
                 cur = _batch(out, cur, Store)
                 cur.dev.append(page)
                 cur.host.append(host_page)
-                cur.content.append(state.dev_content.get(page))
+                # what the page held when it was stored is what its host page holds after
+                # the step (a write-back inside a LoadBack evicts and poisons the page in
+                # the same step, so the device ghost after it no longer says)
+                cur.content.append(state.host_content.get(host_page))
             case Fill(page=page) | Load(page=page) | PoisonDev(page=page):
                 if lane_of(page, R) != rank:
                     continue

@@ -124,6 +124,7 @@ CONSTANT_FIELDS = (
     ("commit_call", "CommitEntry"),
     ("ack_append", "AckTiming"),
     ("unbacked_evict", "UnbackedEvict"),
+    ("write_back_evict", "WriteBackEvict"),
     ("durable_split", "DurableSplit"),
     ("own_disk_durable", "OwnDiskDurable"),
     ("stale_prune", "StalePrune"),

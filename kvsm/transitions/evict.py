@@ -17,11 +17,12 @@ from typing import Iterable
 
 from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
-from ..victims import in_rank_order
+from ..victims import held_on_l1, in_rank_order, sync_write_back
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
-from .eviction import evict_device_node, evict_host_node, first_victim
+from .eviction import evict_device_node, evict_host_node, first_victim, write_back
+from .tree import enqueue_spill
 from .request import drop_hit, match_key, request_in
 
 
@@ -122,23 +123,49 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     for i in range(pages):
         need[lane_of(i, R)] += 1
     deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
+    # the host pages each node is loaded from, as the load gathers them before it evicts
+    sources = [tx.objects[tx.node(nid).host].base for nid in run]
     if any(deficits):
+        sync = sync_write_back(cfg)
         tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
-        p = plan(tree, deficits, [k[2] for k in in_rank_order(s.dev_index, cfg, view)])
+        cands = [k[2] for k in in_rank_order(s.dev_index, cfg, view)]
+        if sync:
+            # the unbacked device leaves, written back before they are evicted (a pending
+            # one only where the victim test does not see its backup: evict_pending)
+            held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
+            cands += sorted(s.backup_index) + sorted(
+                n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
+        p = plan(tree, deficits, cands)
         if any(p.remaining):
             raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
+        # the load's own host copies are protected from the host eviction of its
+        # write-backs; under loadback_evicts_own_host they are not (sglang PR 27631)
+        keep = frozenset() if cfg.bug == "loadback_evicts_own_host" else frozenset(run)
         for victim in p.victims:
+            if sync and tx.node(victim).host is None:
+                if not write_back(tx, victim, view, keep):
+                    if cfg.bug != "write_back_fail_evict":
+                        raise Rejected(f"the write-back of device victim {victim} finds no host room: the load-back is refused")
+                    # the defect (sglang PR 27108): the victim whose write-back failed is
+                    # evicted as though it were backed: off L1, its KV nowhere
+                    tx.free_dev(tx.node(victim).dev)
+                    tx.set_dev(victim, ())
+                    continue
+                enqueue_spill(tx, victim)
             evict_device_node(tx, victim)
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0
     copies: list[tuple[int, int]] = []
-    for nid in run:
-        n = tx.node(nid)
-        obj = tx.objects[n.host]
+    for nid, base in zip(run, sources):
+        n = s.nodes[nid]
         dev = pages_all[i : i + n.pages]
         i += n.pages
-        copies.extend((page, obj.base + j) for j, page in enumerate(dev))
-        tx.set_dev(nid, dev)
+        copies.extend((page, base + j) for j, page in enumerate(dev))
+        if nid in tx.nodes:
+            tx.set_dev(nid, dev)
+    # a node of the run that host eviction took is gone: the pages it was given are held
+    # by no node while the load still copies into them (loadback_evicts_own_host)
+    run = [nid for nid in run if nid in tx.nodes]
     if cfg.bug == "load_host_release":
         # the defect: the host copy is released when the load is issued, as though its
         # copies were done: the loaded nodes become unbacked device nodes and their
@@ -146,10 +173,11 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         for nid in run:
             tx.free_object(tx.node(nid).host)
             tx.update(nid, host=None, durable=False)
-    tx.loads = tx.loads + (LoadOp(run[-1], tuple(copies)),)
-    tx.lock_path(run[-1], +2)  # the load's own lock and the request's
+    last = run[-1] if run else req.node
+    tx.loads = tx.loads + (LoadOp(last, tuple(copies)),)
+    tx.lock_path(last, +2)  # the load's own lock and the request's
     tx.lock_path(req.node, -1)
-    tx.requests.set(rid, drop_hit(tx, req).with_(node=run[-1]))
+    tx.requests.set(rid, drop_hit(tx, req).with_(node=last))
     return tx.commit()
 
 

@@ -11,9 +11,9 @@ from typing import Any, Iterator
 import immutables
 
 from ..config import Config
-from ..state import ROOT_ID
+from ..state import ROOT_ID, Obj, lane_of
 from ..tx import Tx
-from ..victims import dev_victim_key, in_rank_order, rank_order_key
+from ..victims import dev_victim_key, host_victim_key, in_rank_order, rank_order_key
 
 
 def evict_device_node(tx: Tx, nid: int) -> None:
@@ -83,25 +83,58 @@ def device_victims(tx: Tx, exclude: frozenset[int] = frozenset(), view: int | No
                 heapq.heappush(extra, (rank_order_key(pk, cfg, view), pk))
 
 
-def evict_host_to_fit(tx: Tx, length: int, view: int | None = None) -> int | None:
+def evict_host_to_fit(tx: Tx, length: int, view: int | None = None, snapshot: list[int] | None = None) -> int | None:
     """The base of a free host run of `length` pages, evicting host leaves to make one:
     a snapshot of the host victim order (rank `view`'s) taken before the first
     eviction, released one at a time with a retry after each (a parent that becomes a
     host leaf meanwhile is not added). None when the snapshot runs out; the evictions
-    made stay in `tx`."""
+    made stay in `tx`. `snapshot` is the host victims to take, in order (default: those
+    of the state the transaction started from)."""
     need = length
     if tx.cfg.bug == "local_host_alloc" and view is not None:
         # the rank sizes the room it needs from its own view: the pages of the object it
         # owns itself (index i mod R), not the whole object every rank shares
         need = len(tx.owned_indices(view, length))
     if need and tx.first_fit(need) is None:
-        for victim in [k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)]:
+        for victim in snapshot if snapshot is not None else [k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)]:
             evict_host_node(tx, victim)
             if tx.first_fit(need) is not None:
                 break
     if tx.cfg.bug == "backup_host_uaf" and need and tx.first_fit(need) is None:
         release_inflight_backups(tx, need)
     return tx.first_fit(length)
+
+
+def host_victims_now(tx: Tx, view: int | None, keep: frozenset[int]) -> list[int]:
+    """The host victims of the transaction as it stands (not as it started: nodes it
+    evicted from L1 are host leaves now), but `keep`, in rank `view`'s order."""
+    cfg = tx.cfg
+    keys = [k for k in tx.s.host_index if k[2] not in tx.nodes.dirty]
+    for nid in tx.nodes.dirty:
+        n = tx.nodes.get(nid)
+        k = host_victim_key(n, cfg) if n is not None else None
+        if k is not None:
+            keys.append(k)
+    return [k[2] for k in in_rank_order(sorted(keys), cfg, view) if k[2] not in keep]
+
+
+def write_back(tx: Tx, nid: int, view: int | None, keep: frozenset[int]) -> bool:
+    """The reference's synchronous write-back of an unbacked device victim inside a
+    load-back's eviction (`write_backup(write_back=True)`, then `writing_check(write_back=True)`,
+    which blocks until the copy is done): an object of its length, host leaves evicted to
+    fit (a snapshot of the host victims as they stand now, but `keep`), every rank's copy
+    of the pages in its lane, and the commit. False when no run fits: the evictions made
+    stay and the node stays unbacked."""
+    n = tx.node(nid)
+    base = evict_host_to_fit(tx, n.pages, view, host_victims_now(tx, view, keep))
+    if base is None:
+        return False
+    tx.alloc_host(base, n.pages)
+    tx.objects.set(nid, Obj(base, n.pages, True, nid))
+    for i, p in enumerate(n.dev):
+        tx.store_host(lane_of(p, tx.cfg.R), p, base + i)
+    tx.update(nid, host=nid)
+    return True
 
 
 def host_page_free(tx: Tx, page: int) -> bool:
