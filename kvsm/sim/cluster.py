@@ -129,10 +129,10 @@ class Cluster:
         self.level = replicas
         self.log = View(None, s0, on_apply)
         self.replicas = [View(r, s0) for r in range(cfg.R)] if cfg.R > 1 and replicas != "off" else []
+        # `_steps` remembers the per-rank steps applied since the last sync point, (state
+        # key before, transition) -> state after, for the replicas that apply them later;
         # `agreement`: a replica whose state is the log's takes the log's outcome of a
-        # per-rank step (`share_steps`) and, where no rank's view decides, of a procedure
-        # (`share_runs`); `_steps` remembers the log's per-rank steps since the last sync
-        # point, (digest before, transition) -> state after, for the replicas that learn them
+        # procedure where no rank's view decides (`share_runs`)
         self.share_steps = replicas == "agreement"
         self.share_runs = self.share_steps and not views_differ(cfg)
         self._steps: dict[tuple[tuple, Transition], ClusterState] = {}
@@ -228,9 +228,9 @@ class Cluster:
         self.transitions += 1
         if self.replicas:
             v = self.replicas[rank]
+            # the replicas that learn this step later may find it here
+            self._steps[(state_key(before), t)] = after
             if self.share_steps:
-                # the replicas that learn this step later may find it here
-                self._steps[(state_key(before), t)] = after
                 if self.adopting and t.name in LOCAL_STEPS and replicated_key(before) != replicated_key(after):
                     # it changed the replicated state after all: from now on the replicas
                     # learn every step one by one (a correct model never gets here)
@@ -253,15 +253,17 @@ class Cluster:
                 self._acks_unseen[rank].append(t)
 
     def _step(self, v: View, t: Transition) -> None:
-        """Replica `v` applies per-rank step `t` (under `agreement`, the log's outcome of it
-        when the log applied it to the state `v` has)."""
-        if self.share_steps:
-            after = self._steps.get((state_key(v.state), t))
-            if after is not None:
-                v.state = after
-                return
+        """Replica `v` applies per-rank step `t`. A per-rank step decides nothing from the
+        rank's view, so its outcome is a function of the state and the transition: when
+        the log or another replica applied `t` to the state `v` has (equal digests) since
+        the last sync point, `v` takes that outcome."""
+        key = (state_key(v.state), t)
+        after = self._steps.get(key)
+        if after is not None:
+            v.state = after
+            return
         self.replica_runs += 1
-        v.apply(t)
+        self._steps[key] = v.apply(t)
 
     def _lags(self, v: View, learnt: list[list[Transition]] | None, upto: int = 0) -> bool:
         """Whether replica `v` still lacks some other rank's progress once it has learnt
