@@ -29,59 +29,31 @@ where every rank contributes its current counters and counts and the model's
 With one rank the replica would be the log's state step for step (there is no other
 rank whose progress arrives late), so it is not kept twice.
 
-How much of this a run does is its `replicas` level (`REPLICAS`, docs/sim.md):
-
-- `every` (the default): all of the above, every procedure run on every replica.
-- `agreement`: the same replicas, compared the same way, but a replica whose state is
-  the log's (equal digests) does not run a procedure or a per-rank step the log has
-  just run from that state: a model step is a pure function of the state, the
-  transition and the rank's view, so its outcome is the log's, which the replica then
-  shares. Only replicas that differ from the log (a rank-local fact has entered: another
-  rank's progress it has not learnt yet) run on their own, once per distinct state;
-  under a defect or knob that lets a rank's view decide (`rank_views`) every replica
-  runs every procedure. What it no longer detects: a rank whose code decides otherwise
-  from the very state the log's run decided from (the simulator's procedures reading
-  the rank's identity outside the model's views).
-- `off`: no replicas; the log's state alone. Rank divergence is not detected (only the
-  model's own record of it, invariant 13, under `--check`); the collective pairing,
-  the device engines' counts and every invariant still are.
+How much of this a run does is its `replicas` level (docs/sim.md, "How often replicas
+are compared"): `every` (the default) all of it; `agreement` the same comparisons, but a
+replica whose state is the log's takes the log's outcome of a procedure instead of
+running it (where no rank's view decides), and at a collective after which it lacks
+nothing of the other ranks' progress it is compared and takes the log's state instead
+of applying their steps one by one (`kvsm.sim.sharing`); `off` no replicas at all.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..digest_sums import COMPONENTS, REPLICATED_COMPONENTS, digest_scalars
 from ..state import ClusterState, Rejected, Round, initial_state
 from ..config import Config
-from ..transitions import REGISTRY, Transition, apply
+from ..transitions import Transition, apply
 from ..transitions.commit import commit_due
-from ..transitions.registry import rank_views
 from .options import REPLICAS
+from .sharing import LOCAL_STEPS, call_only, local_difference, replicated_key, state_key, views_differ, with_calls
 from .stops import SimDivergence
 
 OnApply = Callable[[Transition, ClusterState, ClusterState], None]
 
-# per-rank steps that change only their rank's local state (a count, its commit call, the
-# host pages it copied): what the other ranks learn of them at a collective is that count
-LOCAL_STEPS = frozenset(("WriteDone", "CommitCall", "AckAppend"))
 # per-rank transitions whose news travels with the L3 collective (WriteDone travels with
 # the MIN of a sync point)
 L3_LOCAL = frozenset(("SpillGathered", "SpillDone", "ReloadDone", "DiskFail", "DiskRecover"))
-_I_L3 = COMPONENTS.index("l3")
-_I_REPLICATED = tuple(i for i, n in enumerate(COMPONENTS) if n in REPLICATED_COMPONENTS)
-
-
-def state_key(s: ClusterState) -> tuple:
-    """What state `s`'s digest hashes, as a tuple: equal keys, equal digests (and equal
-    digests, equal keys, but for a hash collision); cheaper to make and compare."""
-    return tuple(digest_scalars(s).items()), s.current_sums()
-
-
-def replicated_key(s: ClusterState) -> tuple:
-    """What `s.replicated_digest()` hashes, as a tuple (`state_key` of the replicated part)."""
-    sums = s.current_sums()
-    return tuple(digest_scalars(s, True).values()), tuple(sums[i] for i in _I_REPLICATED)
 
 
 class View:
@@ -112,13 +84,6 @@ class View:
         return after
 
 
-def views_differ(cfg: Config) -> bool:
-    """Whether some deciding step may be decided otherwise by a rank from its own view
-    under `cfg` (a defect in RANK_VIEW_BUGS, or a knob's reference value): then a
-    procedure's outcome depends on the rank that runs it, not only on its state."""
-    return any(rank_views(cfg, name) for name, spec in REGISTRY.items() if spec.decides)
-
-
 class Cluster:
     def __init__(self, cfg: Config, on_apply: OnApply | None = None, replicas: str = "every") -> None:
         if replicas not in REPLICAS:
@@ -139,6 +104,7 @@ class Cluster:
         # ... and a replica that lacks only other ranks' steps of LOCAL_STEPS takes the log's
         # state at the collective where it learns them (`_adopt`) while `adopting`
         self.adopting = self.share_steps
+        self._calls_plain = True  # every commit call since the last learnt round changed only its entry
         self.replica_runs = 0  # procedures and per-rank steps a replica applied itself
         self.transitions = 0  # applied to the log's state
         self.sync_points = 0
@@ -230,13 +196,15 @@ class Cluster:
             v = self.replicas[rank]
             # the replicas that learn this step later may find it here
             self._steps[(state_key(before), t)] = after
-            if self.share_steps:
-                if self.adopting and t.name in LOCAL_STEPS and replicated_key(before) != replicated_key(after):
-                    # it changed the replicated state after all: from now on the replicas
-                    # learn every step one by one (a correct model never gets here)
-                    self.adopting = False
+            if self.adopting and t.name in LOCAL_STEPS and replicated_key(before) != replicated_key(after):
+                # it changed the replicated state after all: from now on the replicas
+                # learn every step one by one (a correct model never gets here)
+                self.adopting = False
             try:
-                self._step(v, t)
+                if self.adopting and t.name == "CommitCall":
+                    self._call(v, before, after)
+                else:
+                    self._step(v, t)
             except Rejected as e:
                 raise SimDivergence(
                     f"{v.name} diverged at tick {self.tick}, log transition #{self.transitions}: its own {t} "
@@ -251,6 +219,24 @@ class Cluster:
                 self._calls_unseen[rank].append(t)
             elif t.name == "AckAppend":
                 self._acks_unseen[rank].append(t)
+
+    def _call(self, v: View, before: ClusterState, after: ClusterState) -> None:
+        """`agreement`: rank `v.rank`'s commit call, which the log took from `before` to
+        `after`, reaches its replica. A call that changed nothing but its rank's entry of
+        the commit round (`call_only`) is that entry on the replica too, and so are the
+        other ranks' calls of this round when `_learn` brings them, if all were such
+        calls (`_calls_plain`): the round then costs the replicas no step of the model."""
+        r = v.rank
+        plain = call_only(before, after, r)
+        self._calls_plain &= plain
+        if v.state is before:
+            v.state = after
+        elif plain:
+            rounds = list(v.state.commit_round)
+            rounds[r] = after.commit_round[r]
+            v.state = with_calls(v.state, tuple(rounds))
+        else:
+            self._step(v, Transition.make("CommitCall", rank=r))
 
     def _step(self, v: View, t: Transition) -> None:
         """Replica `v` applies per-rank step `t`. A per-rank step decides nothing from the
@@ -288,9 +274,16 @@ class Cluster:
     def _learn(self, unseen: list[list[Transition]], what: str, local: bool = False) -> None:
         """Every rank's steps in `unseen` reach every other rank's replica, in that rank's
         order (`local`: they are steps of `LOCAL_STEPS`)."""
+        calls = unseen is self._calls_unseen and self.adopting and self._calls_plain
+        if unseen is self._calls_unseen:
+            self._calls_plain = True  # a new round
         for v in self.replicas:
             if local and self.adopting and not self._lags(v, unseen):
                 self._adopt(v, what)
+                continue
+            if calls:
+                # every call of the round changed only its rank's entry (`_call`)
+                v.state = with_calls(v.state, self.log.state.commit_round)
                 continue
             for q, steps in enumerate(unseen):
                 if q == v.rank:
@@ -403,7 +396,7 @@ class Cluster:
         if replicated_key(v.state) != replicated_key(log):
             bad = f"replicated digest {v.state.replicated_digest()} != {log.replicated_digest()} of the log's state"
         else:
-            bad = _local_difference(v.state, log, v.rank, l3_learnt)
+            bad = local_difference(v.state, log, v.rank, l3_learnt)
         if bad:
             sp, tr = self._agreed_at
             raise SimDivergence(
@@ -413,25 +406,3 @@ class Cluster:
                 f"transitions since then differs in effect",
                 self._where(v.rank) | {"agreed_sync_point": sp, "agreed_transition": tr},
             )
-
-
-def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_rank: bool) -> str | None:
-    """How rank `rank`'s replica differs from the log in local state it must know: its
-    own finished writes and L3 progress, and with `every_rank` everyone's L3 state."""
-    if mine.write_done[rank] != log.write_done[rank]:
-        return f"it counts {mine.write_done[rank]} finished writes of its own, the log {log.write_done[rank]}"
-    if mine.acked[rank] != log.acked[rank]:
-        return f"it counts {mine.acked[rank]} appended write acks of its own, the log {log.acked[rank]}"
-    if mine.load_done[rank] != log.load_done[rank]:
-        return f"it counts {mine.load_done[rank]} landed load-backs of its own, the log {log.load_done[rank]}"
-    if not log.config.L3:
-        return None
-    ranks = range(log.config.R) if every_rank else (rank,)
-    for field in ("spill_gathered", "spill_done", "reload_done", "disk_ok"):
-        a, b = getattr(mine, field), getattr(log, field)
-        for r in ranks:
-            if a[r] != b[r]:
-                return f"its {field}[{r}] is {a[r]!r}, the log's {b[r]!r}"
-    if every_rank and mine.current_sums()[_I_L3] != log.current_sums()[_I_L3]:
-        return "its view of the ranks' disks (l3) differs from the log's"
-    return None

@@ -31,7 +31,7 @@ from ..transitions import Transition
 from ..transitions.reload import held
 from . import procedures as proc
 from .arrivals import Arrivals
-from .cluster import Cluster, views_differ
+from .cluster import Cluster
 from .copy_engine import CopyEngine
 from .disk_engine import DiskEngine
 from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Events
@@ -40,6 +40,7 @@ from .metrics import Metrics
 from .watch import Watch
 from .options import Prepared, Timing
 from .serial import SerialSchedule
+from .sharing import views_differ
 from .shuffle import RandomSchedule
 from .stops import SimStuck
 
