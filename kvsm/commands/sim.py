@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
         report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
-        replicas: str = typer.Option("every", "--replicas", help="how the ranks' replicas are kept and compared: every (each replica runs every step, compared after each); agreement (a replica that equals the log's state shares its steps, the others run their own, compared at every collective; about 3 times as fast with 4 ranks); off (none: no rank divergence detected, invariants with --check still are). The log is the same at every level (docs/sim.md, Ranks and divergence)"),
+        replicas: str = typer.Option("every", "--replicas", help="how the ranks' replicas are kept and compared: every (each replica runs every step, compared after each); agreement (a replica that equals the log's state shares its steps, the others run their own, compared at every collective; about 4 times as fast with 4 ranks, a sweep's default); off (none: no rank divergence detected, invariants with --check still are). The log is the same at every level (docs/sim.md, Ranks and divergence)"),
         bug: Optional[str] = bug_option(),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
