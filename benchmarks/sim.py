@@ -15,17 +15,22 @@ printed (CPU time is steadier when the machine is shared). Both
 compute the block hit rate, printed beside the times: in this trace the two agree
 within 0.2% (exactly at 1,953 and 97,656 pages; the model also stamps the unmatched
 part of the node a match ends inside, as the reference does, which a block LRU does
-not), a check that the comparison is like for like. With --full, also time one
-full run (`--tiers l1,l2 --ranks 4`, default config, timed schedule) for README, and
-with --full-l3 one with the disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
+not), a check that the comparison is like for like. With --full, also time the
+default 4-rank L1/L2 run of the whole trace (`kvsm sim --tiers l1,l2 --ranks 4`,
+default config, timed schedule) at each `--replicas` level against the same run of the
+code at the pinned commit BASELINE (1956e94, before the levels existed: what `every`
+does today), each in a process of its own (`full_runs`), and with --full-l3 one with the
+disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
 
-    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full] [--full-l3]
+    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full [--full-requests N]] [--full-l3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,13 +90,76 @@ def reference_sim(capacity: int, log: bool) -> tuple[float, float, float]:
     return w1 - w0, c1 - c0, (m.pages_hit_l1 + m.pages_hit_l2) / m.pages_total
 
 
+# The full run's baseline: the code before `--replicas` (every replica runs every step)
+BASELINE = "1956e94"
+LEVELS = ("every", "agreement", "off")
+ROOT = Path(__file__).resolve().parent.parent
+# what a full run's process runs: the default 4-rank L1/L2 run of the first N requests of
+# the bundled trace (all with N = 0), timed around `simulate` (trace parsed, no log)
+_CHILD = """
+import json, sys, time
+from kvsm.sim import SimOptions, simulate
+n, level = int(sys.argv[1]), sys.argv[2]
+extra = {} if level == "baseline" else {"replicas": level}
+opts = SimOptions(workload="synthetic", tiers="l1,l2", ranks=4, requests=n or None, **extra)
+w0, c0 = time.perf_counter(), time.process_time()
+s = simulate(opts).summary
+w1, c1 = time.perf_counter(), time.process_time()
+print(json.dumps({"s": w1 - w0, "cpu_s": c1 - c0, "requests": s["requests"], "transitions": s["transitions"],
+                  "final_digest": s["final_digest"], "hit_rate": s["hit_rate_blocks"]}))
+"""
+
+
+def _child(path: Path, requests: int, level: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(path))
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(requests), level], env=env, capture_output=True, text=True, cwd=path)
+    if p.returncode != 0:
+        raise SystemExit(f"the full run ({level}, kvsm at {path}) failed: {p.stderr.strip().splitlines()[-1:]}")
+    return json.loads(p.stdout)
+
+
+def full_runs(requests: int, baseline: str = BASELINE) -> dict:
+    """The default 4-rank L1/L2 run of the bundled trace (its first `requests`; 0: all) at
+    each `--replicas` level, and the same run of the code at commit `baseline` (exported
+    with `git archive` into a temporary directory), each in a process of its own, in turn.
+    Returns, per run, wall and CPU seconds and requests per second, and per level the
+    ratios baseline / level. Every run must end at the baseline's final digest (the log is
+    the same at every level)."""
+    out: dict = {"full_requests": requests or "all", "full_baseline_commit": baseline}
+    with tempfile.TemporaryDirectory() as d:
+        old = Path(d)
+        try:
+            tar = subprocess.run(["git", "-C", str(ROOT), "archive", baseline, "kvsm"], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
+        except (subprocess.CalledProcessError, OSError) as e:
+            raise SystemExit(f"the full run's baseline: cannot export kvsm at commit {baseline} from {ROOT} ({e})") from None
+        runs = {"baseline": _child(old, requests, "baseline")}
+        for level in LEVELS:
+            runs[level] = _child(ROOT, requests, level)
+    base = runs["baseline"]
+    for name, r in runs.items():
+        if r["final_digest"] != base["final_digest"] or r["transitions"] != base["transitions"]:
+            raise SystemExit(f"the full run at {name} ends elsewhere than the baseline: {r} != {base}")
+        out[f"full_{name}_s"] = round(r["s"], 2)
+        out[f"full_{name}_cpu_s"] = round(r["cpu_s"], 2)
+        out[f"full_{name}_requests_per_s"] = round(r["requests"] / r["s"], 1)
+        if name != "baseline":
+            out[f"full_{name}_speedup"] = round(base["s"] / r["s"], 2)
+            out[f"full_{name}_speedup_cpu"] = round(base["cpu_s"] / r["cpu_s"], 2)
+    out["full_run_requests"] = base["requests"]
+    out["full_run_transitions"] = base["transitions"]
+    out["full_run_hit_rate"] = base["hit_rate"]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--capacity", type=int, default=19531, help="pages (512-token blocks); 19531 = 10M tokens")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--log", action="store_true", help="the simulator also writes its transition log")
-    ap.add_argument("--full", action="store_true", help="also time a full --tiers l1,l2 --ranks 4 run of the trace")
+    ap.add_argument("--full", action="store_true", help="also time a full --tiers l1,l2 --ranks 4 run of the trace at each --replicas level against the baseline commit")
+    ap.add_argument("--full-requests", type=int, default=0, help="with --full: the first N requests only (default: all)")
     ap.add_argument("--full-l3", action="store_true", help="also time a full --tiers l1,l2,l3 --ranks 4 run of the trace")
     a = ap.parse_args()
     traces = [r.hash_ids for r in load_workload("synthetic").requests]
@@ -114,11 +182,7 @@ def main() -> int:
         "log": a.log,
     }
     if a.full:
-        t0 = time.perf_counter()
-        r = simulate(SimOptions(workload="synthetic", tiers="l1,l2", ranks=4))
-        out["full_run_s"] = round(time.perf_counter() - t0, 2)
-        out["full_run_transitions"] = r.summary["transitions"]
-        out["full_run_hit_rate"] = r.summary["hit_rate_blocks"]
+        out.update(full_runs(a.full_requests))
     if a.full_l3:
         t0 = time.perf_counter()
         c0 = time.process_time()

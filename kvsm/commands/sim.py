@@ -89,19 +89,21 @@ def _tell_story(opts: Any, output: Optional[Path]) -> None:
     emit_err(story)
 
 
-# Cost of a run on the project's 2-core machine, per request: each replicated step is
-# applied to the log's state and to every rank's replica, and a step's work grows with
-# the number of lanes too (100 requests of the bundled trace: 1.2 s on 4 ranks, 34 s on
-# 64, 112 s on 128; the whole trace on 4 ranks: 14.6 s with L1+L2, 30.7 s with L3).
+# Cost of a run on the project's 2-core machine, per request: under --replicas every each
+# replicated step is applied to the log's state and to every rank's replica, and a step's
+# work grows with the number of lanes too (100 requests of the bundled trace: 1.2 s on 4
+# ranks, 34 s on 64, 112 s on 128; the whole trace on 4 ranks: 14.6 s with L1+L2, 30.7 s
+# with L3). Under `agreement` most steps are the log's alone (about a third of the time
+# with 4 ranks, counted here as two copies of the state), under `off` all of them.
 _MS_PER_REPLICA = 1.0
 _MS_PER_REPLICA_SQUARED = 0.05
 _SLOW_RUN_SECONDS = 60.0
 
 
-def estimate_seconds(requests: int, ranks: int, l3: bool, check: bool) -> float:
+def estimate_seconds(requests: int, ranks: int, l3: bool, check: bool, replicas: str = "every") -> float:
     """A rough wall time of a simulation on this project's development machine."""
-    n = ranks + 1
-    s = requests * (_MS_PER_REPLICA * n + _MS_PER_REPLICA_SQUARED * n * n) / 1000
+    n = ranks + 1 if replicas == "every" else min(ranks + 1, 2) if replicas == "agreement" else 1
+    s = requests * (_MS_PER_REPLICA * n + _MS_PER_REPLICA_SQUARED * (ranks + 1) ** 2) / 1000
     return s * (2 if l3 else 1) * (3 if check else 1)
 
 
@@ -115,12 +117,13 @@ def _duration(seconds: float) -> str:
 
 def _warn_if_slow(prep: Any, check: bool) -> None:
     n, R = len(prep.workload.requests), prep.cfg.R
-    est = estimate_seconds(n, R, prep.l3, check)
+    est = estimate_seconds(n, R, prep.l3, check, prep.replicas)
     if est >= _SLOW_RUN_SECONDS:
+        why = (f"every replicated step is applied to each of the {R} ranks' replicas, and a step's work grows with the "
+               f"ranks; --replicas agreement or off is faster") if prep.replicas == "every" else "a step's work grows with the ranks"
         warn(
             f"{n} requests on {R} ranks{' with L3' if prep.l3 else ''}{' and --check' if check else ''} will take about "
-            f"{_duration(est)} here (every replicated step is applied to each of the {R} ranks' replicas, and a step's "
-            f"work grows with the ranks); progress follows on stderr"
+            f"{_duration(est)} here ({why}); progress follows on stderr"
         )
 
 
@@ -146,6 +149,7 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
         report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
+        replicas: str = typer.Option("every", "--replicas", help="how the ranks' replicas are kept and compared: every (each replica runs every step, compared after each); agreement (a replica that equals the log's state shares its steps, the others run their own, compared at every collective; about 4 times as fast with 4 ranks, a sweep's default); off (none: no rank divergence detected, invariants with --check still are). The log is the same at every level (docs/sim.md, Ranks and divergence)"),
         bug: Optional[str] = bug_option(),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
@@ -177,6 +181,7 @@ def register(app: typer.Typer) -> None:
             check=check,
             bug=bug,
             settings=sets,
+            replicas=replicas,
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             if plot is not None:

@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
         faults: Optional[str] = _list("--faults", "none,slow:0.1+abort:0.05", ": '+' joins the items of one mix"),
         schedule: Optional[str] = _list("--schedule", "serial,timed"),
         bug: Optional[str] = typer.Option(None, "--bug", help="injected defects, comma-separated (docs/defects.md; default: the config's own)", metavar="NAMES"),
+        replicas: Optional[str] = typer.Option(None, "--replicas", help="replica levels, comma-separated, as kvsm sim --replicas: every | agreement | off (default agreement: the fastest that still compares the ranks' replicas)"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
                  "page_tokens": page_tokens, "l1_pages": l1_pages, "l2_pages": l2_pages, "l3_pages": l3_pages,
-                 "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug}
+                 "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug, "replicas": replicas}
         if workers is not None and scheduler is not None:
             raise fail("give --workers or --scheduler, not both")
         try:

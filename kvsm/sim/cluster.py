@@ -28,17 +28,25 @@ where every rank contributes its current counters and counts and the model's
 
 With one rank the replica would be the log's state step for step (there is no other
 rank whose progress arrives late), so it is not kept twice.
+
+How much of this a run does is its `replicas` level (docs/sim.md, "How often replicas
+are compared"): `every` (the default) all of it; `agreement` the same comparisons, but a
+replica whose state is the log's takes the log's outcome of a procedure instead of
+running it (where no rank's view decides), and at a collective after which it lacks
+nothing of the other ranks' progress it is compared and takes the log's state instead
+of applying their steps one by one (`kvsm.sim.sharing`); `off` no replicas at all.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..digest_sums import COMPONENTS
 from ..state import ClusterState, Rejected, Round, initial_state
 from ..config import Config
 from ..transitions import Transition, apply
 from ..transitions.commit import commit_due
+from .options import REPLICAS
+from .sharing import LOCAL_STEPS, call_only, local_difference, replicated_key, state_key, views_differ, with_calls
 from .stops import SimDivergence
 
 OnApply = Callable[[Transition, ClusterState, ClusterState], None]
@@ -46,7 +54,6 @@ OnApply = Callable[[Transition, ClusterState, ClusterState], None]
 # per-rank transitions whose news travels with the L3 collective (WriteDone travels with
 # the MIN of a sync point)
 L3_LOCAL = frozenset(("SpillGathered", "SpillDone", "ReloadDone", "DiskFail", "DiskRecover"))
-_I_L3 = COMPONENTS.index("l3")
 
 
 class View:
@@ -78,12 +85,27 @@ class View:
 
 
 class Cluster:
-    def __init__(self, cfg: Config, on_apply: OnApply | None = None) -> None:
+    def __init__(self, cfg: Config, on_apply: OnApply | None = None, replicas: str = "every") -> None:
+        if replicas not in REPLICAS:
+            raise ValueError(f"replicas {replicas!r}: must be one of {' | '.join(REPLICAS)}")
         s0 = initial_state(cfg)
         self.cfg = cfg
         self.R = cfg.R
+        self.level = replicas
         self.log = View(None, s0, on_apply)
-        self.replicas = [View(r, s0) for r in range(cfg.R)] if cfg.R > 1 else []
+        self.replicas = [View(r, s0) for r in range(cfg.R)] if cfg.R > 1 and replicas != "off" else []
+        # `_steps` remembers the per-rank steps applied since the last sync point, (state
+        # key before, transition) -> state after, for the replicas that apply them later;
+        # `agreement`: a replica whose state is the log's takes the log's outcome of a
+        # procedure where no rank's view decides (`share_runs`)
+        self.share_steps = replicas == "agreement"
+        self.share_runs = self.share_steps and not views_differ(cfg)
+        self._steps: dict[tuple[tuple, Transition], ClusterState] = {}
+        # ... and a replica that lacks only other ranks' steps of LOCAL_STEPS takes the log's
+        # state at the collective where it learns them (`_adopt`) while `adopting`
+        self.adopting = self.share_steps
+        self._calls_plain = True  # every commit call since the last learnt round changed only its entry
+        self.replica_runs = 0  # procedures and per-rank steps a replica applied itself
         self.transitions = 0  # applied to the log's state
         self.sync_points = 0
         self.tick = 0
@@ -96,6 +118,7 @@ class Cluster:
         self._calls_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
         # per rank: its AckAppend steps (ack_append = reference), learnt at the MIN
         self._acks_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
+        self._unseen_lists = (self._l3_unseen, self._loads_unseen, self._calls_unseen, self._acks_unseen)
 
     @property
     def state(self) -> ClusterState:
@@ -113,17 +136,34 @@ class Cluster:
         log = self.log
         log.trail = []
         first = self.transitions + 1
+        before = log.state
         result = proc(log, *args)
         self.transitions += len(log.trail)
         self._unseen.extend(log.trail)
+        # under `agreement` (share_runs): replicas that start from one state (by digest)
+        # reach one state; the log's run stands for those that start from its state
+        ran: dict[tuple, ClusterState] = {}
+        if self.share_runs and self.replicas:
+            ran[state_key(before)] = log.state
         for v in self.replicas:
+            if self.share_runs:
+                d = v.state if v.state is before else state_key(v.state)
+                if d is before:
+                    v.state = log.state
+                    continue
+                if d in ran:
+                    v.state = ran[d]
+                    continue
             v.trail = []
+            self.replica_runs += 1
             try:
                 proc(v, *args)
             except Rejected as e:
                 self._diverged(v, log.trail, first, f"its {v.trail[-1] if v.trail else 'step'} was rejected ({e})")
             if v.trail != log.trail:
                 self._diverged(v, log.trail, first, "it applied other transitions")
+            if self.share_runs:
+                ran[d] = v.state
         return result
 
     def _diverged(self, v: View, expected: list[Transition], first: int, why: str) -> None:
@@ -149,12 +189,22 @@ class Cluster:
 
     def rank_step(self, rank: int, t: Transition) -> None:
         """A per-rank transition: the rank's own replica sees it now, the others later."""
-        self.log.apply(t)
+        before = self.log.state
+        after = self.log.apply(t)
         self.transitions += 1
         if self.replicas:
             v = self.replicas[rank]
+            # the replicas that learn this step later may find it here
+            self._steps[(state_key(before), t)] = after
+            if self.adopting and t.name in LOCAL_STEPS and replicated_key(before) != replicated_key(after):
+                # it changed the replicated state after all: from now on the replicas
+                # learn every step one by one (a correct model never gets here)
+                self.adopting = False
             try:
-                v.apply(t)
+                if self.adopting and t.name == "CommitCall":
+                    self._call(v, before, after)
+                else:
+                    self._step(v, t)
             except Rejected as e:
                 raise SimDivergence(
                     f"{v.name} diverged at tick {self.tick}, log transition #{self.transitions}: its own {t} "
@@ -170,15 +220,77 @@ class Cluster:
             elif t.name == "AckAppend":
                 self._acks_unseen[rank].append(t)
 
-    def _learn(self, unseen: list[list[Transition]], what: str) -> None:
-        """Every rank's steps in `unseen` reach every other rank's replica, in that rank's order."""
+    def _call(self, v: View, before: ClusterState, after: ClusterState) -> None:
+        """`agreement`: rank `v.rank`'s commit call, which the log took from `before` to
+        `after`, reaches its replica. A call that changed nothing but its rank's entry of
+        the commit round (`call_only`) is that entry on the replica too, and so are the
+        other ranks' calls of this round when `_learn` brings them, if all were such
+        calls (`_calls_plain`): the round then costs the replicas no step of the model."""
+        r = v.rank
+        plain = call_only(before, after, r)
+        self._calls_plain &= plain
+        if v.state is before:
+            v.state = after
+        elif plain:
+            rounds = list(v.state.commit_round)
+            rounds[r] = after.commit_round[r]
+            v.state = with_calls(v.state, tuple(rounds))
+        else:
+            self._step(v, Transition.make("CommitCall", rank=r))
+
+    def _step(self, v: View, t: Transition) -> None:
+        """Replica `v` applies per-rank step `t`. A per-rank step decides nothing from the
+        rank's view, so its outcome is a function of the state and the transition: when
+        the log or another replica applied `t` to the state `v` has (equal digests) since
+        the last sync point, `v` takes that outcome."""
+        key = (state_key(v.state), t)
+        after = self._steps.get(key)
+        if after is not None:
+            v.state = after
+            return
+        self.replica_runs += 1
+        self._steps[key] = v.apply(t)
+
+    def _lags(self, v: View, learnt: list[list[Transition]] | None, upto: int = 0) -> bool:
+        """Whether replica `v` still lacks some other rank's progress once it has learnt
+        the steps in `learnt` (and every rank's finished writes up to the MIN `upto`)."""
+        r, mine, log = v.rank, v.state.write_done, self.log.state.write_done
+        for q in range(self.R):
+            if q != r and (max(mine[q], upto) < log[q] or any(u is not learnt and u[q] for u in self._unseen_lists)):
+                return True
+        return False
+
+    def _adopt(self, v: View, what: str) -> None:
+        """`agreement`, at a collective after which replica `v` lacks nothing of the other
+        ranks' progress: instead of applying their steps one by one, it takes the log's
+        state, once its replicated digest and its own local progress are the log's (a
+        per-rank step changes only its rank's local state, so learning them would reach
+        the log's state)."""
+        log = self.log.state
+        if v.state is not log:
+            self._compare(v, log, False, f"the {what} (tick {self.tick}")
+            v.state = log
+
+    def _learn(self, unseen: list[list[Transition]], what: str, local: bool = False) -> None:
+        """Every rank's steps in `unseen` reach every other rank's replica, in that rank's
+        order (`local`: they are steps of `LOCAL_STEPS`)."""
+        calls = unseen is self._calls_unseen and self.adopting and self._calls_plain
+        if unseen is self._calls_unseen:
+            self._calls_plain = True  # a new round
         for v in self.replicas:
+            if local and self.adopting and not self._lags(v, unseen):
+                self._adopt(v, what)
+                continue
+            if calls:
+                # every call of the round changed only its rank's entry (`_call`)
+                v.state = with_calls(v.state, self.log.state.commit_round)
+                continue
             for q, steps in enumerate(unseen):
                 if q == v.rank:
                     continue
                 for t in steps:
                     try:
-                        v.apply(t)
+                        self._step(v, t)
                     except Rejected as e:
                         raise SimDivergence(
                             f"{v.name} diverged at the {what} of tick {self.tick}: rank {q}'s {t} "
@@ -224,7 +336,7 @@ class Cluster:
         if before_call is not None:
             # writes finished during the calls: a rank's count travels with its call
             self.learn_min()
-        self._learn(self._calls_unseen, "commit collective")
+        self._learn(self._calls_unseen, "commit collective", local=True)
         return any(rounds)
 
     def append_acks(self) -> None:
@@ -241,7 +353,7 @@ class Cluster:
         # appended in lockstep, so every rank knows the others' appends at once: a
         # replicated step taken before the next MIN (a rollback, which scrubs the acks
         # of the write it drops) then finds every replica's queues as the log has them
-        self._learn(self._acks_unseen, "ack append")
+        self._learn(self._acks_unseen, "ack append", local=True)
 
     def learn_l3(self) -> None:
         """The L3 collective: every rank's spill, reload and disk progress since the last
@@ -252,12 +364,15 @@ class Cluster:
         """The MIN collective of a sync point: every rank learns the prefix of `writes`
         that all ranks finished and catches its replica up to it (first, under
         `ack_append = reference`, every rank's appended acks)."""
-        self._learn(self._acks_unseen, "MIN collective")
+        self._learn(self._acks_unseen, "MIN collective", local=True)
         m = min(self.log.state.write_done)
         for v in self.replicas:
+            if self.adopting and not self._lags(v, None, m):
+                self._adopt(v, "MIN collective")
+                continue
             for q in range(self.R):
                 while v.state.write_done[q] < m:
-                    v.apply(Transition.make("WriteDone", rank=q))
+                    self._step(v, Transition.make("WriteDone", rank=q))
         return m
 
     def check_agreement(self, l3_learnt: bool = False) -> None:
@@ -267,45 +382,27 @@ class Cluster:
         self.sync_points += 1
         if not self.replicas:
             return
+        self._steps.clear()
         log = self.log.state
-        want = log.replicated_digest()
         for v in self.replicas:
-            got = v.state.replicated_digest()
-            bad = None
-            if got != want:
-                bad = f"replicated digest {got} != {want} of the log's state"
-            else:
-                bad = _local_difference(v.state, log, v.rank, l3_learnt)
-            if bad:
-                sp, tr = self._agreed_at
-                raise SimDivergence(
-                    f"{v.name} diverged by sync point {self.sync_points} (tick {self.tick}, after log transition "
-                    f"#{self.transitions} {self._unseen[-1] if self._unseen else ''}): {bad}; the ranks last agreed at "
-                    f"sync point {sp} (after transition #{tr}), so one of the {len(self._unseen)} replicated "
-                    f"transitions since then differs in effect",
-                    self._where(v.rank) | {"agreed_sync_point": sp, "agreed_transition": tr},
-                )
+            if v.state is not log:  # (under `agreement` a replica may share the log's state)
+                self._compare(v, log, l3_learnt, f"sync point {self.sync_points} (tick {self.tick}")
         self._agreed_at = (self.sync_points, self.transitions)
         self._unseen = []
 
-
-def _local_difference(mine: ClusterState, log: ClusterState, rank: int, every_rank: bool) -> str | None:
-    """How rank `rank`'s replica differs from the log in local state it must know: its
-    own finished writes and L3 progress, and with `every_rank` everyone's L3 state."""
-    if mine.write_done[rank] != log.write_done[rank]:
-        return f"it counts {mine.write_done[rank]} finished writes of its own, the log {log.write_done[rank]}"
-    if mine.acked[rank] != log.acked[rank]:
-        return f"it counts {mine.acked[rank]} appended write acks of its own, the log {log.acked[rank]}"
-    if mine.load_done[rank] != log.load_done[rank]:
-        return f"it counts {mine.load_done[rank]} landed load-backs of its own, the log {log.load_done[rank]}"
-    if not log.config.L3:
-        return None
-    ranks = range(log.config.R) if every_rank else (rank,)
-    for field in ("spill_gathered", "spill_done", "reload_done", "disk_ok"):
-        a, b = getattr(mine, field), getattr(log, field)
-        for r in ranks:
-            if a[r] != b[r]:
-                return f"its {field}[{r}] is {a[r]!r}, the log's {b[r]!r}"
-    if every_rank and mine.current_sums()[_I_L3] != log.current_sums()[_I_L3]:
-        return "its view of the ranks' disks (l3) differs from the log's"
-    return None
+    def _compare(self, v: View, log: ClusterState, l3_learnt: bool, where: str) -> None:
+        """Stop the run if replica `v` differs from the log's state `log` in its replicated
+        digest or in the local progress it must know."""
+        if replicated_key(v.state) != replicated_key(log):
+            bad = f"replicated digest {v.state.replicated_digest()} != {log.replicated_digest()} of the log's state"
+        else:
+            bad = local_difference(v.state, log, v.rank, l3_learnt)
+        if bad:
+            sp, tr = self._agreed_at
+            raise SimDivergence(
+                f"{v.name} diverged by {where}, after log transition "
+                f"#{self.transitions} {self._unseen[-1] if self._unseen else ''}): {bad}; the ranks last agreed at "
+                f"sync point {sp} (after transition #{tr}), so one of the {len(self._unseen)} replicated "
+                f"transitions since then differs in effect",
+                self._where(v.rank) | {"agreed_sync_point": sp, "agreed_transition": tr},
+            )

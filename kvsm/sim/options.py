@@ -14,6 +14,8 @@ from .trace import Workload
 from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
+# `--replicas`, the default first (kept here so that the options import nothing of the run)
+REPLICAS = ("every", "agreement", "off")
 SCHEDULES = ("auto", "serial", "timed", "random")
 # The random schedule's bias (how often it takes another enabled step than the timed
 # order's: postpones a rank's completions, reorders a tick's steps, interleaves a commit
@@ -89,6 +91,9 @@ class SimOptions:
     bug: str | None = None  # an injected defect of the model (docs/defects.md); None: the config's own
     # config fields set by `--set KEY=VALUE` (`parse_setting`), in the order given
     settings: tuple[tuple[str, Any], ...] = ()
+    # how often the ranks' replicas are kept and compared: every | agreement | off
+    # (`kvsm.sim.cluster`, docs/sim.md); the log is the same at every level
+    replicas: str = "every"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class Prepared:
     l2: bool  # whether the host tier is in use
     l3: bool  # whether the disk tier is in use
     bias: float | None = None  # the random schedule's bias, when given (None: drawn from the seed)
+    replicas: str = "every"  # SimOptions.replicas
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -155,6 +161,8 @@ def prepare(opts: SimOptions) -> Prepared:
             raise SimError(f"--tiers {opts.tiers}: L3 needs L2 (reloads land in, and spills copy out of, the shared host pool)")
         raise SimError(f"--tiers must be one of {' | '.join(TIERS)}, got {opts.tiers!r}")
     schedule, bias = parse_schedule(opts.schedule)
+    if opts.replicas not in REPLICAS:
+        raise SimError(f"--replicas must be one of {' | '.join(REPLICAS)}, got {opts.replicas!r}")
     if opts.eviction is not None and opts.eviction not in EVICTIONS:
         raise SimError(f"--eviction must be one of {' | '.join(EVICTIONS)}, got {opts.eviction!r}")
     _positive("--ranks", opts.ranks, 1)
@@ -228,4 +236,4 @@ def prepare(opts: SimOptions) -> Prepared:
     if cfg.policy == "write_back" and not l2:
         # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
         raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
-    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias)
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=opts.replicas)

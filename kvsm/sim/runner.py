@@ -75,6 +75,7 @@ def simulate(
         transitions=sim.applied,
         seconds=round(seconds, 3),
         sync_points=sim.cluster.sync_points,
+        replicas=opts.replicas,
         iterations=sim.ticks,
         simulated_ms=sim.end_ms,
         final_digest=sim.cluster.state.digest(),

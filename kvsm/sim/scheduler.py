@@ -40,6 +40,7 @@ from .metrics import Metrics
 from .watch import Watch
 from .options import Prepared, Timing
 from .serial import SerialSchedule
+from .sharing import views_differ
 from .shuffle import RandomSchedule
 from .stops import SimStuck
 
@@ -81,7 +82,7 @@ class Simulation(SerialSchedule, RandomSchedule):
         self.writer = None  # a LogWriter, set by the caller before run()
         # every fault of the run; the engines' delays have streams of their own
         self.draws = FaultDraws(prep.faults, seed, self.metrics.faults)
-        self.cluster = Cluster(prep.cfg, self._on_apply)
+        self.cluster = Cluster(prep.cfg, self._on_apply, prep.replicas)
         self.wt_backup = prep.l2 and prep.cfg.policy == "write_through"
         self.wb = prep.l2 and prep.cfg.policy == "write_back"
         # the reference's production write-through path: backups prepared before the
@@ -131,9 +132,10 @@ class Simulation(SerialSchedule, RandomSchedule):
 
     def run(self) -> None:
         c = self.cluster
-        if self.writer is None and not c.replicas:
-            # nothing reads a digest during the run (no log, no replica to compare with):
-            # do not maintain the digest sums; the final digest is summed once at the end
+        if self.writer is None and not c.replicas and (self.cfg.R == 1 or not views_differ(self.cfg)):
+            # nothing reads a digest during the run (no log, no replica to compare with, no
+            # rank's own decision to compare with the cluster's): do not maintain the digest
+            # sums; the final digest is summed once at the end
             c.log.state = c.log.state.untracked()
         if self.prep.schedule == "serial":
             self.run_serial()

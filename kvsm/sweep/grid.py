@@ -22,7 +22,7 @@ from ..bounds import MAX_RANKS
 from ..campaign.store import Results
 from ..config import BUGS, EVICTIONS, ConfigError
 from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
-from ..sim.options import SCHEDULES, TIERS, prepare
+from ..sim.options import REPLICAS, SCHEDULES, TIERS, prepare
 from ..sim.trace import Workload
 
 
@@ -85,6 +85,7 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("workload", "--workload", _text),
     ("config", "--config", _text),
     ("bug", "--bug", _choice(BUGS)),
+    ("replicas", "--replicas", _choice(REPLICAS)),
     ("schedule", "--schedule", _choice(SCHEDULES)),
     ("tiers", "--tiers", _choice(TIERS, tuple(t.replace(",", "+") for t in TIERS))),
     ("ranks", "--ranks", _int(1, MAX_RANKS)),
@@ -106,13 +107,20 @@ CAPACITIES = (
 )
 
 
+# A sweep's default `--replicas`: the fastest level that still compares the ranks'
+# replicas (`kvsm sim` keeps `every`; docs/sim.md, "Ranks and divergence")
+SWEEP_REPLICAS = "agreement"
+
+
 @dataclass(frozen=True)
 class Point:
-    """One `kvsm sim` run of the sweep: its options (None: `kvsm sim`'s default)."""
+    """One `kvsm sim` run of the sweep: its options (None: `kvsm sim`'s default; but
+    `replicas`, whose sweep default is `SWEEP_REPLICAS`)."""
 
     workload: str = "synthetic"
     config: str = "default"
     bug: str | None = None
+    replicas: str = SWEEP_REPLICAS
     schedule: str = "auto"
     tiers: str = "l1,l2"
     ranks: int | None = None
@@ -128,7 +136,13 @@ class Point:
 
     @property
     def key(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        d = asdict(self)
+        if d["replicas"] == SWEEP_REPLICAS:
+            # how a point is checked, not what it simulates (its results are the same at
+            # every level): named only when not the default, so that points keep the
+            # names they had before the option
+            del d["replicas"]
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
@@ -155,6 +169,8 @@ class Point:
             args += ["--schedule", self.schedule]
         if self.check:
             args.append("--check")
+        if self.replicas != "every":
+            args += ["--replicas", self.replicas]
         args.append("--json")
         return " ".join(shlex.quote(a) for a in args)
 
