@@ -260,6 +260,9 @@ def main() -> None:
     ap.add_argument("--columns", default=",".join(COLUMNS), help=f"comma-separated columns (default: all of {','.join(COLUMNS)})")
     ap.add_argument("--reference-seeds", type=int, default=20, help="simulator seeds tried per defect in the reference column")
     ap.add_argument("--reference-timeout", type=float, default=900, help="seconds a TLC run of the reference column may take")
+    ap.add_argument("--no-none", action="store_true", help="skip the none row (runs split over several processes)")
+    ap.add_argument("--rows", default="", help="take the defects' rows from this rows.jsonl of earlier runs (--out DIR writes "
+                    "DIR/rows.jsonl) and compute the none row only")
     ap.add_argument("--out", default="", help="where the logs go (default: a temporary directory)")
     a = ap.parse_args()
     names = [n for n in a.only.split(",") if n] or list(CATALOGUE)
@@ -276,7 +279,14 @@ def main() -> None:
         out = Path(a.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
         rows: dict[str, Any] = {}
-        for d in defects:
+        if a.rows:
+            done = {k: v for line in Path(a.rows).read_text().splitlines() if line.strip() for k, v in json.loads(line).items()}
+            missing = [d.name for d in defects if d.name not in done]
+            if missing:
+                sys.exit(f"--rows {a.rows}: no row for {', '.join(missing)}")
+            rows = {d.name: done[d.name] for d in defects}
+            cols = [c for c in cols if all(c in r for r in rows.values())]
+        for d in defects if not a.rows else ():
             row: dict[str, Any] = {}
             if "tlc" in cols:
                 row["tlc"] = tlc_row(d, out)
@@ -289,11 +299,15 @@ def main() -> None:
             if "reference" in cols:
                 row["reference"] = reference_row(d, out, a.reference_seeds, a.reference_timeout)
             rows[d.name] = row
+            with open(out / "rows.jsonl", "a") as f:  # each row as it is done (a long run stopped keeps them)
+                f.write(json.dumps({d.name: row}) + "\n")
             print(f"{d.name}: done", file=sys.stderr, flush=True)
         none: dict[str, Any] = {}
-        if {"tlc", "prepared", "sim", "gpu"} & set(cols):
+        if a.no_none:
+            pass
+        elif {"tlc", "prepared", "sim", "gpu"} & set(cols):
             none = none_row(defects, a.seeds, out, {n: r.get("sim", {}) for n, r in rows.items()}, "gpu" in cols)
-        if "reference" in cols:
+        if "reference" in cols and not a.no_none:
             none["reference"] = reference_none_row(defects, {n: r["reference"] for n, r in rows.items()}, a.reference_timeout)
     result = {"defects": rows, "none": none}
     if a.json:

@@ -201,11 +201,22 @@ REFERENCE_UNREACHABLE: dict[str, str] = {
     "failed_store_visible": "a failed disk write; the model has no disk fault (max_disk_faults = -1)",
 }
 
+# options a defect needs under the reference profile beyond its own, and why
+REFERENCE_SIM_EXTRA: dict[str, tuple[dict[str, Any], str]] = {
+    "skip_collective": ({"faults": "stall:0.05"}, (
+        "on the prepared path a write's copies start at its Prepare, before the forward "
+        "pass, and every rank's have finished when the commit collective is called after "
+        "the Insert, so no rank has nothing finished (seeds 0-4 clean without stalls); a "
+        "stalled copy leaves one rank behind")),
+}
+
 
 def reference_sim(d: Defect) -> dict[str, Any]:
     """The simulator options of `d` under the reference profile: its own (workload, sizes,
-    faults) on `reference-default` with the L3 tier and the findings' knobs fixed."""
-    return {**d.sim, "config": REFERENCE_SIM_CONFIG, "tiers": "l1,l2,l3",
+    faults; `REFERENCE_SIM_EXTRA` where it needs more) on `reference-default` with the L3
+    tier and the findings' knobs fixed."""
+    extra = REFERENCE_SIM_EXTRA.get(d.name, ({}, ""))[0]
+    return {**d.sim, **extra, "config": REFERENCE_SIM_CONFIG, "tiers": "l1,l2,l3",
             "settings": tuple((k, REFERENCE_KNOBS[k][1]) for k in FINDING_KNOBS)}
 
 
@@ -289,4 +300,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "FINDING_KNOBS", "REFERENCE_MODEL", "REFERENCE_SIM_CONFIG", "REFERENCE_UNREACHABLE", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "reference_sim", "witness_model", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "FINDING_KNOBS", "REFERENCE_MODEL", "REFERENCE_SIM_CONFIG", "REFERENCE_SIM_EXTRA", "REFERENCE_UNREACHABLE", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "reference_sim", "witness_model", "write_log"]

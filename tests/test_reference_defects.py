@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvsm.config import REFERENCE_KNOBS, load_config
-from kvsm.defects import CATALOGUE, FINDING_KNOBS, REFERENCE_MODEL, REFERENCE_SIM_CONFIG, REFERENCE_UNREACHABLE, reference_sim
+from kvsm.defects import CATALOGUE, FINDING_KNOBS, REFERENCE_MODEL, REFERENCE_SIM_CONFIG, REFERENCE_SIM_EXTRA, REFERENCE_UNREACHABLE, reference_sim
 from kvsm.replay import replay
 from kvsm.tla.models import config_of_model
 
@@ -35,7 +35,8 @@ def test_the_column_s_simulator_options_fix_the_same_knobs_and_keep_the_defect_s
         opts = reference_sim(d)
         assert opts["config"] == REFERENCE_SIM_CONFIG and opts["tiers"] == "l1,l2,l3"
         assert dict(opts["settings"]) == {k: REFERENCE_KNOBS[k][1] for k in FINDING_KNOBS}
-        assert all(opts[k] == v for k, v in d.sim.items() if k not in ("config", "tiers"))
+        extra = REFERENCE_SIM_EXTRA.get(d.name, ({}, ""))[0]
+        assert all(opts[k] == v for k, v in (d.sim | extra).items() if k not in ("config", "tiers"))
 
 
 def test_a_defect_the_small_model_cannot_reach_says_why():
