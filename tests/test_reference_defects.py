@@ -74,3 +74,29 @@ def test_the_simulator_catches_an_l3_defect_on_reference_default_with_the_findin
         simulate(SimOptions(bug="l3_no_min", check=True, seed=0, requests=300, **reference_sim(CATALOGUE["l3_no_min"])))
     rec = stop_record(e.value, 0)
     assert rec["detector"] == "invariant" and "13 Agreement: ReloadReserve" in rec["message"], rec
+
+
+def test_the_benchmark_s_table_tells_a_catch_an_unreachable_defect_and_a_timeout_apart():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("defects_benchmark", ROOT / "benchmarks" / "defects.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sim = {"caught": True, "detector": "invariant", "seed": 0, "transitions": 497}
+    rows = {
+        "double_free": {"reference": {"tlc": {"config": REFERENCE_MODEL, "caught": True, "property": "HostPages", "steps": 4,
+                                              "distinct_states": 13, "seconds": 1.7}, "sim": sim}},
+        "failed_store_visible": {"reference": {"tlc": {"config": REFERENCE_MODEL, "caught": False, "unreachable": "a failed disk write"},
+                                               "sim": sim}},
+        "load_uaf": {"reference": {"tlc": {"config": REFERENCE_MODEL, "caught": False, "timeout": 60.0},
+                                   "sim": {"caught": False, "seeds_run": 5}}},
+    }
+    none = {"reference": {"tlc": {"caught": False, "models": {
+        "fixed": {"violation": None, "distinct_states": 510995, "seconds": 65.0},
+        "reference": {"violation": {"property": "Collectives", "kind": "invariant", "steps": 7}, "distinct_states": 124, "seconds": 1.0}}},
+        "sim": {"caught": False, "runs": {"double_free": {"seeds": 1, "caught": False}}}}}
+    lines = bench.table({"defects": rows, "none": none}).splitlines()
+    assert lines[0].count("|") == lines[1].count("|") == 4  # defect, TLC, simulator
+    assert lines[2] == "| double_free | HostPages, 4, 13, 1.7 | invariant, 0, 497 |"
+    assert "not reachable (a failed disk write)" in lines[3] and "timeout (60 s)" in lines[4] and "not caught (5 seeds)" in lines[4]
+    assert lines[5].startswith("| none | clean (510,995 states, 65.0 s); the pure reference: Collectives at 7 steps") and "clean (1 runs)" in lines[5]
