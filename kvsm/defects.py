@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import effects as fx
-from .config import Config
+from .config import REFERENCE_KNOBS, Config
 from .invariants import violations
 from .log import Header, LogWriter
 from .state import ClusterState, initial_state
@@ -214,6 +214,47 @@ PREPARED_PATH: dict[str, tuple[str, str]] = {
 }
 
 
+# The reference profile (docs/findings.md), the matrix's `reference` column: every defect
+# on the reference's mechanisms at once (prepared backups, an L3 disk, every knob at the
+# reference's value) but for the knobs of the four findings, which are fixed: the reference
+# itself breaks invariants (the findings), so only with them fixed is a violation under a
+# defect the defect's own. TLC checks the reference's small model so (clean without a
+# defect), the simulator the realistic config with the same knobs fixed and the L3 tier.
+REFERENCE_MODEL = f"{SPEC}/MC_reference_defects.cfg"
+REFERENCE_SIM_CONFIG = "reference-default"
+# the knob of each finding of docs/findings.md, in the order TLC finds them on `reference`
+FINDING_KNOBS = ("commit_call", "own_disk_durable", "unbacked_evict", "durable_split")
+# defects the reference's small model cannot reach, and why: their branch is never taken
+# there, so TLC's graph under each is the bug-free one (the matrix's `none` row); the
+# simulator's column tries them at realistic sizes
+REFERENCE_UNREACHABLE: dict[str, str] = {
+    "wallclock_tiebreak": (
+        "one prompt ([1, 2]): the tree is a chain with one leaf per tier, so no eviction "
+        "has two victims to order"
+    ),
+    "reload_fail_double_free": "a failed disk read; the model has no disk fault (max_disk_faults = -1)",
+    "failed_store_visible": "a failed disk write; the model has no disk fault (max_disk_faults = -1)",
+}
+
+# options a defect needs under the reference profile beyond its own, and why
+REFERENCE_SIM_EXTRA: dict[str, tuple[dict[str, Any], str]] = {
+    "skip_collective": ({"faults": "stall:0.05"}, (
+        "on the prepared path a write's copies start at its Prepare, before the forward "
+        "pass, and every rank's have finished when the commit collective is called after "
+        "the Insert, so no rank has nothing finished (seeds 0-4 clean without stalls); a "
+        "stalled copy leaves one rank behind")),
+}
+
+
+def reference_sim(d: Defect) -> dict[str, Any]:
+    """The simulator options of `d` under the reference profile: its own (workload, sizes,
+    faults; `REFERENCE_SIM_EXTRA` where it needs more) on `reference-default` with the L3
+    tier and the findings' knobs fixed."""
+    extra = REFERENCE_SIM_EXTRA.get(d.name, ({}, ""))[0]
+    return {**d.sim, **extra, "config": REFERENCE_SIM_CONFIG, "tiers": "l1,l2,l3",
+            "settings": tuple((k, REFERENCE_KNOBS[k][1]) for k in FINDING_KNOBS)}
+
+
 def conform_model(d: Defect) -> str:
     return d.conform_on or (CONFORM_DEFECTS_MODEL if d.model == "ci" else d.model)
 
@@ -294,4 +335,4 @@ def write_log(cfg: Config, steps: list[Transition], path: str | Path, source: st
     return Path(path)
 
 
-__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "witness_model", "write_log"]
+__all__ = ["CATALOGUE", "CONFORM_DEFECTS_MODEL", "PREPARED_MODEL", "PREPARED_PATH", "FINDING_KNOBS", "REFERENCE_MODEL", "REFERENCE_SIM_CONFIG", "REFERENCE_SIM_EXTRA", "REFERENCE_UNREACHABLE", "SIM_REQUESTS", "Defect", "byte_witness", "config_with", "conform_model", "counterexample", "reference_sim", "witness_model", "write_log"]
