@@ -12,7 +12,9 @@ machine.
 
     python benchmarks/campaign.py [--json] [--runs 60] [--requests 16..64]
 
-Time to catch (`--catch`): for every injected defect of `kvsm.config.BUGS`, `--trials`
+Time to catch (`--catch`): for every injected defect of the registry, `kvsm.config.BUGS`
+(the field defects too, and a defect added there later without a change here; `--bugs`
+names a subset), `--trials`
 campaigns of the default choices with that defect (the configs that accept it), each
 on seeds of its own (trial t runs seeds t*100000, t*100000+1, ...), run one after the
 other until a run fails, at most `--max-runs` runs; per defect, the median number of
@@ -20,7 +22,7 @@ runs and of CPU seconds (the process's, of the runs up to the catching one: chec
 every invariant, the replay and the replicas included; shrinking not) and the
 detector signatures that caught it. Trials go to `--procs` processes.
 
-    python benchmarks/campaign.py --catch [--trials 5] [--max-runs 200] [--procs 2] [--json]
+    python benchmarks/campaign.py --catch [--trials 5] [--max-runs 200] [--procs 2] [--bugs A,B] [--json]
 
 Pointing a campaign at an existing Dask cluster instead: start a scheduler and workers
 wherever kvsm is installed, then give the scheduler's address (docs/campaign.md):
@@ -98,14 +100,18 @@ def _catch_trial(job: tuple[str, int, int, tuple[int, int]]) -> dict:
     return {"bug": bug, "trial": trial, "runs": None, "cpu_s": time.process_time() - cpu0, "signature": None, "seed": None}
 
 
-def catch(trials: int, max_runs: int, procs: int, requests: tuple[int, int]) -> dict:
-    """Per defect: the median runs and CPU seconds to catch it over `trials` campaigns."""
+def catch(trials: int, max_runs: int, procs: int, requests: tuple[int, int], only: list[str] | None = None) -> dict:
+    """Per defect (every one of the registry, `kvsm.config.BUGS`, or those of `only`):
+    the median runs and CPU seconds to catch it over `trials` campaigns."""
     import multiprocessing
     from statistics import median
 
     from kvsm.config import BUGS
 
-    bugs = [b for b in BUGS if b != "none"]
+    bugs = [b for b in BUGS if b != "none" and (not only or b in only)]
+    unknown = sorted(set(only or ()) - set(BUGS))
+    if unknown:
+        raise SystemExit(f"--bugs: no such defect {', '.join(unknown)} (one of {', '.join(b for b in BUGS if b != 'none')})")
     jobs = [(b, t, max_runs, requests) for b in bugs for t in range(trials)]
     with multiprocessing.get_context("spawn").Pool(procs) as pool:
         got = pool.map(_catch_trial, jobs, chunksize=1)
@@ -133,10 +139,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--max-runs", type=int, default=200)
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--bugs", default="", help="with --catch: these defects only (comma-separated; default every one)")
     args = ap.parse_args()
     lo, _, hi = args.requests.partition("..")
     if args.catch:
-        res = catch(args.trials, args.max_runs, args.procs, (8, 48) if args.requests == "16..64" else (int(lo), int(hi or lo)))
+        only = [b for b in args.bugs.split(",") if b]
+        res = catch(args.trials, args.max_runs, args.procs, (8, 48) if args.requests == "16..64" else (int(lo), int(hi or lo)), only)
         if args.json:
             print(json.dumps(res))
         else:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
 from kvsm.campaign.run import Budget, execute
-from kvsm.campaign.spec import SWARM, command, derive, make_space
+from kvsm.campaign.spec import KNOB_FIELDS, SWARM, command, derive, make_space
 from kvsm.campaign.spec_graph import compute, dumps, load
 from kvsm.campaign.summary import summarize
 from kvsm.cli import app
@@ -125,3 +125,19 @@ def test_campaign_rejects_a_bad_schedule_or_knobs_mode():
     assert res.exit_code == 2 and "--schedule" in res.output
     res = CliRunner().invoke(app, ["campaign", "--runs", "1", "--knobs", "all"])
     assert res.exit_code == 2 and "--knobs 'all'" in res.output
+
+
+def test_swarm_runs_keep_the_knobs_a_config_sets_away_from_their_default():
+    # the reference profile sets every knob at the reference's value (and prepared
+    # backups on): no run of a campaign on it draws another value over one, in either
+    # knobs mode, while its other settings are still drawn
+    for knobs in ("fixed", "reference"):
+        space = make_space(["reference"], knobs=knobs)
+        specs = [derive(space, s) for s in range(60)]
+        drawn = {k for sp in specs for k, _ in sp.settings}
+        assert drawn and not drawn & set(KNOB_FIELDS), drawn
+        assert {"write_threshold", "load_back_threshold"} <= drawn
+    # a config at the defaults has its knobs drawn
+    specs = [derive(make_space(["small"], knobs="reference"), s) for s in range(60)]
+    assert {dict(sp.settings).get("commit_call") for sp in specs} >= {"atomic", "reference"}
+    assert {dict(sp.settings).get("prepared_backups") for sp in specs} >= {True}

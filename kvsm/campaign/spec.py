@@ -19,7 +19,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..config import KNOB_VALUES, KNOBS, ConfigError, load_config
+from ..config import KNOB_VALUES, KNOBS, REFERENCE_KNOBS, Config, ConfigError, load_config
 from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
 from ..sim.faults import KINDS
 from ..sim.options import TIERS, format_setting, parse_schedule, prepare
@@ -70,6 +70,10 @@ SETTINGS: tuple[tuple[str, tuple[Any, ...], str], ...] = (
     ("reload_inflight", (None, 1, 2), "l1,l2,l3"),
     ("spill_queue_cap", (None, 1, 2, 8), "l1,l2,l3"),
 )
+# The knobs: the fidelity knobs (each with the reference's value and the fixed one,
+# `kvsm.config.REFERENCE_KNOBS`) and prepared backups (the reference's production path).
+# A config that sets one away from its default keeps it in every run (`_draw_settings`).
+KNOB_FIELDS = tuple(REFERENCE_KNOBS) + ("prepared_backups",)
 KNOB_MODES = ("fixed", "reference")
 SCHEDULE = "random"
 
@@ -249,8 +253,13 @@ def _swarm_faults(rng: random.Random, tiers: str) -> str:
 
 def _draw_settings(rng: random.Random, space: Space, config: str, tiers: str) -> tuple[tuple[str, Any], ...]:
     """The config fields this run sets (`SETTINGS`, and the fidelity knobs with
-    `knobs = reference`), each only where the run's tier set uses it."""
+    `knobs = reference`), each only where the run's tier set uses it. A knob
+    (`KNOB_FIELDS`) the config sets away from its default is the config's choice and is
+    kept (the `reference` profile's reference values, `l3`'s atomic commit call): a draw
+    never replaces it (the value is still drawn, so that every other draw of the run
+    stays the same)."""
     cfg = load_config(config)
+    kept = {k for k in KNOB_FIELDS if getattr(cfg, k) != Config.__dataclass_fields__[k].default}
     table = list(SETTINGS)
     if space.knobs == "reference":
         table += [(k, (None,) + tuple(v for v in KNOB_VALUES if v != "fixed"), "l1") for k in KNOBS]
@@ -258,7 +267,7 @@ def _draw_settings(rng: random.Random, space: Space, config: str, tiers: str) ->
     out: dict[str, Any] = {}
     for key, values, needs in table:
         v = rng.choice(values)
-        if v is None or len(tiers) < len(needs) or getattr(cfg, key, None) == v:
+        if v is None or len(tiers) < len(needs) or getattr(cfg, key, None) == v or key in kept:
             continue
         if key == "policy" and (tiers == "l1" or out.get("prepared_backups")):
             continue  # write_back needs L2; prepared backups are write-through's
