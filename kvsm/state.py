@@ -366,6 +366,24 @@ class ClusterState:
 
 # ---- construction ---------------------------------------------------------------------------
 
+# the slot setters of ClusterState, in field order (a frozen dataclass refuses plain assignment)
+_STATE_FIELDS = tuple(f for f in ClusterState.__dataclass_fields__ if f not in ("written", "_digest"))
+_STATE_SETTERS = tuple(getattr(ClusterState, f).__set__ for f in _STATE_FIELDS)
+_SET_WRITTEN = ClusterState.written.__set__
+_SET_DIGEST = ClusterState._digest.__set__
+
+
+def make_state(*values: Any) -> ClusterState:
+    """`ClusterState(*values)` (every field but `written` and `_digest`, in field order),
+    several times faster: one slot store per field (`Tx.commit` makes one per transition)."""
+    new = _new(ClusterState)
+    for setter, v in zip(_STATE_SETTERS, values, strict=True):
+        setter(new, v)
+    _SET_WRITTEN(new, None)
+    _SET_DIGEST(new, None)
+    return new
+
+
 
 def initial_state(cfg: Config) -> ClusterState:
     root = Node(
