@@ -28,8 +28,9 @@ _saved: tuple[int, ...] = ()
 def quiet_collector() -> Iterator[None]:
     """Within: objects made before are left out of every scan, and the youngest
     generation is scanned every `RUN_THRESHOLD` net allocations (700 by default). The
-    outermost exit restores the thresholds and returns the frozen objects to the
-    collector (nested and concurrent uses share one setting)."""
+    outermost exit restores the thresholds and hands the frozen objects and those the
+    run made to the collector's oldest generation (nested and concurrent uses share one
+    setting)."""
     global _depth, _saved
     with _lock:
         if _depth == 0:
@@ -43,5 +44,8 @@ def quiet_collector() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                gc.set_threshold(*_saved)
+                # what the run made joins the oldest generation with what was frozen (the
+                # young generation's scan of it would come at once, at the old threshold)
+                gc.freeze()
                 gc.unfreeze()
+                gc.set_threshold(*_saved)

@@ -10,6 +10,7 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Iterable
 
 from .digest import MOD, entry_hash, free_page_hash
@@ -24,10 +25,15 @@ from .writes import committed
 # the persistent maps and the per-lane / per-rank sequences a `Tx` copies on first use
 # (`_OnFirstUse`): a transition pays only for the parts of the state it reads
 _LAZY_MAPS = frozenset(MAP_COMPONENTS)
-_LAZY_LISTS = frozenset((
-    "l3_used", "load_done", "commit_round", "acked", "spill_staged", "spill_gathered", "spill_done",
-    "reload_done", "disk_ok", "write_done", "dev_free", "l2_free",
-))
+_LIST_NAMES = (
+    "dev_free", "l2_free", "write_done", "spill_gathered", "spill_done", "reload_done", "disk_ok", "l3_used",
+    "spill_staged", "load_done", "commit_round", "acked",
+)
+_LAZY_LISTS = frozenset(_LIST_NAMES)
+_MAP_INDEX = {name: i for i, name in enumerate(MAP_COMPONENTS)}
+_LIST_INDEX = {name: i for i, name in enumerate(_LIST_NAMES)}
+_get_maps = attrgetter(*MAP_COMPONENTS)
+_get_lists = attrgetter(*_LIST_NAMES)
 _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
          (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
@@ -325,24 +331,19 @@ class Tx:
         s, cfg, track = self.s, self.cfg, self.track
         d = self.__dict__
         sums = list(s.sums) if track else None
-        maps = []
-        for i, name in enumerate(MAP_COMPONENTS):
-            mtx = d.get(name)
-            if mtx is None or mtx.mut is None:
-                maps.append(getattr(s, name))
+        maps = list(_get_maps(s))
+        for name in d.keys() & _LAZY_MAPS:  # the maps this transaction read
+            mtx = d[name]
+            if mtx.mut is None:
                 continue
-            m, delta = mtx.finish(track)
-            maps.append(m)
+            i = _MAP_INDEX[name]
+            maps[i], delta = mtx.finish(track)
             if delta:
                 sums[i] = (sums[i] + delta) % MOD
         nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
-        lists = [o if v is None else tuple(v) for o, v in (
-            (s.dev_free, d.get("dev_free")), (s.l2_free, d.get("l2_free")), (s.write_done, d.get("write_done")),
-            (s.spill_gathered, d.get("spill_gathered")), (s.spill_done, d.get("spill_done")),
-            (s.reload_done, d.get("reload_done")), (s.disk_ok, d.get("disk_ok")), (s.l3_used, d.get("l3_used")),
-            (s.spill_staged, d.get("spill_staged")), (s.load_done, d.get("load_done")),
-            (s.commit_round, d.get("commit_round")), (s.acked, d.get("acked")),
-        )]
+        lists = list(_get_lists(s))
+        for name in d.keys() & _LAZY_LISTS:  # the tuples it read or replaced
+            lists[_LIST_INDEX[name]] = tuple(d[name])
         (dev_free, l2_free, write_done, spill_gathered, spill_done, reload_done, disk_ok, l3_used, spill_staged,
          load_done, commit_round, acked) = lists
         if track:
