@@ -22,6 +22,7 @@ RUN_THRESHOLD = 100_000
 _lock = threading.Lock()
 _depth = 0
 _saved: tuple[int, ...] = ()
+_froze = False  # whether the outermost use froze (not when the process had frozen objects already)
 
 
 @contextmanager
@@ -30,12 +31,16 @@ def quiet_collector() -> Iterator[None]:
     generation is scanned every `RUN_THRESHOLD` net allocations (700 by default). The
     outermost exit restores the thresholds and hands the frozen objects and those the
     run made to the collector's oldest generation (nested and concurrent uses share one
-    setting)."""
-    global _depth, _saved
+    setting). In a process that had frozen objects of its own, nothing is frozen or
+    unfrozen: only the threshold changes."""
+    global _depth, _saved, _froze
     with _lock:
         if _depth == 0:
             _saved = gc.get_threshold()
-            gc.freeze()
+            # a process that froze objects itself (before a fork, say) keeps them frozen
+            _froze = gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
             gc.set_threshold(RUN_THRESHOLD, *_saved[1:])
         _depth += 1
     try:
@@ -46,6 +51,7 @@ def quiet_collector() -> Iterator[None]:
             if _depth == 0:
                 # what the run made joins the oldest generation with what was frozen (the
                 # young generation's scan of it would come at once, at the old threshold)
-                gc.freeze()
-                gc.unfreeze()
+                if _froze:
+                    gc.freeze()
+                    gc.unfreeze()
                 gc.set_threshold(*_saved)
