@@ -1,26 +1,32 @@
-"""How much slower the simulator's single-tier reference mode is than a bare block LRU.
+"""How much slower the simulator's single-tier reference mode is than a mutable radix cache
+and than a bare block LRU.
 
-Both run over the whole bundled Mooncake synthetic trace in this one process, at the
-same capacity, after the trace is parsed (parsing is not timed for either):
+All three run over the whole bundled Mooncake synthetic trace in this one process, at
+the same capacity, after the trace is parsed (parsing is not timed for any):
 
 - sim: `kvsm sim --tiers l1 --ranks 1 --page-tokens 1 --eviction lru --l1-pages CAP`
   (the serial schedule through the model: Arrive, Match, Insert, Finish per request,
   no log unless --log), timed around the simulator's loop;
+- radix: `RadixCache` below, a mutable radix tree over the hash ids with a dict of
+  children per node, LRU stamps and lock counts, evicting leaves least recently
+  stamped first (the issue 26 baseline: what an engine's own radix cache costs);
 - lru: an `OrderedDict` of hash ids, LRU order, CAP entries; a request's hit is its
   longest prefix of hash ids present but for its last id (a match never covers a
   prompt's last page), then every id is touched or inserted.
 
-Each is run --repeat times and the fastest run counts; wall and CPU time are both
-printed (CPU time is steadier when the machine is shared). Both
-compute the block hit rate, printed beside the times: in this trace the two agree
-within 0.2% (exactly at 1,953 and 97,656 pages; the model also stamps the unmatched
-part of the node a match ends inside, as the reference does, which a block LRU does
-not), a check that the comparison is like for like. With --full, also time the
-default 4-rank L1/L2 run of the whole trace (`kvsm sim --tiers l1,l2 --ranks 4`,
-default config, timed schedule) at each `--replicas` level against the same run of the
-code at the pinned commit BASELINE (1956e94, before the levels existed: what `every`
-does today), each in a process of its own (`full_runs`), and with --full-l3 one with the
-disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
+Each is run --repeat times, in turns, and the fastest run counts; wall and CPU time
+are both printed (CPU time is steadier when the machine is shared). `ratio_radix` is
+sim / radix, `ratio` sim / lru. Each computes the block hit rate, printed beside the
+times, a check that the comparison is like for like: the radix cache stamps, splits
+and evicts as the model does, so its hit rate is the simulator's exactly (every
+request's hit, tests/test_sim_reference.py); the block LRU's differs by under 0.2%
+(equal at 1,953 and 97,656 pages; the model also stamps the unmatched part of the
+node a match ends inside, as the reference does, which a block LRU does not). With
+--full, also time the default 4-rank L1/L2 run of the whole trace (`kvsm sim --tiers
+l1,l2 --ranks 4`, default config, timed schedule) at each `--replicas` level against
+the same run of the code at the pinned commit BASELINE (1956e94, before the levels
+existed: what `every` does today), each in a process of its own (`full_runs`), and
+with --full-l3 one with the disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
 
     python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full [--full-requests N]] [--full-l3]
 """
@@ -28,6 +34,7 @@ disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import subprocess
@@ -66,6 +73,152 @@ def block_lru(traces: list[tuple[int, ...]], capacity: int) -> tuple[float, floa
                 cache[x] = True
                 if len(cache) > capacity:
                     cache.popitem(last=False)
+    w1, c1 = _clocks()
+    return w1 - w0, c1 - c0, hit / total
+
+
+class _RNode:
+    """A node of the radix tree: the ids of its edge, its children by first id."""
+
+    __slots__ = ("key", "parent", "children", "stamp", "lock", "nid")
+
+    def __init__(self, key: list, parent: "_RNode | None", stamp: int, nid: int) -> None:
+        self.key = key
+        self.parent = parent
+        self.children: dict[int, _RNode] = {}
+        self.stamp = stamp
+        self.lock = 0
+        self.nid = nid
+
+
+class RadixCache:
+    """A mutable radix cache over hash ids (one id = one page), in the manner of SGLang's
+    RadixCache with a page size of one, written for this benchmark: `match` walks the
+    prompt's ids but its last, stamping each node it passes and splitting the node it
+    ends inside, and locks the matched path; `insert` walks the whole prompt, splits
+    where it diverges, evicts unlocked leaves least recently stamped first (a parent
+    left childless joins them) until the new ids fit in `capacity` pages, stamps the
+    path and adds the new ids as one leaf; `release` unlocks. The evictable leaves are
+    a heap whose stale entries are dropped when popped."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.root = _RNode([], None, 0, 0)
+        self.root.lock = 1  # never evicted
+        self.used = 0
+        self.clock = 0
+        self.next_id = 1
+        self.heap: list[tuple[int, int, _RNode]] = []
+
+    def _stamp(self, n: _RNode) -> None:
+        self.clock += 1
+        n.stamp = self.clock
+        if not n.children:
+            heapq.heappush(self.heap, (n.stamp, n.nid, n))
+
+    def _split(self, child: _RNode, at: int) -> _RNode:
+        """A new upper node takes the first `at` ids (and the node's stamp)."""
+        upper = _RNode(child.key[:at], child.parent, child.stamp, self.next_id)
+        self.next_id += 1
+        upper.lock = child.lock
+        child.parent.children[child.key[0]] = upper
+        child.key = child.key[at:]
+        child.parent = upper
+        upper.children[child.key[0]] = child
+        return upper
+
+    def _walk(self, ids, stop: int) -> tuple[list[_RNode], int, "tuple[_RNode, int] | None"]:
+        """The nodes `ids[:stop]` covers whole, how many ids they cover, and the node it
+        ends inside with the ids in common."""
+        node, i, path = self.root, 0, []
+        while i < stop:
+            child = node.children.get(ids[i])
+            if child is None:
+                break
+            key = child.key
+            n, limit = 1, min(len(key), stop - i)
+            while n < limit and key[n] == ids[i + n]:
+                n += 1
+            if n < len(key):
+                return path, i, (child, n)
+            path.append(child)
+            i += n
+            node = child
+        return path, i, None
+
+    def match(self, ids) -> tuple[_RNode, int]:
+        """The deepest node of the longest cached prefix of `ids` but its last id, locked,
+        and the prefix's length."""
+        path, i, cut = self._walk(ids, len(ids) - 1)
+        for n in path:
+            self._stamp(n)
+        node = path[-1] if path else self.root
+        if cut is not None:
+            self._stamp(cut[0])
+            node = self._split(*cut)
+            self._stamp(node)
+            i += cut[1]
+        self._lock(node, 1)
+        return node, i
+
+    def _lock(self, node: _RNode, delta: int) -> None:
+        while node is not self.root:
+            node.lock += delta
+            if not node.lock and not node.children:
+                heapq.heappush(self.heap, (node.stamp, node.nid, node))
+            node = node.parent
+
+    def _evict(self, need: int, keep: set) -> None:
+        heap = self.heap
+        while self.capacity - self.used < need:
+            stamp, _, n = heapq.heappop(heap)
+            if n.stamp != stamp or n.children or n.lock or n.parent is None or id(n) in keep:
+                continue  # stale, locked or on the inserting path
+            parent = n.parent
+            del parent.children[n.key[0]]
+            n.parent = None
+            self.used -= len(n.key)
+            if parent is not self.root and not parent.children and not parent.lock and id(parent) not in keep:
+                heapq.heappush(heap, (parent.stamp, parent.nid, parent))
+
+    def insert(self, ids, matched: _RNode) -> bool:
+        """Cache `ids` (the request holds `matched`, from its match), evicting as needed;
+        whether they fit (when they cannot, nothing is evicted or split)."""
+        path, i, cut = self._walk(ids, len(ids))
+        covered = i + (cut[1] if cut else 0)
+        need = len(ids) - covered
+        if need > self.capacity - covered:
+            return False  # everything but the path evicted would not make room
+        if cut is not None:
+            path.append(self._split(*cut))
+        if need:
+            self._evict(need, {id(n) for n in path})
+        for n in path:
+            self._stamp(n)
+        if need:
+            parent = path[-1] if path else self.root
+            self.clock += 1
+            leaf = _RNode(list(ids[covered:]), parent, self.clock, self.next_id)
+            self.next_id += 1
+            parent.children[ids[covered]] = leaf
+            heapq.heappush(self.heap, (leaf.stamp, leaf.nid, leaf))
+            self.used += need
+        return True
+
+    def release(self, node: _RNode) -> None:
+        self._lock(node, -1)
+
+
+def radix_cache(traces: list[tuple[int, ...]], capacity: int) -> tuple[float, float, float]:
+    w0, c0 = _clocks()
+    cache = RadixCache(capacity)
+    hit = total = 0
+    for ids in traces:
+        node, k = cache.match(ids)
+        hit += k
+        total += len(ids)
+        cache.insert(ids, node)
+        cache.release(node)
     w1, c1 = _clocks()
     return w1 - w0, c1 - c0, hit / total
 
@@ -163,20 +316,28 @@ def main() -> int:
     ap.add_argument("--full-l3", action="store_true", help="also time a full --tiers l1,l2,l3 --ranks 4 run of the trace")
     a = ap.parse_args()
     traces = [r.hash_ids for r in load_workload("synthetic").requests]
-    sim_runs = [reference_sim(a.capacity, a.log) for _ in range(a.repeat)]
-    lru_runs = [block_lru(traces, a.capacity) for _ in range(a.repeat)]
-    sim_s, lru_s = min(r[0] for r in sim_runs), min(r[0] for r in lru_runs)
-    sim_cpu, lru_cpu = min(r[1] for r in sim_runs), min(r[1] for r in lru_runs)
+    sim_runs, radix_runs, lru_runs = [], [], []
+    for _ in range(a.repeat):
+        sim_runs.append(reference_sim(a.capacity, a.log))
+        radix_runs.append(radix_cache(traces, a.capacity))
+        lru_runs.append(block_lru(traces, a.capacity))
+    sim_s, radix_s, lru_s = (min(r[0] for r in runs) for runs in (sim_runs, radix_runs, lru_runs))
+    sim_cpu, radix_cpu, lru_cpu = (min(r[1] for r in runs) for runs in (sim_runs, radix_runs, lru_runs))
     out = {
         "sim_s": round(sim_s, 4),
+        "radix_s": round(radix_s, 4),
         "lru_s": round(lru_s, 4),
+        "ratio_radix": round(sim_s / radix_s, 1),
         "ratio": round(sim_s / lru_s, 1),
         # CPU time of this process: steadier than wall time on a shared machine
         "sim_cpu_s": round(sim_cpu, 4),
+        "radix_cpu_s": round(radix_cpu, 4),
         "lru_cpu_s": round(lru_cpu, 4),
+        "ratio_radix_cpu": round(sim_cpu / radix_cpu, 1),
         "ratio_cpu": round(sim_cpu / lru_cpu, 1),
         "capacity_pages": a.capacity,
         "hit_rate_sim": round(sim_runs[0][2], 6),
+        "hit_rate_radix": round(radix_runs[0][2], 6),
         "hit_rate_lru": round(lru_runs[0][2], 6),
         "requests": len(traces),
         "log": a.log,

@@ -13,16 +13,18 @@ from typing import Iterable
 ROOT = 0  # the identity of the empty prefix
 
 
-def page_content(prev: int, symbol: int) -> int:
-    """Identity of the page `symbol` that follows the prefix whose last page is `prev`."""
-    h = hashlib.blake2b(f"{prev}/{symbol}".encode(), digest_size=8).digest()
-    return int.from_bytes(h, "big")
+def page_content(prev: int, symbol: int, _blake2b=hashlib.blake2b, _int=int.from_bytes) -> int:
+    """Identity of the page `symbol` that follows the prefix whose last page is `prev`:
+    the first 8 bytes (big-endian) of the BLAKE2b hash of the text `"{prev}/{symbol}"`."""
+    return _int(_blake2b(b"%d/%d" % (prev, symbol), digest_size=8).digest(), "big")
 
 
-def chain(prev: int, symbols: Iterable[int]) -> tuple[int, ...]:
+def chain(prev: int, symbols: Iterable[int], _blake2b=hashlib.blake2b, _int=int.from_bytes) -> tuple[int, ...]:
+    """The identities of the pages `symbols` that follow the prefix whose last page is
+    `prev` (`page_content` of each in turn)."""
     out = []
     for s in symbols:
-        prev = page_content(prev, s)
+        prev = _int(_blake2b(b"%d/%d" % (prev, s), digest_size=8).digest(), "big")
         out.append(prev)
     return tuple(out)
 

@@ -52,6 +52,25 @@ class MapTx:
         del self.mut[k]
         self.dirty.add(k)
 
+    def set_many(self, keys: tuple, values: Iterable[Any]) -> None:
+        """`set` of each key to its value, in order."""
+        if self.mut is None:
+            self.mut = self.orig.mutate()
+        self.mut.update(zip(keys, values))
+        self.dirty.update(keys)
+
+    def delete_present(self, keys: Iterable[Any]) -> None:
+        """`delete` of each of `keys` that the map holds."""
+        m = self.mut if self.mut is not None else self.orig
+        present = [k for k in keys if k in m]
+        if not present:
+            return
+        if self.mut is None:
+            m = self.mut = self.orig.mutate()
+        for k in present:
+            del m[k]
+        self.dirty.update(present)
+
     def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
         """The new map and (with `track`) the change of its digest sum."""
         if self.mut is None:

@@ -72,12 +72,39 @@ def _tup(t: tuple) -> str:
 
 
 class _Record:
-    """`with_` for the record types other than `Node` (which has a faster one of its own)."""
+    """`with_` for the record types other than `Node` (which has one of its own, written
+    out): what `dataclasses.replace` does, built as a draft of the record's slots
+    (`_record_with`) and turned into the record's class."""
 
     __slots__ = ()
 
     def with_(self, **changes: Any):
-        return replace(self, **changes)
+        w = _RECORD_WITH.get(type(self))
+        if w is None:
+            w = _RECORD_WITH[type(self)] = _record_with(type(self))
+        return w(self, changes)
+
+
+_RECORD_WITH: dict[type, Any] = {}
+
+
+def _record_with(cls: type) -> Any:
+    """`with_(record, changes)` for record class `cls` (a frozen dataclass with slots):
+    one plain store per slot into a draft with the same slots (so the same layout), then
+    the draft becomes a `cls`. An unknown field is refused as `replace` refuses it."""
+    fields = cls.__slots__
+    draft = type(f"_{cls.__name__}Draft", cls.__bases__, {"__slots__": fields})
+    src = (
+        "def with_(self, c):\n"
+        "    new = _new(_Draft)\n"
+        + "".join(f"    new.{f} = c.pop({f!r}, self.{f})\n" for f in fields)
+        + "    if c:\n"
+        + "        raise TypeError(f'{_cls.__name__} has no field {next(iter(c))!r}')\n"
+        + "    new.__class__ = _cls\n    return new\n"
+    )
+    scope = {"_new": object.__new__, "_Draft": draft, "_cls": cls}
+    exec(src, scope)
+    return scope["with_"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,22 +139,26 @@ class Node:
 
     def with_(self, **c: Any) -> "Node":
         """A copy with some fields changed (what `dataclasses.replace` does, several times
-        faster: one slot store per field, written out; tests check it covers every field)."""
-        new = _new(Node)
-        _S["id"](new, c.get("id", self.id))
-        _S["parent"](new, c.get("parent", self.parent))
-        _S["key"](new, c.get("key", self.key))
-        _S["dev"](new, c.get("dev", self.dev))
-        _S["host"](new, c.get("host", self.host))
-        _S["durable"](new, c.get("durable", self.durable))
-        _S["lock"](new, c.get("lock", self.lock))
-        _S["pin"](new, c.get("pin", self.pin))
-        _S["hits"](new, c.get("hits", self.hits))
-        _S["touched"](new, c.get("touched", self.touched))
-        _S["children"](new, c.get("children", self.children))
-        _S["ondev"](new, c.get("ondev", self.ondev))
-        _S["hashes"](new, c.get("hashes", self.hashes))
-        return new
+        faster: built as a `_NodeDraft`, whose slots take plain stores, and turned into a
+        `Node`; tests check it covers every field and refuses an unknown one)."""
+        new = _new(_NodeDraft)
+        new.id = self.id
+        new.parent = self.parent
+        new.key = self.key
+        new.dev = self.dev
+        new.host = self.host
+        new.durable = self.durable
+        new.lock = self.lock
+        new.pin = self.pin
+        new.hits = self.hits
+        new.touched = self.touched
+        new.children = self.children
+        new.ondev = self.ondev
+        new.hashes = self.hashes
+        for k, v in c.items():
+            setattr(new, k, v)
+        new.__class__ = Node
+        return new  # type: ignore[return-value]
 
     @property
     def on_l1(self) -> bool:
@@ -148,8 +179,14 @@ class Node:
 
 _NODE_FIELDS = Node.__slots__
 _new = object.__new__
-# the slot setters of Node (a frozen dataclass refuses plain assignment)
-_S = {f: getattr(Node, f).__set__ for f in _NODE_FIELDS}
+
+
+class _NodeDraft:
+    """A `Node` being built: the same slots in the same order (so the same memory layout),
+    without the frozen dataclass's refusal to store into them. `Node.with_` fills one and
+    assigns it the class `Node`; no draft outlives the function that makes it."""
+
+    __slots__ = _NODE_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +409,33 @@ class ClusterState:
 
 
 # ---- construction ---------------------------------------------------------------------------
+
+_STATE_FIELDS = tuple(f for f in ClusterState.__slots__ if f not in ("written", "_digest"))
+
+
+class _StateDraft:
+    """A `ClusterState` being built (like `_NodeDraft` for `Node`): its slots, in order."""
+
+    __slots__ = ClusterState.__slots__
+
+
+def _state_maker() -> Any:
+    # one plain slot store per field, written out (a loop over the slot descriptors'
+    # setters costs several times more, and `ClusterState(...)` more again)
+    src = (
+        f"def make_state({', '.join(_STATE_FIELDS)}):\n"
+        "    new = _new(_StateDraft)\n"
+        + "".join(f"    new.{f} = {f}\n" for f in _STATE_FIELDS)
+        + "    new.written = None\n    new._digest = None\n    new.__class__ = ClusterState\n    return new\n"
+    )
+    scope = {"_new": _new, "_StateDraft": _StateDraft, "ClusterState": ClusterState}
+    exec(src, scope)
+    return scope["make_state"]
+
+
+make_state = _state_maker()
+make_state.__doc__ = """`ClusterState(...)` of every field but `written` and `_digest`, positionally in field
+order, several times faster (`Tx.commit` makes one per transition)."""
 
 
 def initial_state(cfg: Config) -> ClusterState:

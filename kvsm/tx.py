@@ -10,53 +10,74 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Iterable
 
 from .digest import MOD, entry_hash, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import effects as fx
 from .maptx import MapTx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of, make_state
 from .victims import backup_candidate, dev_victim_key, host_victim_key
 from .writes import committed
 
 
+# the persistent maps and the per-lane / per-rank sequences a `Tx` copies on first use
+# (`_OnFirstUse`): a transition pays only for the parts of the state it reads
+_LAZY_MAPS = frozenset(MAP_COMPONENTS)
+_LIST_NAMES = (
+    "dev_free", "l2_free", "write_done", "spill_gathered", "spill_done", "reload_done", "disk_ok", "l3_used",
+    "spill_staged", "load_done", "commit_round", "acked",
+)
+_LAZY_LISTS = frozenset(_LIST_NAMES)
+_MAP_INDEX = {name: i for i, name in enumerate(MAP_COMPONENTS)}
+_LIST_INDEX = {name: i for i, name in enumerate(_LIST_NAMES)}
+_get_maps = attrgetter(*MAP_COMPONENTS)
+_get_lists = attrgetter(*_LIST_NAMES)
+_SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
+         (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
+_WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
+_EMPTY: frozenset = frozenset()
+
+
+class _OnFirstUse:
+    """A map's `MapTx` or a tuple's list, made from the transaction's state the first time
+    the transition reads it and kept in the transaction's `__dict__` from then on (a
+    descriptor without `__set__`, which the instance's own attribute hides)."""
+
+    __slots__ = ("name", "make")
+
+    def __init__(self, name: str, make: Any) -> None:
+        self.name, self.make = name, make
+
+    def __get__(self, tx: Any, owner: Any = None) -> Any:
+        if tx is None:
+            return self
+        v = tx.__dict__[self.name] = self.make(self.name, getattr(tx.s, self.name))
+        return v
+
+
 class Tx:
-    """A transient, mutable view of one state for the duration of one transition."""
+    """A transient, mutable view of one state for the duration of one transition.
+
+    The state's maps are read and written through a `MapTx` each (`tx.nodes`, ...), its
+    per-lane and per-rank tuples through a list each (`tx.dev_free`, `tx.write_done`,
+    ...), its scalars and short sequences as plain attributes (`tx.clock`, `tx.writes`,
+    ...). A map's `MapTx` and a tuple's list are made the first time the transition
+    reads them; `commit` takes the parts never read from the old state as they are."""
 
     def __init__(self, s: ClusterState) -> None:
         self.s = s
         self.cfg = s.config
-        self.nodes = MapTx("nodes", s.nodes)
-        self.objects = MapTx("objects", s.objects)
-        self.pending = MapTx("pending", s.pending)
-        self.requests = MapTx("requests", s.requests)
-        self.dev_content = MapTx("dev_content", s.dev_content)
-        self.host_content = MapTx("host_content", s.host_content)
-        self.reload_candidates = MapTx("reload_candidates", s.reload_candidates)
-        self.l3 = MapTx("l3", s.l3)
-        self.prepared = MapTx("prepared", s.prepared)
-        self.l3_used = list(s.l3_used)
         self.spill_queue = s.spill_queue
         self.spills = s.spills
         self.reloads = s.reloads
         self.loads = s.loads
-        self.load_done = list(s.load_done)
-        self.commit_round = list(s.commit_round)
-        self.acked = list(s.acked)
-        self.spill_staged = list(s.spill_staged)
-        self.spill_gathered = list(s.spill_gathered)
-        self.spill_done = list(s.spill_done)
-        self.reload_done = list(s.reload_done)
-        self.disk_ok = list(s.disk_ok)
         self.disk_faults = s.disk_faults
         self.next_id = s.next_id
         self.clock = s.clock
         self.next_rid = s.next_rid
         self.writes = s.writes
-        self.write_done = list(s.write_done)
-        self.dev_free = list(s.dev_free)
-        self.l2_free = list(s.l2_free)
         self._dev_free_delta = 0
         self._l2_free_delta = 0
         self.track = s.sums is not None  # maintain the digest sums
@@ -121,34 +142,53 @@ class Tx:
     def alloc_lanes(self, lanes: list[int]) -> tuple[int, ...]:
         """One device page per entry of `lanes`, each the lowest free page of its lane
         (pages of one lane are handed out in ascending order)."""
+        if self.cfg.R == 1:
+            return self._take(0, len(lanes))
         need: dict[int, int] = {}
         for lane in lanes:
             need[lane] = need.get(lane, 0) + 1
         got: dict[int, list[int]] = {}
         for lane, k in need.items():
-            free = self.dev_free[lane]
-            if len(free) < k:
-                raise Rejected(f"device lane {lane} has {len(free)} free pages, {k} needed")
-            pages, self.dev_free[lane] = free.take_first(k)
-            if self.track:
-                for p in pages:
-                    self._dev_free_delta -= free_page_hash(p)
-            got[lane] = list(reversed(pages))
+            got[lane] = list(reversed(self._take(lane, k)))
         return tuple(got[lane].pop() for lane in lanes)
 
-    def free_dev(self, pages: Iterable[int]) -> None:
+    def alloc_positions(self, start: int, n: int) -> tuple[int, ...]:
+        """Device pages for the pages at positions `start .. start+n-1` of a key, each from
+        its owner lane (`alloc_lanes` of their lanes)."""
+        if self.cfg.R == 1:
+            return self._take(0, n)
         R = self.cfg.R
-        dev_content = self.dev_content
+        return self.alloc_lanes([lane_of(start + j, R) for j in range(n)])
+
+    def _take(self, lane: int, k: int) -> tuple[int, ...]:
+        """The `k` lowest free pages of `lane`, taken."""
+        free = self.dev_free[lane]
+        if len(free) < k:
+            raise Rejected(f"device lane {lane} has {len(free)} free pages, {k} needed")
+        if not k:
+            return ()
+        pages, self.dev_free[lane] = free.take_first(k)
+        if self.track:
+            self._dev_free_delta -= sum(map(free_page_hash, pages))
+        return pages
+
+    def free_dev(self, pages: Iterable[int]) -> None:
+        """Free device pages (in this order): each leaves its lane's free set's complement,
+        loses its content (the ghost) and is poisoned by its owner."""
+        pages = tuple(pages)
+        if not pages:
+            return
+        R = self.cfg.R
+        if self.track:
+            self._dev_free_delta += sum(map(free_page_hash, pages))
+        self.dev_content.delete_present(pages)
+        self.effects.extend(map(fx.PoisonDev, pages))
+        if R == 1:
+            self.dev_free[0] = self.dev_free[0].add_many(pages)
+            return
         by_lane: dict[int, list[int]] = {}
-        track = self.track
-        effects = self.effects
         for p in pages:
             by_lane.setdefault(lane_of(p, R), []).append(p)
-            if track:
-                self._dev_free_delta += free_page_hash(p)
-            if p in dev_content:
-                dev_content.delete(p)
-            effects.append(fx.PoisonDev(p))
         for lane, ps in by_lane.items():
             self.dev_free[lane] = self.dev_free[lane].add_many(ps)
 
@@ -157,6 +197,11 @@ class Tx:
         """The forward pass computed the KV of prefix `c` into device page `page`."""
         self.dev_content.set(page, c)
         self.effects.append(fx.Fill(page, c))
+
+    def fill_devs(self, pages: tuple[int, ...], contents: tuple[int, ...]) -> None:
+        """`fill_dev` of each page with its content, in order."""
+        self.dev_content.set_many(pages, contents)
+        self.effects.extend(map(fx.Fill, pages, contents))
 
     def load_dev(self, page: int, host_page: int, claim: int) -> None:
         """Copy host page `host_page` (of every payload region) into device page `page`, for
@@ -284,38 +329,39 @@ class Tx:
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
         s, cfg, track = self.s, self.cfg, self.track
+        d = self.__dict__
         sums = list(s.sums) if track else None
-        maps = []
-        for i, name in enumerate(MAP_COMPONENTS):
-            mtx = getattr(self, name)
+        maps = list(_get_maps(s))
+        for name in d.keys() & _LAZY_MAPS:  # the maps this transaction read
+            mtx = d[name]
             if mtx.mut is None:
-                maps.append(mtx.orig)
                 continue
-            m, delta = mtx.finish(track)
-            maps.append(m)
+            i = _MAP_INDEX[name]
+            maps[i], delta = mtx.finish(track)
             if delta:
                 sums[i] = (sums[i] + delta) % MOD
         nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
-        spill_staged = tuple(self.spill_staged)
+        lists = list(_get_lists(s))
+        for name in d.keys() & _LAZY_LISTS:  # the tuples it read or replaced
+            lists[_LIST_INDEX[name]] = tuple(d[name])
+        (dev_free, l2_free, write_done, spill_gathered, spill_done, reload_done, disk_ok, l3_used, spill_staged,
+         load_done, commit_round, acked) = lists
         if track:
             if self._dev_free_delta:
                 sums[I_DEV_FREE] = (sums[I_DEV_FREE] + self._dev_free_delta) % MOD
             if self._l2_free_delta:
                 sums[I_L2_FREE] = (sums[I_L2_FREE] + self._l2_free_delta) % MOD
-            for i, name, seq in (
-                (I_WRITES, "writes", self.writes),
-                (I_WRITES + 1, "spill_queue", self.spill_queue),
-                (I_WRITES + 2, "spills", self.spills),
-                (I_WRITES + 3, "reloads", self.reloads),
-                (I_WRITES + 4, "spill_staged", spill_staged),
-                (I_WRITES + 5, "loads", self.loads),
-            ):
+            for i, name in _SEQS:
+                seq = spill_staged if name == "spill_staged" else d[name]
                 old = getattr(s, name)
                 if seq is not old and seq != old:
                     sums[i] = seq_sum(name, seq)
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
-        dirty = self.nodes.dirty | self.pending.dirty if self.pending.dirty else self.nodes.dirty
+        ntx, ptx = d.get("nodes"), d.get("pending")
+        dirty = ntx.dirty if ntx is not None else _EMPTY
+        if ptx is not None and ptx.dirty:
+            dirty = dirty | ptx.dirty
         for nid in dirty:
             old = s.nodes.get(nid)
             new = nodes.get(nid)
@@ -341,48 +387,21 @@ class Tx:
             if ob != nb:
                 backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
 
-        new = ClusterState(
-            config=cfg,
-            nodes=nodes,
-            next_id=self.next_id,
-            clock=self.clock,
-            next_rid=self.next_rid,
-            dev_free=tuple(self.dev_free),
-            l2_free=tuple(self.l2_free),
-            objects=objects,
-            pending=pending,
-            writes=self.writes,
-            requests=requests,
-            prepared=prepared,
-            write_done=tuple(self.write_done),
-            dev_content=dev_content,
-            host_content=host_content,
-            spill_queue=self.spill_queue,
-            spills=self.spills,
-            reload_candidates=reload_candidates,
-            reloads=self.reloads,
-            spill_gathered=tuple(self.spill_gathered),
-            spill_done=tuple(self.spill_done),
-            reload_done=tuple(self.reload_done),
-            disk_ok=tuple(self.disk_ok),
-            disk_faults=self.disk_faults,
-            l3=l3,
-            l3_used=tuple(self.l3_used),
-            spill_staged=spill_staged,
-            loads=self.loads,
-            load_done=tuple(self.load_done),
-            commit_round=tuple(self.commit_round),
-            acked=tuple(self.acked),
-            dev_index=dev_index,
-            host_index=host_index,
-            backup_index=backup_index,
-            sums=tuple(sums) if track else None,
-            diverged=s.diverged,
-            effects=tuple(self.effects),
+        new = make_state(
+            cfg, nodes, self.next_id, self.clock, self.next_rid, dev_free, l2_free, objects, pending, self.writes,
+            requests, prepared, write_done, dev_content, host_content, self.spill_queue, self.spills,
+            reload_candidates, self.reloads, spill_gathered, spill_done, reload_done, disk_ok, self.disk_faults,
+            l3, l3_used, spill_staged, self.loads, load_done, commit_round, acked, dev_index, host_index,
+            backup_index, tuple(sums) if track else None, s.diverged, tuple(self.effects),
         )
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
-        object.__setattr__(new, "written", committed(s, (
-            self.nodes.dirty, self.objects.dirty, self.pending.dirty, self.requests.dirty,
-            self.dev_content.dirty, self.host_content.dirty, self.reload_candidates.dirty, self.l3.dirty,
+        object.__setattr__(new, "written", committed(s, tuple(
+            _EMPTY if (m := d.get(name)) is None else m.dirty for name in _WRITTEN_MAPS
         )))
         return new
+
+
+for _name in _LAZY_MAPS:
+    setattr(Tx, _name, _OnFirstUse(_name, MapTx))
+for _name in _LAZY_LISTS:
+    setattr(Tx, _name, _OnFirstUse(_name, lambda _n, v: list(v)))

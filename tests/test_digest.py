@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kvsm.config import load_config
 from kvsm.digest import entry_hash
 from kvsm.digest_sums import recompute_sums
@@ -133,3 +135,23 @@ def test_node_with_copies_every_field_and_changes_only_those_named():
         new = root.with_(**{name: marker})
         assert getattr(new, name) is marker
         assert all(getattr(new, other) == getattr(root, other) for other in names if other != name)
+    with pytest.raises(AttributeError):
+        root.with_(no_such_field=1)
+    assert type(root.with_(lock=1)) is Node
+
+
+def test_make_state_sets_every_field_in_order_and_the_state_stays_frozen():
+    from dataclasses import FrozenInstanceError, fields
+
+    from kvsm.state import ClusterState, make_state
+
+    s = initial_state(load_config("small"))
+    names = [f.name for f in fields(ClusterState) if f.name not in ("written", "_digest")]
+    markers = [object() for _ in names]
+    new = make_state(*markers)
+    assert type(new) is ClusterState
+    assert all(getattr(new, n) is m for n, m in zip(names, markers))
+    assert new.written is None and new._digest is None
+    assert make_state(*(getattr(s, n) for n in names)) == s
+    with pytest.raises(FrozenInstanceError):
+        new.clock = 1  # type: ignore[misc]

@@ -175,3 +175,33 @@ def test_unbounded_capacity_gives_the_files_own_hit_rate():
     assert (s["pages_total"], s["pages_hit_l1"]) == (total, hit)
     assert round(s["hit_rate_blocks"], 4) == 0.6379
     assert s["evictions"]["l1"] == 0 and s["requests_uncached"] == 0
+
+
+def _benchmark():
+    """benchmarks/sim.py as a module (it is a script, not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "sim.py"
+    spec = importlib.util.spec_from_file_location("kvsm_benchmark_sim", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_benchmarks_radix_cache_gives_every_request_the_simulators_hit():
+    # benchmarks/sim.py times the simulator against its own mutable radix cache: the two
+    # must serve the trace alike (every request's hit), or the ratio compares unlike work
+    bench = _benchmark()
+    capacity, n = 300, 400
+    traces = [r.hash_ids for r in load_workload("synthetic", n).requests]
+    cache = bench.RadixCache(capacity)
+    hits = []
+    for ids in traces:
+        node, k = cache.match(ids)
+        hits.append(k)
+        cache.insert(ids, node)
+        cache.release(node)
+        assert cache.used <= capacity
+    r = simulate(SimOptions(workload="synthetic", requests=n, tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity))
+    assert r.summary["evictions"]["l1"] > 0  # the capacity is small enough to evict
+    assert [h for _, h, _, _ in r.request_hits] == hits

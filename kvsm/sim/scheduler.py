@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..collector import quiet_collector
 from ..state import ClusterState
 from ..transitions import Transition
 from ..transitions.reload import held
@@ -137,12 +138,13 @@ class Simulation(SerialSchedule, RandomSchedule):
             # rank's own decision to compare with the cluster's): do not maintain the digest
             # sums; the final digest is summed once at the end
             c.log.state = c.log.state.untracked()
-        if self.prep.schedule == "serial":
-            self.run_serial()
-        elif self.prep.schedule == "random":
-            self._run_random()
-        else:
-            self._run_timed()
+        with quiet_collector():  # the run makes no reference cycles worth scanning for
+            if self.prep.schedule == "serial":
+                self.run_serial()
+            elif self.prep.schedule == "random":
+                self._run_random()
+            else:
+                self._run_timed()
 
     # ---- shared steps ----------------------------------------------------------------------------------
     def admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:

@@ -213,10 +213,9 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
     on_l1_before = {nid for nid in path if tx.node(nid).dev}
     for nid, p0 in reown:
         n = tx.node(nid)
-        dev = tx.alloc_lanes([lane_of(p0 + j, R) for j in range(n.pages)])
+        dev = tx.alloc_positions(p0, n.pages)
         tx.set_dev(nid, dev)
-        for p, c in zip(dev, n.hashes):
-            tx.fill_dev(p, c)
+        tx.fill_devs(dev, n.hashes)
     for nid in path:
         tx.touch(nid)
         if wt and nid in on_l1_before:
@@ -229,7 +228,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         parent = tx.node(last)
         # an attached prepared backup brings the node id taken for it in advance
         nid = prep if attach else tx.new_id()
-        dev = tx.alloc_lanes([lane_of(pos + j, R) for j in range(len(new_tokens))])
+        dev = tx.alloc_positions(pos, len(new_tokens))
         hashes = content.chain(parent.last_content, new_tokens)
         tx.clock += 1
         tx.add_child(
@@ -250,10 +249,9 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
                 hashes=hashes,
             )
         )
-        for p, c in zip(dev, hashes):
-            tx.fill_dev(p, c)
+        tx.fill_devs(dev, hashes)
         last = nid
-    own = tx.alloc_lanes([lane_of(k, R) for k in out_positions])
+    own = tx.alloc_positions(len(tokens), req.out_pages)
     settle_prepared(tx, rid, last if new_tokens else None)
     tx.lock_path(last, +1)
     tx.lock_path(req.node, -1)

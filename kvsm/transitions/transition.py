@@ -17,7 +17,16 @@ class Transition:
 
     @staticmethod
     def make(name: str, rank: int | None = None, **args: Any) -> "Transition":
-        return Transition(name=name, args=tuple(sorted((k, _freeze(v)) for k, v in args.items())), rank=rank)
+        # `Transition(name, args, rank)` with the arguments sorted by name and lists frozen,
+        # its fields stored straight into the new value's __dict__ (the frozen dataclass's
+        # __init__ stores each through object.__setattr__, which the simulator pays for
+        # at every step)
+        t = _new(Transition)
+        d = t.__dict__
+        d["name"] = name
+        d["args"] = tuple(sorted([(k, tuple(v) if isinstance(v, list) else v) for k, v in args.items()]))
+        d["rank"] = rank
+        return t
 
     def arg(self, key: str) -> Any:
         for k, v in self.args:
@@ -42,5 +51,4 @@ class Transition:
         return f"{self.name}({', '.join(parts)})"
 
 
-def _freeze(v: Any) -> Any:
-    return tuple(v) if isinstance(v, list) else v
+_new = object.__new__
