@@ -160,8 +160,22 @@ class PSortedSet:
         return tuple(level) if self._len else ()
 
     def __iter__(self) -> Iterator[Any]:
-        for chunk in self._chunks:
-            yield from chunk
+        """The elements in order, lazily: the first costs a walk down the tree, so that a
+        caller who stops early (the first victims of an order) pays for what it reads."""
+        if not self._len:
+            return
+        if not self._height:
+            yield from self._root
+            return
+        stack = [iter(self._root.kids)]
+        while stack:
+            kid = next(stack[-1], None)
+            if kid is None:
+                stack.pop()
+            elif len(stack) == self._height:
+                yield from kid
+            else:
+                stack.append(iter(kid.kids))
 
     def to_list(self) -> list[Any]:
         """The elements in order, as a list (read leaf by leaf at C speed, where

@@ -33,12 +33,13 @@ def rank_order_key(key: tuple, cfg: Config, view: int | None) -> tuple:
     return key
 
 
-def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> list[tuple]:
+def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> Iterable[tuple]:
     """Victim order keys (of an index, in replicated order) in the order rank `view`
-    takes them."""
+    takes them; in the replicated order, the index itself, read lazily (a caller that
+    takes the first few victims does not copy a million)."""
     if cfg.bug == "wallclock_tiebreak" and view is not None:
         return sorted(keys, key=lambda k: rank_order_key(k, cfg, view))
-    return list(keys)
+    return keys
 
 
 def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:

@@ -175,3 +175,23 @@ def test_deep_run_sets_find_the_first_fit(ops, length):
                     rs, _ = rs.remove(victim), ref.discard(victim)
         _check_shape(rs)
         assert rs.first_fit(length) == next((r for r in sorted(ref) if r[1] >= length), None)
+
+
+def test_iteration_is_lazy_and_in_order():
+    """Iterating a deep tree yields its elements in order, the first without reading the
+    rest (a victim order read from its front)."""
+    with _small_nodes():
+        s = PSortedSet(range(5000))
+        assert s._height >= 3 and list(s) == list(range(5000))
+
+        class Unread:
+            """A subtree that fails if anything reads it."""
+
+            @property
+            def kids(self):
+                raise AssertionError("iteration read past what it yielded")
+
+        root = s._root
+        s._root = sortedset._Inner((root.kids[0], Unread()), root.maxes[:2], root.n, None)
+        it = iter(s)
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
