@@ -1,13 +1,16 @@
-"""Replay cost per transition as the tree grows: walks over trees of about 1k, 10k and
-100k nodes (or --sizes), replayed (parse, apply, verify digest) from their logs; the
-time per transition is measured over the last WINDOW transitions of each replay, once
-the tree has its size, the best of --repeat replays taken in turns, and the largest
-tree's figure is divided by the smallest's.
+"""Replay cost per transition as the tree grows: for each size (about 1k, 10k and 100k
+nodes, or --sizes), a log whose first part grows the tree to that size through the
+model's own transitions (`kvsm.grow`: about 2.8 transitions a node, minutes for a million
+nodes where a walk would take hours) and whose last 2 * WINDOW transitions are an
+ordinary walk over it, built alike for every size. Each log is replayed (parse, apply,
+verify digest) in a fresh process, the sizes in turns; the CPU time per transition over
+the last WINDOW transitions is the figure, the best of --repeat, and the largest tree's
+figure is divided by the smallest's. The replays' peak memory is reported too.
 
-Prints {"sizes": [...], "per_transition_us": [...], "nodes": [...], "walk_s": [...],
-"runs_us": [...], "ratio_100k_over_1k": r} (the key names the sizes). Target (issue 26): ratio <= 1.5
-for 1M over 1k (`--sizes 1000,1000000`: the 1M walk is 11.4M steps, over an hour on a
-shared core); the default sizes had ratio <= 2 as theirs.
+Prints {"sizes": [...], "nodes": [...], "per_transition_us": [...], "runs_us": [...],
+"wall_us": [...], "replay_rss_mb": [...], "build_s": [...], "ratio_100k_over_1k": r, ...}
+(the ratio's key names the sizes). Target (issue 26): ratio <= 1.5 for 1M over 1k
+(`--sizes 1000,1000000`).
 
 With --check, measures instead what checking every invariant costs (`kvsm replay
 --check`, `kvsm.checking`): a 4-rank L3 simulator log (the first --requests requests of
@@ -19,6 +22,9 @@ every 512 transitions and at the end, not at the agreement points. Target: ratio
 
     python benchmarks/replay.py [--json] [--sizes 1000,10000,100000] [--window 4000] [--repeat 3] [--logs DIR]
     python benchmarks/replay.py --check [--json] [--requests 200] [--repeat 3]
+
+--logs DIR keeps the logs (grown-NODES-WINDOW.jsonl, with a JSON sidecar of their
+figures) and reuses those already there.
 """
 
 from __future__ import annotations
@@ -26,17 +32,20 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from kvsm.config import Config, Prompt
+from kvsm.config import Config
+from kvsm.grow import grow, plan_growth
 from kvsm.log import Header, LogWriter
 from kvsm.replay import replay
 from kvsm.state import initial_state
-from kvsm.walk import walk
 
 WEIGHTS = {
     "Arrive": 1.0, "Match": 1.0, "Insert": 1.0, "Finish": 1.0, "Abort": 0.05, "Split": 0.3,
@@ -45,73 +54,73 @@ WEIGHTS = {
 }
 
 
-# The walk draws each Arrive's prompt uniformly with replacement, so a prompt list of
-# PROMPTS_PER_NODE * n prompts and STEPS_PER_NODE * n steps leave a tree of about n nodes
-# (calibrated: 0.95-1.0 n at n = 1k and 10k; the output prints the real count).
-PROMPTS_PER_NODE = 2
-STEPS_PER_NODE = 11.4
+def base_config(nodes: int) -> Config:
+    """What every size shares: 4 ranks, 16-token pages, 8 live requests, the walk's weights;
+    `kvsm.grow.plan_growth` sizes the pools and draws the walk's prompts."""
+    return replace(Config(), name=f"replay-{nodes}", R=4, P=16, max_live=8, walk_weights=tuple(sorted(WEIGHTS.items())))
 
 
-def config_for(nodes: int) -> Config:
-    """`systems` shared 8-page prefixes, each with suffixes of 4 to 12 pages, and enough
-    device and host pages for the whole tree."""
-    prompts_wanted = nodes * PROMPTS_PER_NODE
-    systems = max(4, int(prompts_wanted ** 0.5) // 2)
-    per = max(1, prompts_wanted // systems)
-    prompts = []
-    sym = 1
-    for s in range(systems):
-        system = tuple(range(sym, sym + 8))
-        sym += 8
-        for k in range(per):
-            n = 4 + (s * 7 + k * 3) % 9
-            prompts.append(Prompt(system + tuple(range(sym, sym + n)), 1))
-            sym += n
-    pages = nodes * 16  # room for the whole tree on L1 and on L2
-    return replace(Config(), name=f"replay-{nodes}", R=4, P=16, L1=pages // 4, L2=pages, max_live=8,
-                   prompts=tuple(prompts), walk_weights=tuple(sorted(WEIGHTS.items())))
+def build_log(nodes: int, walk_steps: int, log: Path) -> dict:
+    """The log of a tree grown to `nodes` nodes (`kvsm.grow`) and a walk of `walk_steps`
+    steps over it; returns its figures."""
+    g = plan_growth(nodes, base_config(nodes))
+    s0 = initial_state(g.config)
+    final = s0
+    t0 = time.perf_counter()
+    with LogWriter(log, Header(config=g.config, seed=1, source="walk", initial_digest=s0.digest(), extra={})) as w:
+        for t, s in grow(g, walk_steps, state=s0):
+            w.write(t, s)
+            final = s
+    return {
+        "grown_nodes": g.nodes, "nodes": len(final.nodes), "transitions": w.count,
+        "growth_transitions": 4 * g.requests, "build_s": round(time.perf_counter() - t0), "build_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _peak_rss_mb() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _child(*args: str) -> dict:
+    """This script run with `args` in a fresh process (so that each replay starts from the
+    same empty heap and its peak memory is its own), its JSON answer."""
+    out = subprocess.run([sys.executable, __file__, *args], check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(out.stdout)
 
 
 def walk_log(nodes: int, window: int, workdir: Path) -> dict:
-    """The walk for a tree of about `nodes` nodes, as a log in `workdir` (with a sidecar
-    of its figures), or the one already there."""
-    log = workdir / f"walk-{nodes}.jsonl"
-    info = workdir / f"walk-{nodes}.json"
+    """The log for a tree of about `nodes` nodes in `workdir` (with a sidecar of its
+    figures), or the one already there: the growth, then a walk of 2 * `window` steps
+    (the first half brings the live requests, backups and evictions to their ordinary
+    mix; the replay is measured over the second)."""
+    log = workdir / f"grown-{nodes}-{window}.jsonl"
+    info = workdir / f"grown-{nodes}-{window}.json"
     if log.exists() and info.exists():
         row = json.loads(info.read_text())
         print(f"  {nodes}: reusing {log} ({row['transitions']} transitions, {row['nodes']} nodes)", file=sys.stderr, flush=True)
         return {**row, "log": log}
-    cfg = config_for(nodes)
-    steps = int(nodes * STEPS_PER_NODE) + window
-    s0 = initial_state(cfg)
-    final = s0
-    t0 = time.perf_counter()
-    with LogWriter(log, Header(config=cfg, seed=1, source="walk", initial_digest=s0.digest(), extra={})) as w:
-        for t, s in walk(cfg, steps, seed=1, state=s0):
-            w.write(t, s)
-            final = s
-    row = {"nodes": len(final.nodes), "transitions": w.count, "walk_s": round(time.perf_counter() - t0)}
+    row = _child("--build-one", str(nodes), str(2 * window), str(log))
     info.write_text(json.dumps(row))
-    print(f"  {nodes}: walk of {row['transitions']} transitions, {row['nodes']} nodes, {row['walk_s']} s", file=sys.stderr, flush=True)
+    print(f"  {nodes}: grown to {row['grown_nodes']} nodes in {row['growth_transitions']} transitions, "
+          f"{row['transitions']} in all, {row['build_s']} s", file=sys.stderr, flush=True)
     return {**row, "log": log}
 
 
-def replay_us(log: Path, total: int, window: int) -> float:
-    """Microseconds per transition over the last `window` transitions of a replay of `log`."""
-    # The replay is measured alone: the walk's final state (a whole tree and its indexes)
-    # kept alive beside the replay's would double what every full collection traverses
-    # and what the caches hold; `walk_log` keeps none.
-    gc.collect()
-    stamps: dict[int, float] = {}
+def replay_once(log: Path, total: int, window: int) -> dict:
+    """Microseconds per transition over the last `window` transitions of a replay of
+    `log`, and the replay's peak memory."""
+    stamps: dict[int, tuple[float, float]] = {}
     start = total - window
 
     def on_step(n: int) -> None:
         if n == start or n == total:
-            stamps[n] = time.perf_counter()
+            stamps[n] = (time.process_time(), time.perf_counter())
 
+    t0 = time.process_time()
     res = replay(log, on_step=on_step)
     assert res.ok, res.to_json()
-    return (stamps[total] - stamps[start]) / window * 1e6
+    (c0, w0), (c1, w1) = stamps[start], stamps[total]
+    return {"us": (c1 - c0) / window * 1e6, "wall_us": (w1 - w0) / window * 1e6, "replay_s": time.process_time() - t0, "rss_mb": _peak_rss_mb()}
 
 
 def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
@@ -185,12 +194,22 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="measure replay --check against plain replay instead")
     ap.add_argument("--requests", type=int, default=200, help="with --check: requests of the simulated log")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each replay, the best counts")
-    ap.add_argument("--logs", help="keep the walks' logs in this directory and reuse those already there")
+    ap.add_argument("--logs", help="keep the logs in this directory and reuse those already there")
+    ap.add_argument("--build-one", nargs=3, metavar=("NODES", "STEPS", "LOG"), help=argparse.SUPPRESS)
+    ap.add_argument("--replay-one", nargs=3, metavar=("LOG", "TRANSITIONS", "WINDOW"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.check:
         with tempfile.TemporaryDirectory() as d:
             out = measure_check(args.requests, args.repeat, Path(d))
         print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return 0
+    if args.build_one:
+        nodes, steps, log = args.build_one
+        print(json.dumps(build_log(int(nodes), int(steps), Path(log))))
+        return 0
+    if args.replay_one:
+        log, total, window = args.replay_one
+        print(json.dumps(replay_once(Path(log), int(total), int(window))))
         return 0
     sizes = [int(x) for x in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as d:
@@ -198,16 +217,22 @@ def main() -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         rows = [walk_log(n, args.window, workdir) for n in sizes]
         # the sizes replayed in turns, so that a change in the machine's load falls on each alike
-        runs = [[replay_us(r["log"], r["transitions"], args.window) for r in rows] for _ in range(args.repeat)]
-    best = [min(run[i] for run in runs) for i in range(len(sizes))]
+        runs = [[_child("--replay-one", str(r["log"]), str(r["transitions"]), str(args.window)) for r in rows] for _ in range(args.repeat)]
+    best = [min(run[i]["us"] for run in runs) for i in range(len(sizes))]
     out = {
         "sizes": sizes,
         "nodes": [r["nodes"] for r in rows],
+        "grown_nodes": [r["grown_nodes"] for r in rows],
         "transitions": [r["transitions"] for r in rows],
-        "walk_s": [r["walk_s"] for r in rows],
+        "build_s": [r["build_s"] for r in rows],
+        "build_rss_mb": [r["build_rss_mb"] for r in rows],
+        "replay_s": [round(min(run[i]["replay_s"] for run in runs), 1) for i in range(len(sizes))],
+        "replay_rss_mb": [max(run[i]["rss_mb"] for run in runs) for i in range(len(sizes))],
         "per_transition_us": [round(b, 1) for b in best],
-        "runs_us": [[round(x, 1) for x in run] for run in runs],
+        "runs_us": [[round(x["us"], 1) for x in run] for run in runs],
+        "wall_us": [round(min(run[i]["wall_us"] for run in runs), 1) for i in range(len(sizes))],
         f"ratio_{_size(sizes[-1])}_over_{_size(sizes[0])}": round(best[-1] / best[0], 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
     return 0

@@ -96,7 +96,8 @@ def evict_host_to_fit(tx: Tx, length: int, view: int | None = None, snapshot: li
         # owns itself (index i mod R), not the whole object every rank shares
         need = len(tx.owned_indices(view, length))
     if need and tx.first_fit(need) is None:
-        for victim in snapshot if snapshot is not None else [k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)]:
+        # (the state's index, which the evictions do not change, read as they go)
+        for victim in snapshot if snapshot is not None else (k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)):
             evict_host_node(tx, victim)
             if tx.first_fit(need) is not None:
                 break
