@@ -46,6 +46,11 @@ class Defect:
 
 SPEC = "spec"
 
+# the simulator run of the two write-back defects: the reference's synchronous write-back
+# under the write-back policy, pools that make a load-back evict unbacked device leaves
+_WRITE_BACK_SIM = {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
+                   "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}
+
 CATALOGUE: dict[str, Defect] = {
     d.name: d
     for d in (
@@ -169,8 +174,7 @@ CATALOGUE: dict[str, Defect] = {
         ),
         Defect(
             "loadback_evicts_own_host", f"{SPEC}/MC_write_back_sync.cfg", "5 DevicePages",
-            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
-             "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}, None, sim_seed=1,
+            _WRITE_BACK_SIM, None, sim_seed=1,
             tracker="sglang PR 27631",
             why_no_gpu=(
                 "the node the load restores has left the tree, so no node claims the pages "
@@ -181,8 +185,7 @@ CATALOGUE: dict[str, Defect] = {
         ),
         Defect(
             "write_back_fail_evict", f"{SPEC}/MC_write_back_sync.cfg", "2 Residency",
-            {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
-             "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}, None, sim_seed=1,
+            _WRITE_BACK_SIM, None, sim_seed=1,
             tracker="sglang PR 27108",
             why_no_gpu=(
                 "the victim's device pages are freed with no copy anywhere, so nothing is "
@@ -234,6 +237,18 @@ REFERENCE_UNREACHABLE: dict[str, str] = {
     ),
     "reload_fail_double_free": "a failed disk read; the model has no disk fault (max_disk_faults = -1)",
     "failed_store_visible": "a failed disk write; the model has no disk fault (max_disk_faults = -1)",
+    "host_hit_unpinned": (
+        "a match that carries its host hit (carry_host_hit); the reference profile's model "
+        "finds its hit at the load-back (CarryHostHit = FALSE)"
+    ),
+    "loadback_evicts_own_host": (
+        "the write-back policy's synchronous write-back (write_back_evict = sync); the "
+        "reference profile writes through with prepared backups"
+    ),
+    "write_back_fail_evict": (
+        "the write-back policy's synchronous write-back (write_back_evict = sync); the "
+        "reference profile writes through with prepared backups"
+    ),
 }
 
 # options a defect needs under the reference profile beyond its own, and why
@@ -251,8 +266,10 @@ def reference_sim(d: Defect) -> dict[str, Any]:
     faults; `REFERENCE_SIM_EXTRA` where it needs more) on `reference-default` with the L3
     tier and the findings' knobs fixed."""
     extra = REFERENCE_SIM_EXTRA.get(d.name, ({}, ""))[0]
+    # the defect's own settings (the knob it needs) stay; the findings' knobs are fixed
+    own = tuple((k, v) for k, v in d.sim.get("settings", ()) + extra.get("settings", ()) if k not in FINDING_KNOBS)
     return {**d.sim, **extra, "config": REFERENCE_SIM_CONFIG, "tiers": "l1,l2,l3",
-            "settings": tuple((k, REFERENCE_KNOBS[k][1]) for k in FINDING_KNOBS)}
+            "settings": own + tuple((k, REFERENCE_KNOBS[k][1]) for k in FINDING_KNOBS)}
 
 
 def conform_model(d: Defect) -> str:

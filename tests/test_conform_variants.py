@@ -23,7 +23,7 @@ BASE = dict(R=2, P=1, L1=1, L2=2, Policy='"write_through"', WriteThreshold=1, Lo
             MaxLive=1, L3=0, SpillQueueCap=8, SpillInflight=1, ReloadInflight=1, ReloadTTL=2, MaxDiskFaults=0,
             CommitEntry='"fixed"', AckTiming='"fixed"',
             UnbackedEvict='"fixed"', WriteBackEvict='"locked"', DurableSplit='"fixed"', VictimOrder='"slru"', PreparedBackups='FALSE', Bug='"none"',
-            OwnDiskDurable='"fixed"')
+            OwnDiskDurable='"fixed"', CarryHostHit='FALSE')
 PROMPTS = (((1, 2), 0), ((1, 3), 0), ((4, 5), 0))
 INVARIANTS = ("TypeOK", "Tree", "Residency", "Locks", "Pending", "DevicePages", "HostPages", "Content", "Durable",
               "Reload", "Counts", "Collectives", "Agreement", "MC_NodeIdsCovered")
