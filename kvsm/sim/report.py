@@ -163,7 +163,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Run", [
         ("workload", "workload.name"), ("source", "workload.source"), ("requests in the workload", "workload.requests"),
         ("prompt pages in the workload", "workload.pages"), ("tokens per block", "workload.block_tokens"),
-        ("trace sha256", "workload.sha256"), ("seed", "seed"), ("schedule", "schedule"), ("tiers", "tiers"),
+        ("trace sha256", "workload.sha256"), ("seed", "seed"), ("schedule", "schedule"), ("replicas compared", "replicas"), ("tiers", "tiers"),
         ("faults asked for", "faults"), ("simulated time (ms)", "simulated_ms"), ("scheduler iterations", "iterations"),
         ("transitions", "transitions"), ("sync points", "sync_points"), ("wall time (s)", "seconds"),
         ("final digest", "final_digest"), ("log", "log"),
