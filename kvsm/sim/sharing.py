@@ -10,7 +10,7 @@ from operator import itemgetter
 
 from ..config import Config
 from ..digest_sums import COMPONENTS, REPLICATED_COMPONENTS, digest_scalars
-from ..state import ClusterState
+from ..state import ClusterState, make_state
 from ..transitions import REGISTRY
 from ..transitions.registry import rank_views
 
@@ -19,8 +19,8 @@ from ..transitions.registry import rank_views
 LOCAL_STEPS = frozenset(("WriteDone", "CommitCall", "AckAppend"))
 _I_L3 = COMPONENTS.index("l3")
 _REPLICATED_SUMS = itemgetter(*(i for i, n in enumerate(COMPONENTS) if n in REPLICATED_COMPONENTS))
-_FIELDS = ClusterState.__slots__
-_set = object.__setattr__
+# the fields `make_state` takes, in its order (all but `written` and `_digest`)
+_FIELDS = tuple(f for f in ClusterState.__slots__ if f not in ("written", "_digest"))
 
 
 def state_key(s: ClusterState) -> tuple:
@@ -54,15 +54,9 @@ def call_only(before: ClusterState, after: ClusterState, rank: int) -> bool:
 
 def with_calls(s: ClusterState, rounds: tuple[int, ...]) -> ClusterState:
     """State `s` with the commit round `rounds`: what the calls that changed only
-    `commit_round` make of it (`dataclasses.replace`, without its cost)."""
-    new = object.__new__(ClusterState)
-    for f in _FIELDS:
-        _set(new, f, getattr(s, f))
-    _set(new, "commit_round", rounds)
-    _set(new, "effects", ())
-    _set(new, "written", None)
-    _set(new, "_digest", None)
-    return new
+    `commit_round` make of it (built as `Tx.commit` builds a state)."""
+    changed = {"commit_round": rounds, "effects": ()}
+    return make_state(*(changed[f] if f in changed else getattr(s, f) for f in _FIELDS))
 
 
 def local_difference(mine: ClusterState, log: ClusterState, rank: int, every_rank: bool) -> str | None:
