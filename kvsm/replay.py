@@ -74,19 +74,23 @@ def _found(f: Any) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def no_full_collections() -> Iterator[None]:
-    """The cyclic collector without its full (oldest-generation) collections while the
-    block runs, its thresholds as they were afterwards. A replay holds one state, a
-    tree of immutable values with no reference cycle (refcounting frees each state it
-    leaves), so a full collection finds nothing, yet it traverses every object the state
-    holds: on a tree of a million nodes, tens of millions of objects, a few seconds each
-    time the heap's growth triggers one. The young generations are still collected."""
-    before = gc.get_threshold()
-    gc.set_threshold(before[0], before[1], 1 << 30)
+def collector_off() -> Iterator[None]:
+    """The cyclic collector off while the block runs (as it was afterwards). A replay
+    holds one state, a tree of immutable values with no reference cycle: refcounting
+    frees each state it leaves, and a collection finds nothing (a test replays with the
+    collector off and then collects: nothing). Yet every collection of the young
+    generations traverses what the transitions allocated, and each object it visits
+    reads the header of everything that object points to, most of it old and far
+    apart on a large tree: on a tree of 100k nodes the young collections alone cost a
+    tenth of the replay, and more per transition the larger the tree. Full collections,
+    which traverse the whole heap, cost seconds on a million nodes."""
+    was = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        if was:
+            gc.enable()
 
 
 def replay(
@@ -99,9 +103,9 @@ def replay(
     default, see `model_config`), verifying every digest (and with `check` every
     invariant after every transition, `kvsm.checking`) and its end line. Stops at the
     first mismatch or violation; a mismatch names the step, its transition and why, a
-    violation the line of the first state that breaks it. Runs without the cyclic
-    collector's full collections (`no_full_collections`)."""
-    with no_full_collections():
+    violation the line of the first state that breaks it. Runs with the cyclic
+    collector off (`collector_off`)."""
+    with collector_off():
         return _replay(path, check, on_step, bug)
 
 
