@@ -5,12 +5,17 @@ nodes where a walk would take hours) and whose last 2 * WINDOW transitions are a
 ordinary walk over it, built alike for every size. Each log is replayed (parse, apply,
 verify digest) in a fresh process, the sizes in turns; the CPU time per transition over
 the last WINDOW transitions is the figure, the best of --repeat, and the largest tree's
-figure is divided by the smallest's. The replays' peak memory is reported too.
+figure is divided by the smallest's. The replays' peak memory is reported too, and
+`warm_us`: the same window applied again from the state before it, right after the
+replay (the best of 3 passes, each digest verified), when what it touches is still in
+the caches; `us` - `warm_us` is what reaching parts of the state not touched for a long
+time costs (on a large tree, most of what a transition reads), `warm_ratio` the growth
+left without it.
 
 Prints {"sizes": [...], "nodes": [...], "per_transition_us": [...], "runs_us": [...],
-"wall_us": [...], "replay_rss_mb": [...], "build_s": [...], "ratio_100k_over_1k": r, ...}
-(the ratio's key names the sizes). Target (issue 26): ratio <= 1.5 for 1M over 1k
-(`--sizes 1000,1000000`).
+"wall_us": [...], "warm_us": [...], "replay_rss_mb": [...], "build_s": [...],
+"ratio_100k_over_1k": r, "warm_ratio": w, ...} (the ratio's key names the sizes).
+Target (issue 26): ratio <= 1.5 for 1M over 1k (`--sizes 1000,1000000`).
 
 With --check, measures instead what checking every invariant costs (`kvsm replay
 --check`, `kvsm.checking`): a 4-rank L3 simulator log (the first --requests requests of
@@ -44,14 +49,16 @@ from pathlib import Path
 from kvsm.config import Config
 from kvsm.grow import grow, plan_growth
 from kvsm.log import Header, LogWriter
-from kvsm.replay import replay
-from kvsm.state import initial_state
+from kvsm.replay import collector_off, replay
+from kvsm.state import ClusterState, initial_state
+from kvsm.transitions import Transition, apply
 
 WEIGHTS = {
     "Arrive": 1.0, "Match": 1.0, "Insert": 1.0, "Finish": 1.0, "Abort": 0.05, "Split": 0.3,
     "Reserve": 0.3, "WriteDone": 2.0, "Commit": 0.5, "Rollback": 0.02,
     "EvictDevice": 0.15, "EvictHost": 0.05, "LoadBack": 0.3,
 }
+WARM = 3  # passes of the window applied again from the state before it (`replay_once`)
 
 
 def base_config(nodes: int) -> Config:
@@ -106,21 +113,47 @@ def walk_log(nodes: int, window: int, workdir: Path) -> dict:
     return {**row, "log": log}
 
 
-def replay_once(log: Path, total: int, window: int) -> dict:
+def replay_once(log: Path, total: int, window: int, warm: int = WARM) -> dict:
     """Microseconds per transition over the last `window` transitions of a replay of
-    `log`, and the replay's peak memory."""
+    `log`, and the replay's peak memory. Then, from the state the replay reached before
+    that window (kept), the window's transitions are applied again `warm` times (each
+    digest verified) and the best is `warm_us`: the same work right after it was done,
+    with what it touches still in the caches, so that `us` - `warm_us` is the cost of
+    reaching memory the window had not touched for a long time."""
     stamps: dict[int, tuple[float, float]] = {}
+    kept: list[ClusterState] = []
+    steps: list[tuple[Transition, str]] = []
     start = total - window
 
-    def on_step(n: int) -> None:
+    def on_state(n: int, t: Transition, state: ClusterState) -> None:
+        if n > start:
+            steps.append((t, state.digest()))
         if n == start or n == total:
             stamps[n] = (time.process_time(), time.perf_counter())
+            if n == start:
+                kept.append(state)
 
     t0 = time.process_time()
-    res = replay(log, on_step=on_step)
+    res = replay(log, on_state=on_state)
     assert res.ok, res.to_json()
+    replay_s = time.process_time() - t0
     (c0, w0), (c1, w1) = stamps[start], stamps[total]
-    return {"us": (c1 - c0) / window * 1e6, "wall_us": (w1 - w0) / window * 1e6, "replay_s": time.process_time() - t0, "rss_mb": _peak_rss_mb()}
+    out = {"us": (c1 - c0) / window * 1e6, "wall_us": (w1 - w0) / window * 1e6, "replay_s": replay_s, "rss_mb": _peak_rss_mb()}
+    if warm:
+        out["warm_us"] = min(_apply_all(kept[0], steps) for _ in range(warm)) / window * 1e6
+    return out
+
+
+def _apply_all(state: ClusterState, steps: list[tuple[Transition, str]]) -> float:
+    """CPU seconds to apply `steps` from `state` (as a replay does: with the collector
+    off, each digest verified)."""
+    with collector_off():
+        t0 = time.process_time()
+        for t, digest in steps:
+            state = apply(state, t)
+            if state.digest() != digest:
+                raise AssertionError(f"digest mismatch after {t} in a warm pass")
+        return time.process_time() - t0
 
 
 def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
@@ -219,6 +252,7 @@ def main() -> int:
         # the sizes replayed in turns, so that a change in the machine's load falls on each alike
         runs = [[_child("--replay-one", str(r["log"]), str(r["transitions"]), str(args.window)) for r in rows] for _ in range(args.repeat)]
     best = [min(run[i]["us"] for run in runs) for i in range(len(sizes))]
+    warm = [min(run[i]["warm_us"] for run in runs) for i in range(len(sizes))]
     out = {
         "sizes": sizes,
         "nodes": [r["nodes"] for r in rows],
@@ -231,7 +265,9 @@ def main() -> int:
         "per_transition_us": [round(b, 1) for b in best],
         "runs_us": [[round(x["us"], 1) for x in run] for run in runs],
         "wall_us": [round(min(run[i]["wall_us"] for run in runs), 1) for i in range(len(sizes))],
+        "warm_us": [round(w, 1) for w in warm],
         f"ratio_{_size(sizes[-1])}_over_{_size(sizes[0])}": round(best[-1] / best[0], 2),
+        "warm_ratio": round(warm[-1] / warm[0], 2),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))

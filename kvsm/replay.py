@@ -98,18 +98,23 @@ def replay(
     check: bool = False,
     on_step: Callable[[int], None] | None = None,
     bug: str | None = None,
+    on_state: Callable[[int, Transition, ClusterState], None] | None = None,
 ) -> ReplayResult:
     """Replay a log from its header's config with the injected defect `bug` (none by
     default, see `model_config`), verifying every digest (and with `check` every
     invariant after every transition, `kvsm.checking`) and its end line. Stops at the
     first mismatch or violation; a mismatch names the step, its transition and why, a
     violation the line of the first state that breaks it. Runs with the cyclic
-    collector off (`collector_off`)."""
+    collector off (`collector_off`). `on_step(n)` is called after the n-th transition is
+    verified, `on_state(n, t, state)` too, with that transition and the state it leads to."""
     with collector_off():
-        return _replay(path, check, on_step, bug)
+        return _replay(path, check, on_step, bug, on_state)
 
 
-def _replay(path: str | Path, check: bool, on_step: Callable[[int], None] | None, bug: str | None) -> ReplayResult:
+def _replay(
+    path: str | Path, check: bool, on_step: Callable[[int], None] | None, bug: str | None,
+    on_state: Callable[[int, Transition, ClusterState], None] | None = None,
+) -> ReplayResult:
     p = str(path)
     count = 0
     state: ClusterState | None = None
@@ -150,6 +155,8 @@ def _replay(path: str | Path, check: bool, on_step: Callable[[int], None] | None
                     )
             if on_step is not None:
                 on_step(count)
+            if on_state is not None:
+                on_state(count, t, state)
         if checker is not None:
             found = checker.finish()
             if found is not None:

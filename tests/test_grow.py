@@ -4,7 +4,9 @@ then walked; the log it makes is one `kvsm replay` verifies."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,18 @@ def test_replay_runs_without_the_collector_and_restores_it(grown_log):
         gc.enable()
     res = replay(path, on_step=lambda n: seen.append(gc.isenabled()) if n == 100 else None)
     assert res.ok and seen == [False] and gc.isenabled()
+
+def test_on_state_gives_each_verified_state_and_the_benchmark_window_passes(grown_log):
+    """`replay(on_state=...)` hands over every transition with the state it leads to
+    (the logged digests), and benchmarks/replay.py's measurement applies its window again
+    from the state before it, every digest equal to the log's."""
+    path, g, grown, count = grown_log
+    seen = []
+    res = replay(path, on_state=lambda n, t, s: seen.append((n, t.name, s.digest())))
+    assert res.ok and [n for n, _, _ in seen] == list(range(1, count + 1))
+    assert seen[4 * g.requests - 1][2] == grown.digest() and seen[-1][2] == res.final_digest
+    spec = importlib.util.spec_from_file_location("replay_benchmark", Path(__file__).resolve().parent.parent / "benchmarks" / "replay.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = bench.replay_once(path, count, 100, warm=2)
+    assert row["us"] > 0 and row["warm_us"] > 0 and gc.isenabled()
