@@ -6,9 +6,9 @@ ordinary walk over it, built alike for every size. Each log is replayed (parse, 
 verify digest) in a fresh process, the sizes in turns; the CPU time per transition over
 the last WINDOW transitions is the figure, the best of --repeat, and the largest tree's
 figure is divided by the smallest's. The replays' peak memory is reported too, and
-`warm_us`: the same window applied again from the state before it, right after the
-replay (the best of 3 passes, each digest verified), when what it touches is still in
-the caches; `us` - `warm_us` is what reaching parts of the state not touched for a long
+`warm_us`: the same window's lines replayed again from the state before it, right after
+the replay (the best of 3 passes, each line parsed, applied and its digest verified),
+when what it touches is still in the caches; `us` - `warm_us` is what reaching parts of the state not touched for a long
 time costs (on a large tree, most of what a transition reads), `warm_ratio` the growth
 left without it.
 
@@ -48,7 +48,7 @@ from pathlib import Path
 
 from kvsm.config import Config
 from kvsm.grow import grow, plan_growth
-from kvsm.log import Header, LogWriter
+from kvsm.log import Header, LogWriter, parse_transition
 from kvsm.replay import collector_off, replay
 from kvsm.state import ClusterState, initial_state
 from kvsm.transitions import Transition, apply
@@ -116,18 +116,16 @@ def walk_log(nodes: int, window: int, workdir: Path) -> dict:
 def replay_once(log: Path, total: int, window: int, warm: int = WARM) -> dict:
     """Microseconds per transition over the last `window` transitions of a replay of
     `log`, and the replay's peak memory. Then, from the state the replay reached before
-    that window (kept), the window's transitions are applied again `warm` times (each
-    digest verified) and the best is `warm_us`: the same work right after it was done,
-    with what it touches still in the caches, so that `us` - `warm_us` is the cost of
-    reaching memory the window had not touched for a long time."""
+    that window (kept), the window's lines are replayed again `warm` times (each parsed,
+    applied and its digest verified, as the replay does) and the best is `warm_us`: the
+    same work right after it was done, with what it touches still in the caches, so
+    that `us` - `warm_us` is about what reaching memory the window had not touched for
+    a long time costs."""
     stamps: dict[int, tuple[float, float]] = {}
     kept: list[ClusterState] = []
-    steps: list[tuple[Transition, str]] = []
     start = total - window
 
     def on_state(n: int, t: Transition, state: ClusterState) -> None:
-        if n > start:
-            steps.append((t, state.digest()))
         if n == start or n == total:
             stamps[n] = (time.process_time(), time.perf_counter())
             if n == start:
@@ -140,16 +138,32 @@ def replay_once(log: Path, total: int, window: int, warm: int = WARM) -> dict:
     (c0, w0), (c1, w1) = stamps[start], stamps[total]
     out = {"us": (c1 - c0) / window * 1e6, "wall_us": (w1 - w0) / window * 1e6, "replay_s": replay_s, "rss_mb": _peak_rss_mb()}
     if warm:
-        out["warm_us"] = min(_apply_all(kept[0], steps) for _ in range(warm)) / window * 1e6
+        lines = _last_lines(log, window)
+        out["warm_us"] = min(_replay_lines(str(log), kept[0], lines) for _ in range(warm)) / window * 1e6
     return out
 
 
-def _apply_all(state: ClusterState, steps: list[tuple[Transition, str]]) -> float:
-    """CPU seconds to apply `steps` from `state` (as a replay does: with the collector
-    off, each digest verified)."""
+def _last_lines(log: Path, window: int) -> list[bytes]:
+    """The log's last `window` transition lines (read from its end: the lines before
+    the end line)."""
+    size = log.stat().st_size
+    chunk = 512 * (window + 2)
+    while True:
+        with open(log, "rb") as f:
+            f.seek(max(0, size - chunk))
+            lines = f.read().splitlines(keepends=True)
+        if len(lines) > window + 2 or chunk >= size:
+            return lines[-window - 1 : -1]
+        chunk *= 2
+
+
+def _replay_lines(path: str, state: ClusterState, lines: list[bytes]) -> float:
+    """CPU seconds to replay transition `lines` from `state` as a replay does (with the
+    collector off; each line decoded and parsed, applied, its digest verified)."""
     with collector_off():
         t0 = time.process_time()
-        for t, digest in steps:
+        for raw in lines:
+            _, t, digest = parse_transition(path, 0, raw.decode("utf-8"))
             state = apply(state, t)
             if state.digest() != digest:
                 raise AssertionError(f"digest mismatch after {t} in a warm pass")
