@@ -61,19 +61,18 @@ class MapTx:
 
     def delete_present(self, keys: Iterable[Any]) -> None:
         """`delete` of each of `keys` that the map holds."""
-        m = self.mut if self.mut is not None else self.orig
-        present = [k for k in keys if k in m]
-        if not present:
-            return
-        if self.mut is None:
+        m = self.mut
+        if m is None:
             m = self.mut = self.orig.mutate()
-        for k in present:
-            del m[k]
-        self.dirty.update(present)
+        # one lookup per key: `pop` deletes it where present and says whether it was
+        pop, dirty, missing = m.pop, self.dirty, _MISSING
+        for k in keys:
+            if pop(k, missing) is not missing:
+                dirty.add(k)
 
     def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
         """The new map and (with `track`) the change of its digest sum."""
-        if self.mut is None:
+        if self.mut is None or not self.dirty:  # (nothing written: the map as it was)
             return self.orig, 0
         new = self.mut.finish()
         delta = 0

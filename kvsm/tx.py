@@ -18,8 +18,8 @@ from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_su
 from . import effects as fx
 from .maptx import MapTx
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of, make_state
-from .victims import backup_candidate, dev_victim_key, host_victim_key
-from .writes import committed
+from .victims import index_entries
+from .writes import EMPTY, committed
 
 
 # the persistent maps and the per-lane / per-rank sequences a `Tx` copies on first use
@@ -37,7 +37,8 @@ _get_lists = attrgetter(*_LIST_NAMES)
 _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
          (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
-_EMPTY: frozenset = frozenset()
+_EMPTY = EMPTY  # the empty key set of a map no write reached
+_NO_ENTRIES = (None, None, False)  # `index_entries` of no node
 
 
 class _OnFirstUse:
@@ -362,28 +363,26 @@ class Tx:
         dirty = ntx.dirty if ntx is not None else _EMPTY
         if ptx is not None and ptx.dirty:
             dirty = dirty | ptx.dirty
+        old_nodes, old_pending = s.nodes, s.pending
         for nid in dirty:
-            old = s.nodes.get(nid)
+            old = old_nodes.get(nid)
             new = nodes.get(nid)
-            if old is new and (nid in s.pending) == (nid in pending):
+            old_p = nid in old_pending
+            new_p = old_p if pending is old_pending else nid in pending
+            if old is new and old_p == new_p:
                 continue
-            old_p, new_p = nid in s.pending, nid in pending
-            ok = dev_victim_key(old, old_p, cfg) if old is not None else None
-            nk = dev_victim_key(new, new_p, cfg) if new is not None else None
+            ok, oh, ob = _NO_ENTRIES if old is None else index_entries(old, old_p, cfg)
+            nk, nh, nb = _NO_ENTRIES if new is None else index_entries(new, new_p, cfg)
             if ok != nk:
                 if ok is not None:
                     dev_index = dev_index.remove(ok)
                 if nk is not None:
                     dev_index = dev_index.add(nk)
-            ok = host_victim_key(old, cfg) if old is not None else None
-            nk = host_victim_key(new, cfg) if new is not None else None
-            if ok != nk:
-                if ok is not None:
-                    host_index = host_index.remove(ok)
-                if nk is not None:
-                    host_index = host_index.add(nk)
-            ob = old is not None and backup_candidate(old, old_p, cfg)
-            nb = new is not None and backup_candidate(new, new_p, cfg)
+            if oh != nh:
+                if oh is not None:
+                    host_index = host_index.remove(oh)
+                if nh is not None:
+                    host_index = host_index.add(nh)
             if ob != nb:
                 backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
 
@@ -395,9 +394,10 @@ class Tx:
             backup_index, tuple(sums) if track else None, s.diverged, tuple(self.effects),
         )
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
-        object.__setattr__(new, "written", committed(s, tuple(
-            _EMPTY if (m := d.get(name)) is None else m.dirty for name in _WRITTEN_MAPS
-        )))
+        # (a map no write reached has the shared empty set, as `committed` wants)
+        object.__setattr__(new, "written", committed(s, tuple([
+            _EMPTY if (m := d.get(name)) is None else (m.dirty or _EMPTY) for name in _WRITTEN_MAPS
+        ])))
         return new
 
 

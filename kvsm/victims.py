@@ -91,3 +91,13 @@ def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
     if cfg.policy == "write_through":
         return node.hits >= cfg.write_threshold
     return node.lock == 0 and node.ondev == 0
+
+
+def index_entries(node: Node, is_pending: bool, cfg: Config) -> tuple[tuple | None, tuple | None, bool]:
+    """Where a node stands in the three derived indexes at once: its `dev_victim_key`,
+    its `host_victim_key` and whether it is a `backup_candidate` (what `kvsm.tx` compares
+    before and after a write). A node without a host copy is never a host victim and one
+    with a host copy never a backup candidate, so only one of those two is asked."""
+    if node.host is None:
+        return dev_victim_key(node, is_pending, cfg), None, backup_candidate(node, is_pending, cfg)
+    return dev_victim_key(node, is_pending, cfg), host_victim_key(node, cfg), False
