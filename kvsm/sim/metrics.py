@@ -29,6 +29,8 @@ def depth(s: ClusterState, nid: int) -> int:
     return d
 
 
+# transitions a run only counts (`on_transition` reads nothing else of them)
+_COUNTED_ONLY = frozenset(("Arrive", "Match", "Finish"))
 _L3_NAMES = frozenset(("SpillSubmit", "SpillDone", "SpillAck", "ReloadReserve", "ReloadDone", "ReloadAdmit", "ReloadExpire"))
 
 
@@ -102,6 +104,8 @@ class Metrics:
     def on_transition(self, t: Transition, before: ClusterState, after: ClusterState) -> None:
         name = t.name
         self.by_name[name] += 1
+        if name in _COUNTED_ONLY:
+            return
         if name in _DEV_EVICTING:
             # (effect classes have no subclasses: counted by exact type, at C speed)
             self.evicted_l1 += list(map(type, after.effects)).count(PoisonDev)
