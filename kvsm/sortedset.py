@@ -108,6 +108,16 @@ class PSortedSet:
         one or two), with `delta` elements more; nodes are split, merged and dropped on the
         way up as their sizes need."""
         height = self._height
+        if len(parts) == 1 and not self.HAS_AUX and (not path or len(parts[0]) >= _MERGE) and all(
+            len(node.kids) >= _MERGE for node, _ in path[1:]
+        ):
+            # the common case: one leaf replaced by one leaf, no node on the path to merge or
+            # split (what the loop below does then, without its checks)
+            part = parts[0]
+            for node, i in reversed(path):
+                kids, maxes = node.kids, node.maxes
+                part = _Inner(kids[:i] + (part,) + kids[i + 1 :], maxes[:i] + (_top(part),) + maxes[i + 1 :], node.n + delta, None)
+            return self._make(part, height, self._len + delta)
         for node, i in reversed(path):
             kids = node.kids
             lo, hi = i, i + 1
