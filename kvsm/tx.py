@@ -10,14 +10,13 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any, Iterable
 
 from .digest import MOD, entry_hash, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import effects as fx
 from .maptx import MapTx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of, make_state
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of, lane_of
 from .victims import index_entries
 from .writes import EMPTY, committed
 
@@ -31,9 +30,6 @@ _LIST_NAMES = (
 )
 _LAZY_LISTS = frozenset(_LIST_NAMES)
 _MAP_INDEX = {name: i for i, name in enumerate(MAP_COMPONENTS)}
-_LIST_INDEX = {name: i for i, name in enumerate(_LIST_NAMES)}
-_get_maps = attrgetter(*MAP_COMPONENTS)
-_get_lists = attrgetter(*_LIST_NAMES)
 _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
          (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
@@ -331,48 +327,53 @@ class Tx:
     def commit(self) -> ClusterState:
         s, cfg, track = self.s, self.cfg, self.track
         d = self.__dict__
+        # the new state starts as a draft of the old one; the parts this transaction
+        # changed replace theirs, the others are the old state's
+        new = draft_of(s)
         sums = list(s.sums) if track else None
-        maps = list(_get_maps(s))
         for name in d.keys() & _LAZY_MAPS:  # the maps this transaction read
             mtx = d[name]
             if mtx.mut is None:
                 continue
-            i = _MAP_INDEX[name]
-            maps[i], delta = mtx.finish(track)
+            m, delta = mtx.finish(track)
+            setattr(new, name, m)
             if delta:
+                i = _MAP_INDEX[name]
                 sums[i] = (sums[i] + delta) % MOD
-        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
-        lists = list(_get_lists(s))
         for name in d.keys() & _LAZY_LISTS:  # the tuples it read or replaced
-            lists[_LIST_INDEX[name]] = tuple(d[name])
-        (dev_free, l2_free, write_done, spill_gathered, spill_done, reload_done, disk_ok, l3_used, spill_staged,
-         load_done, commit_round, acked) = lists
+            setattr(new, name, tuple(d[name]))
+        new.next_id, new.clock, new.next_rid, new.writes = self.next_id, self.clock, self.next_rid, self.writes
+        new.spill_queue, new.spills, new.reloads, new.loads = self.spill_queue, self.spills, self.reloads, self.loads
+        new.disk_faults = self.disk_faults
         if track:
             if self._dev_free_delta:
                 sums[I_DEV_FREE] = (sums[I_DEV_FREE] + self._dev_free_delta) % MOD
             if self._l2_free_delta:
                 sums[I_L2_FREE] = (sums[I_L2_FREE] + self._l2_free_delta) % MOD
             for i, name in _SEQS:
-                seq = spill_staged if name == "spill_staged" else d[name]
+                seq = getattr(new, name)
                 old = getattr(s, name)
                 if seq is not old and seq != old:
                     sums[i] = seq_sum(name, seq)
+            new.sums = tuple(sums)
+        else:
+            new.sums = None
 
         dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         ntx, ptx = d.get("nodes"), d.get("pending")
         dirty = ntx.dirty if ntx is not None else _EMPTY
         if ptx is not None and ptx.dirty:
             dirty = dirty | ptx.dirty
-        old_nodes, old_pending = s.nodes, s.pending
+        old_nodes, old_pending, nodes, pending = s.nodes, s.pending, new.nodes, new.pending
         for nid in dirty:
-            old = old_nodes.get(nid)
-            new = nodes.get(nid)
+            was = old_nodes.get(nid)
+            now = nodes.get(nid)
             old_p = nid in old_pending
             new_p = old_p if pending is old_pending else nid in pending
-            if old is new and old_p == new_p:
+            if was is now and old_p == new_p:
                 continue
-            ok, oh, ob = _NO_ENTRIES if old is None else index_entries(old, old_p, cfg)
-            nk, nh, nb = _NO_ENTRIES if new is None else index_entries(new, new_p, cfg)
+            ok, oh, ob = _NO_ENTRIES if was is None else index_entries(was, old_p, cfg)
+            nk, nh, nb = _NO_ENTRIES if now is None else index_entries(now, new_p, cfg)
             if ok != nk:
                 if ok is not None:
                     dev_index = dev_index.remove(ok)
@@ -386,18 +387,14 @@ class Tx:
             if ob != nb:
                 backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
 
-        new = make_state(
-            cfg, nodes, self.next_id, self.clock, self.next_rid, dev_free, l2_free, objects, pending, self.writes,
-            requests, prepared, write_done, dev_content, host_content, self.spill_queue, self.spills,
-            reload_candidates, self.reloads, spill_gathered, spill_done, reload_done, disk_ok, self.disk_faults,
-            l3, l3_used, spill_staged, self.loads, load_done, commit_round, acked, dev_index, host_index,
-            backup_index, tuple(sums) if track else None, s.diverged, tuple(self.effects),
-        )
+        new.dev_index, new.host_index, new.backup_index = dev_index, host_index, backup_index
+        new.effects = tuple(self.effects)
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
         # (a map no write reached has the shared empty set, as `committed` wants)
-        object.__setattr__(new, "written", committed(s, tuple([
+        new.written = committed(s, tuple([
             _EMPTY if (m := d.get(name)) is None else (m.dirty or _EMPTY) for name in _WRITTEN_MAPS
-        ])))
+        ]))
+        new.__class__ = ClusterState
         return new
 
 
