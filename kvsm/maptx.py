@@ -40,6 +40,14 @@ class MapTx:
     def keys(self) -> Iterable[Any]:
         return (self.mut if self.mut is not None else self.orig).keys()
 
+    def writable(self) -> Any:
+        """The map's mutation, made on first use: a caller that stores into it directly
+        must add each key it stores to `dirty` (the hot paths of `kvsm.tx.Tx` do)."""
+        m = self.mut
+        if m is None:
+            m = self.mut = self.orig.mutate()
+        return m
+
     def set(self, k: Any, v: Any) -> None:
         if self.mut is None:
             self.mut = self.orig.mutate()

@@ -93,7 +93,10 @@ class Tx:
 
     def touch(self, nid: int) -> None:
         self.clock += 1
-        self.update(nid, touched=self.clock)
+        nodes = self.nodes
+        m = nodes.writable()
+        m[nid] = m[nid].with_(touched=self.clock)
+        nodes.dirty.add(nid)
 
     def set_dev(self, nid: int, dev: tuple[int, ...]) -> None:
         """Give a node device pages or take them away, keeping its parent's `ondev` count."""
@@ -119,9 +122,14 @@ class Tx:
         self.nodes.delete(nid)
 
     def lock_path(self, nid: int, delta: int) -> None:
+        if nid == ROOT_ID:
+            return
+        nodes = self.nodes
+        m, dirty = nodes.writable(), nodes.dirty
         while nid != ROOT_ID:
-            n = self.nodes[nid]
-            self.put(n.with_(lock=n.lock + delta))
+            n = m[nid]
+            m[nid] = n.with_(lock=n.lock + delta)
+            dirty.add(nid)
             nid = n.parent
 
     def new_id(self) -> int:

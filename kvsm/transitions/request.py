@@ -142,22 +142,32 @@ def match_candidates(s: ClusterState) -> Iterable[Transition]:
 # ---- Insert -------------------------------------------------------------------------------------
 
 
-def _lane_need(positions: Iterable[int], R: int) -> list[int]:
+def _lane_need(positions: list[int], R: int) -> list[int]:
+    if R == 1:
+        return [len(positions)]
     need = [0] * R
     for k in positions:
         need[lane_of(k, R)] += 1
     return need
 
 
+def _fits(tx: Tx, need: list[int]) -> bool:
+    """Whether every lane has `need[lane]` free pages."""
+    free = tx.dev_free
+    if len(need) == 1:
+        return len(free[0]) >= need[0]
+    return all(len(f) >= k for f, k in zip(free, need))
+
+
 def make_room(tx: Tx, need: list[int], exclude: frozenset[int], view: int | None = None) -> None:
     """Evict device victims in victim order (rank `view`'s) until every lane has
     `need[lane]` free pages."""
     R = tx.cfg.R
-    if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+    if _fits(tx, need):
         return
     for nid in device_victims(tx, exclude, view):
         evict_device_node(tx, nid)
-        if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+        if _fits(tx, need):
             return
     short = {lane: need[lane] - tx.free_in_lane(lane) for lane in range(R) if tx.free_in_lane(lane) < need[lane]}
     raise Rejected(f"device lanes short of pages after evicting every victim: {short}")
@@ -217,10 +227,12 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         tx.set_dev(nid, dev)
         tx.fill_devs(dev, n.hashes)
     for nid in path:
-        tx.touch(nid)
-        if wt and nid in on_l1_before:
+        if wt and nid in on_l1_before:  # touched and hit: one copy of the node
+            tx.clock += 1
             n = tx.node(nid)
-            tx.put(n.with_(hits=n.hits + 1))
+            tx.put(n.with_(touched=tx.clock, hits=n.hits + 1))
+        else:
+            tx.touch(nid)
     last = path[-1] if path else ROOT_ID
     prep = tx.prepared.get(rid)
     attach = prep is not None and len(new_tokens) == tx.objects[prep].length
