@@ -33,8 +33,12 @@ _MAP_INDEX = {name: i for i, name in enumerate(MAP_COMPONENTS)}
 _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
          (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
+_WRITTEN_INDEX = {name: i for i, name in enumerate(_WRITTEN_MAPS)}
 _EMPTY = EMPTY  # the empty key set of a map no write reached
 _NO_ENTRIES = (None, None, False)  # `index_entries` of no node
+# the keys written per map of _WRITTEN_MAPS by a transaction that wrote none (a map no
+# write reached has the shared empty set, as `committed` wants)
+_NONE_WRITTEN = (_EMPTY,) * len(_WRITTEN_MAPS)
 
 
 class _OnFirstUse:
@@ -339,12 +343,15 @@ class Tx:
         # changed replace theirs, the others are the old state's
         new = draft_of(s)
         sums = list(s.sums) if track else None
+        written = list(_NONE_WRITTEN)  # per map of _WRITTEN_MAPS, the keys written
         for name in d.keys() & _LAZY_MAPS:  # the maps this transaction read
             mtx = d[name]
             if mtx.mut is None:
                 continue
             m, delta = mtx.finish(track)
             setattr(new, name, m)
+            if mtx.dirty and name in _WRITTEN_INDEX:
+                written[_WRITTEN_INDEX[name]] = mtx.dirty
             if delta:
                 i = _MAP_INDEX[name]
                 sums[i] = (sums[i] + delta) % MOD
@@ -398,10 +405,7 @@ class Tx:
         new.dev_index, new.host_index, new.backup_index = dev_index, host_index, backup_index
         new.effects = tuple(self.effects)
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
-        # (a map no write reached has the shared empty set, as `committed` wants)
-        new.written = committed(s, tuple([
-            _EMPTY if (m := d.get(name)) is None else (m.dirty or _EMPTY) for name in _WRITTEN_MAPS
-        ]))
+        new.written = committed(s, tuple(written))
         new.__class__ = ClusterState
         return new
 
