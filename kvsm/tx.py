@@ -84,6 +84,12 @@ class Tx:
         self.track = s.sums is not None  # maintain the digest sums
         self.effects: list[fx.Effect] = []
 
+    def peek(self, name: str) -> Any:
+        """Map `name` as this transaction sees it, for reading only: its `MapTx` if the
+        transaction opened it, else the state's map (not opened for a lookup)."""
+        mtx = self.__dict__.get(name)
+        return mtx if mtx is not None else getattr(self.s, name)
+
     # ---- nodes ---------------------------------------------------------------------------------
     def node(self, nid: int) -> Node:
         return self.nodes[nid]

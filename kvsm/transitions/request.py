@@ -234,7 +234,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         else:
             tx.touch(nid)
     last = path[-1] if path else ROOT_ID
-    prep = tx.prepared.get(rid)
+    prep = tx.peek("prepared").get(rid)
     attach = prep is not None and len(new_tokens) == tx.objects[prep].length
     if new_tokens:
         parent = tx.node(last)
@@ -276,7 +276,7 @@ def settle_prepared(tx: Tx, rid: int, new: int | None) -> None:
     node took the prepared id (the lengths agree: `_attach_prepared_cp_backup`, which
     locks the node and makes the backup pending); else roll it back
     (`_rollback_prepared_cp_backup`). Also at abort, with no new node."""
-    if rid not in tx.prepared:
+    if rid not in tx.peek("prepared"):
         return
     prep = tx.prepared[rid]
     tx.prepared.delete(rid)
@@ -309,9 +309,9 @@ def _release(tx: Tx, req: Request) -> None:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)
     tx.requests.delete(req.id)
-    if req.id in tx.reload_candidates:
+    if req.id in tx.peek("reload_candidates"):
         tx.reload_candidates.delete(req.id)
-    if any(req.id in op.waiters for op in tx.reloads):
+    if tx.reloads and any(req.id in op.waiters for op in tx.reloads):
         tx.reloads = tuple(op.with_(waiters=tuple(w for w in op.waiters if w != req.id)) for op in tx.reloads)
 
 
