@@ -142,6 +142,29 @@ class Tx:
             dirty.add(nid)
             nid = n.parent
 
+    def move_lock(self, src: int, dst: int) -> None:
+        """`lock_path(dst, +1)` and then `lock_path(src, -1)`, in one pass: a node on both
+        paths keeps its lock, and is not copied."""
+        if src == dst:
+            return
+        nodes = self.nodes
+        m = nodes.writable()
+        delta: dict[int, int] = {}
+        nid = dst
+        while nid != ROOT_ID:
+            delta[nid] = 1
+            nid = m[nid].parent
+        nid = src
+        while nid != ROOT_ID:
+            delta[nid] = delta.get(nid, 0) - 1
+            nid = m[nid].parent
+        dirty = nodes.dirty
+        for nid, d in delta.items():
+            if d:
+                n = m[nid]
+                m[nid] = n.with_(lock=n.lock + d)
+                dirty.add(nid)
+
     def new_id(self) -> int:
         nid = self.next_id
         self.next_id += 1

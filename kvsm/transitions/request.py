@@ -265,8 +265,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         last = nid
     own = tx.alloc_positions(len(tokens), req.out_pages)
     settle_prepared(tx, rid, last if new_tokens else None)
-    tx.lock_path(last, +1)
-    tx.lock_path(req.node, -1)
+    tx.move_lock(req.node, last)  # (the lock moves down to the deepest node of its key)
     tx.requests.set(rid, drop_hit(tx, req).with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
 
