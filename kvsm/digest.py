@@ -72,14 +72,25 @@ def memo_hash(component: str, key: Any, value: Any) -> int:
     return h
 
 
-_WEIGHT: dict[tuple[str, int], int] = {}
+_WEIGHTS: dict[str, dict[int, int]] = {}  # component -> page -> weight
+
+
+def page_weights(component: str) -> dict[int, int]:
+    """The weights `page_weight` has memoised for a component, by page (read-only)."""
+    ws = _WEIGHTS.get(component)
+    if ws is None:
+        ws = _WEIGHTS[component] = {}
+    return ws
 
 
 def page_weight(component: str, key: int) -> int:
     """A fixed odd pseudo-random 256-bit multiplier per (component, key), memoised."""
-    w = _WEIGHT.get((component, key))
+    ws = _WEIGHTS.get(component)
+    if ws is None:
+        ws = _WEIGHTS[component] = {}
+    w = ws.get(key)
     if w is None:
-        w = _WEIGHT[(component, key)] = entry_hash(component + "@", key, None) | 1
+        w = ws[key] = entry_hash(component + "@", key, None) | 1
     return w
 
 

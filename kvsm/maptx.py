@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import immutables
 
-from .digest import content_hash, memo_hash
+from .digest import memo_hash, page_weight, page_weights
 from .digest_sums import CONTENT_COMPONENTS, value_hash
 
 _MISSING = object()
@@ -87,6 +87,22 @@ class MapTx:
         if not track:
             return new, 0
         name = self.name
+        if name in CONTENT_COMPONENTS:
+            # a ghost content entry counts (content + 1) * the page's weight (`content_hash`),
+            # so a change of it counts the difference times the weight
+            weights = page_weights(name)
+            old_get, new_get = self.orig.get, new.get
+            missing = _MISSING
+            for k in self.dirty:
+                o = old_get(k, missing)
+                n = new_get(k, missing)
+                if o is n:
+                    continue
+                c = (0 if n is missing else n + 1) - (0 if o is missing else o + 1)
+                if c:
+                    w = weights.get(k)
+                    delta += c * (w if w is not None else page_weight(name, k))
+            return new, delta
         for k in self.dirty:
             o = self.orig.get(k, _MISSING)
             n = new.get(k, _MISSING)
@@ -96,8 +112,6 @@ class MapTx:
                 delta += value_hash(name, k, n)
             elif n is _MISSING:
                 delta -= value_hash(name, k, o)
-            elif name in CONTENT_COMPONENTS:
-                delta += content_hash(name, k, n) - content_hash(name, k, o)
             else:
                 delta -= memo_hash(name, k, o)
                 delta += memo_hash(name, k, n)
