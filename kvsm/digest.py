@@ -46,9 +46,26 @@ def enc(v: Any) -> str:
 _blake2b = hashlib.blake2b
 
 
+# per type: its own `encode` method when `enc` would call it (a record type), else None
+_ENCODERS: dict[type, Any] = {}
+
+
+def _encoder(t: type) -> Any:
+    if issubclass(t, (int, str, tuple)) or t is type(None):
+        m = None
+    else:
+        m = getattr(t, "encode", None)
+    _ENCODERS[t] = m
+    return m
+
+
 def entry_hash(component: str, key: Any, value: Any) -> int:
-    text = f"{component}|{enc(key)}|{enc(value)}"
-    return int.from_bytes(_blake2b(text.encode(), digest_size=32).digest(), "big")
+    # `enc` of an int key and of a record value, without its chain of type tests (the same text)
+    k = str(key) if type(key) is int else enc(key)
+    t = type(value)
+    m = _ENCODERS[t] if t in _ENCODERS else _encoder(t)
+    v = m(value) if m is not None else enc(value)
+    return int.from_bytes(_blake2b(f"{component}|{k}|{v}".encode(), digest_size=32).digest(), "big")
 
 
 # The last hash computed for each (component, key), with the value it was computed for: a
