@@ -17,7 +17,7 @@ from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_su
 from . import effects as fx
 from .maptx import MapTx
 from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of, lane_of
-from .victims import index_entries
+from .victims import reindex
 from .writes import EMPTY, committed
 
 
@@ -35,7 +35,6 @@ _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "sp
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
 _WRITTEN_INDEX = {name: i for i, name in enumerate(_WRITTEN_MAPS)}
 _EMPTY = EMPTY  # the empty key set of a map no write reached
-_NO_ENTRIES = (None, None, False)  # `index_entries` of no node
 # the keys written per map of _WRITTEN_MAPS by a transaction that wrote none (a map no
 # write reached has the shared empty set, as `committed` wants)
 _NONE_WRITTEN = (_EMPTY,) * len(_WRITTEN_MAPS)
@@ -366,7 +365,7 @@ class Tx:
 
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
-        s, cfg, track = self.s, self.cfg, self.track
+        s, track = self.s, self.track
         d = self.__dict__
         # the new state starts as a draft of the old one; the parts this transaction
         # changed replace theirs, the others are the old state's
@@ -403,35 +402,12 @@ class Tx:
         else:
             new.sums = None
 
-        dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         ntx, ptx = d.get("nodes"), d.get("pending")
         dirty = ntx.dirty if ntx is not None else _EMPTY
         if ptx is not None and ptx.dirty:
             dirty = dirty | ptx.dirty
-        old_nodes, old_pending, nodes, pending = s.nodes, s.pending, new.nodes, new.pending
-        for nid in dirty:
-            was = old_nodes.get(nid)
-            now = nodes.get(nid)
-            old_p = nid in old_pending
-            new_p = old_p if pending is old_pending else nid in pending
-            if was is now and old_p == new_p:
-                continue
-            ok, oh, ob = _NO_ENTRIES if was is None else index_entries(was, old_p, cfg)
-            nk, nh, nb = _NO_ENTRIES if now is None else index_entries(now, new_p, cfg)
-            if ok != nk:
-                if ok is not None:
-                    dev_index = dev_index.remove(ok)
-                if nk is not None:
-                    dev_index = dev_index.add(nk)
-            if oh != nh:
-                if oh is not None:
-                    host_index = host_index.remove(oh)
-                if nh is not None:
-                    host_index = host_index.add(nh)
-            if ob != nb:
-                backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
-
-        new.dev_index, new.host_index, new.backup_index = dev_index, host_index, backup_index
+        if dirty:
+            new.dev_index, new.host_index, new.backup_index = reindex(s, new.nodes, new.pending, dirty)
         new.effects = tuple(self.effects)
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
         new.written = committed(s, tuple(written))
