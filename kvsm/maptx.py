@@ -103,16 +103,18 @@ class MapTx:
                     w = weights.get(k)
                     delta += c * (w if w is not None else page_weight(name, k))
             return new, delta
+        old_get, new_get, missing = self.orig.get, new.get, _MISSING
         for k in self.dirty:
-            o = self.orig.get(k, _MISSING)
-            n = new.get(k, _MISSING)
+            o = old_get(k, missing)
+            n = new_get(k, missing)
             if o is n:
                 continue
-            if o is _MISSING:
+            if o is missing:
                 delta += value_hash(name, k, n)
-            elif n is _MISSING:
+            elif n is missing:
                 delta -= value_hash(name, k, o)
             else:
+                # (the old value first: its hash is remembered, the new one's is then kept)
                 delta -= memo_hash(name, k, o)
                 delta += memo_hash(name, k, n)
                 bulky = getattr(n, "BULKY", None)
