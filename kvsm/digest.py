@@ -46,9 +46,26 @@ def enc(v: Any) -> str:
 _blake2b = hashlib.blake2b
 
 
+# per type: its own `encode` method when `enc` would call it (a record type), else None
+_ENCODERS: dict[type, Any] = {}
+
+
+def _encoder(t: type) -> Any:
+    if issubclass(t, (int, str, tuple)) or t is type(None):
+        m = None
+    else:
+        m = getattr(t, "encode", None)
+    _ENCODERS[t] = m
+    return m
+
+
 def entry_hash(component: str, key: Any, value: Any) -> int:
-    text = f"{component}|{enc(key)}|{enc(value)}"
-    return int.from_bytes(_blake2b(text.encode(), digest_size=32).digest(), "big")
+    # `enc` of an int key and of a record value, without its chain of type tests (the same text)
+    k = str(key) if type(key) is int else enc(key)
+    t = type(value)
+    m = _ENCODERS[t] if t in _ENCODERS else _encoder(t)
+    v = m(value) if m is not None else enc(value)
+    return int.from_bytes(_blake2b(f"{component}|{k}|{v}".encode(), digest_size=32).digest(), "big")
 
 
 # The last hash computed for each (component, key), with the value it was computed for: a
@@ -72,14 +89,25 @@ def memo_hash(component: str, key: Any, value: Any) -> int:
     return h
 
 
-_WEIGHT: dict[tuple[str, int], int] = {}
+_WEIGHTS: dict[str, dict[int, int]] = {}  # component -> page -> weight
+
+
+def page_weights(component: str) -> dict[int, int]:
+    """The weights `page_weight` has memoised for a component, by page (read-only)."""
+    ws = _WEIGHTS.get(component)
+    if ws is None:
+        ws = _WEIGHTS[component] = {}
+    return ws
 
 
 def page_weight(component: str, key: int) -> int:
     """A fixed odd pseudo-random 256-bit multiplier per (component, key), memoised."""
-    w = _WEIGHT.get((component, key))
+    ws = _WEIGHTS.get(component)
+    if ws is None:
+        ws = _WEIGHTS[component] = {}
+    w = ws.get(key)
     if w is None:
-        w = _WEIGHT[(component, key)] = entry_hash(component + "@", key, None) | 1
+        w = ws[key] = entry_hash(component + "@", key, None) | 1
     return w
 
 

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import immutables
 
-from .digest import content_hash, memo_hash
+from .digest import memo_hash, page_weight, page_weights
 from .digest_sums import CONTENT_COMPONENTS, value_hash
 
 _MISSING = object()
@@ -40,6 +40,14 @@ class MapTx:
     def keys(self) -> Iterable[Any]:
         return (self.mut if self.mut is not None else self.orig).keys()
 
+    def writable(self) -> Any:
+        """The map's mutation, made on first use: a caller that stores into it directly
+        must add each key it stores to `dirty` (the hot paths of `kvsm.tx.Tx` do)."""
+        m = self.mut
+        if m is None:
+            m = self.mut = self.orig.mutate()
+        return m
+
     def set(self, k: Any, v: Any) -> None:
         if self.mut is None:
             self.mut = self.orig.mutate()
@@ -61,37 +69,52 @@ class MapTx:
 
     def delete_present(self, keys: Iterable[Any]) -> None:
         """`delete` of each of `keys` that the map holds."""
-        m = self.mut if self.mut is not None else self.orig
-        present = [k for k in keys if k in m]
-        if not present:
-            return
-        if self.mut is None:
+        m = self.mut
+        if m is None:
             m = self.mut = self.orig.mutate()
-        for k in present:
-            del m[k]
-        self.dirty.update(present)
+        # one lookup per key: `pop` deletes it where present and says whether it was
+        pop, dirty, missing = m.pop, self.dirty, _MISSING
+        for k in keys:
+            if pop(k, missing) is not missing:
+                dirty.add(k)
 
     def finish(self, track: bool = True) -> tuple[immutables.Map, int]:
         """The new map and (with `track`) the change of its digest sum."""
-        if self.mut is None:
+        if self.mut is None or not self.dirty:  # (nothing written: the map as it was)
             return self.orig, 0
         new = self.mut.finish()
         delta = 0
         if not track:
             return new, 0
         name = self.name
+        if name in CONTENT_COMPONENTS:
+            # a ghost content entry counts (content + 1) * the page's weight (`content_hash`),
+            # so a change of it counts the difference times the weight
+            weights = page_weights(name)
+            old_get, new_get = self.orig.get, new.get
+            missing = _MISSING
+            for k in self.dirty:
+                o = old_get(k, missing)
+                n = new_get(k, missing)
+                if o is n:
+                    continue
+                c = (0 if n is missing else n + 1) - (0 if o is missing else o + 1)
+                if c:
+                    w = weights.get(k)
+                    delta += c * (w if w is not None else page_weight(name, k))
+            return new, delta
+        old_get, new_get, missing = self.orig.get, new.get, _MISSING
         for k in self.dirty:
-            o = self.orig.get(k, _MISSING)
-            n = new.get(k, _MISSING)
+            o = old_get(k, missing)
+            n = new_get(k, missing)
             if o is n:
                 continue
-            if o is _MISSING:
+            if o is missing:
                 delta += value_hash(name, k, n)
-            elif n is _MISSING:
+            elif n is missing:
                 delta -= value_hash(name, k, o)
-            elif name in CONTENT_COMPONENTS:
-                delta += content_hash(name, k, n) - content_hash(name, k, o)
             else:
+                # (the old value first: its hash is remembered, the new one's is then kept)
                 delta -= memo_hash(name, k, o)
                 delta += memo_hash(name, k, n)
                 bulky = getattr(n, "BULKY", None)

@@ -108,6 +108,14 @@ class PSortedSet:
         one or two), with `delta` elements more; nodes are split, merged and dropped on the
         way up as their sizes need."""
         height = self._height
+        if len(parts) == 1 and not self.HAS_AUX and _no_merge(path, parts[0]):
+            # the common case: one leaf replaced by one leaf, no node on the path to merge or
+            # split (what the loop below does then, without its checks)
+            part = parts[0]
+            for node, i in reversed(path):
+                kids, maxes = node.kids, node.maxes
+                part = _Inner(kids[:i] + (part,) + kids[i + 1 :], maxes[:i] + (_top(part),) + maxes[i + 1 :], node.n + delta, None)
+            return self._make(part, height, self._len + delta)
         for node, i in reversed(path):
             kids = node.kids
             lo, hi = i, i + 1
@@ -338,6 +346,17 @@ class PSortedSet:
         dropped = sum(map(_size, kids[:j])) + (_size(kids[j]) - _size(first))
         aux = ((self._summary(first),) + node.aux[j + 1 :]) if self.HAS_AUX else None
         return _Inner((first,) + kids[j + 1 :], node.maxes[j:], node.n - dropped, aux)
+
+
+def _no_merge(path: list[tuple[_Inner, int]], leaf: tuple) -> bool:
+    """Whether `_rebuild` merges no node when `leaf` replaces the leaf at the end of
+    `path` (each node below the root, and the leaf, keeps at least `_MERGE` entries)."""
+    if path and len(leaf) < _MERGE:
+        return False
+    for node, _ in path[1:]:
+        if len(node.kids) < _MERGE:
+            return False
+    return True
 
 
 def _entries(node: Any) -> int:

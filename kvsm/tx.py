@@ -10,16 +10,15 @@ fit) and is the only way a transition emits an effect (`kvsm.effects`).
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any, Iterable
 
 from .digest import MOD, entry_hash, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import effects as fx
 from .maptx import MapTx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, lane_of, make_state
-from .victims import backup_candidate, dev_victim_key, host_victim_key
-from .writes import committed
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of, lane_of
+from .victims import reindex
+from .writes import EMPTY, committed
 
 
 # the persistent maps and the per-lane / per-rank sequences a `Tx` copies on first use
@@ -31,13 +30,14 @@ _LIST_NAMES = (
 )
 _LAZY_LISTS = frozenset(_LIST_NAMES)
 _MAP_INDEX = {name: i for i, name in enumerate(MAP_COMPONENTS)}
-_LIST_INDEX = {name: i for i, name in enumerate(_LIST_NAMES)}
-_get_maps = attrgetter(*MAP_COMPONENTS)
-_get_lists = attrgetter(*_LIST_NAMES)
 _SEQS = ((I_WRITES, "writes"), (I_WRITES + 1, "spill_queue"), (I_WRITES + 2, "spills"), (I_WRITES + 3, "reloads"),
          (I_WRITES + 4, "spill_staged"), (I_WRITES + 5, "loads"))
 _WRITTEN_MAPS = ("nodes", "objects", "pending", "requests", "dev_content", "host_content", "reload_candidates", "l3")
-_EMPTY: frozenset = frozenset()
+_WRITTEN_INDEX = {name: i for i, name in enumerate(_WRITTEN_MAPS)}
+_EMPTY = EMPTY  # the empty key set of a map no write reached
+# the keys written per map of _WRITTEN_MAPS by a transaction that wrote none (a map no
+# write reached has the shared empty set, as `committed` wants)
+_NONE_WRITTEN = (_EMPTY,) * len(_WRITTEN_MAPS)
 
 
 class _OnFirstUse:
@@ -83,6 +83,12 @@ class Tx:
         self.track = s.sums is not None  # maintain the digest sums
         self.effects: list[fx.Effect] = []
 
+    def peek(self, name: str) -> Any:
+        """Map `name` as this transaction sees it, for reading only: its `MapTx` if the
+        transaction opened it, else the state's map (not opened for a lookup)."""
+        mtx = self.__dict__.get(name)
+        return mtx if mtx is not None else getattr(self.s, name)
+
     # ---- nodes ---------------------------------------------------------------------------------
     def node(self, nid: int) -> Node:
         return self.nodes[nid]
@@ -96,7 +102,10 @@ class Tx:
 
     def touch(self, nid: int) -> None:
         self.clock += 1
-        self.update(nid, touched=self.clock)
+        nodes = self.nodes
+        m = nodes.writable()
+        m[nid] = m[nid].with_(touched=self.clock)
+        nodes.dirty.add(nid)
 
     def set_dev(self, nid: int, dev: tuple[int, ...]) -> None:
         """Give a node device pages or take them away, keeping its parent's `ondev` count."""
@@ -122,10 +131,38 @@ class Tx:
         self.nodes.delete(nid)
 
     def lock_path(self, nid: int, delta: int) -> None:
+        if nid == ROOT_ID:
+            return
+        nodes = self.nodes
+        m, dirty = nodes.writable(), nodes.dirty
         while nid != ROOT_ID:
-            n = self.nodes[nid]
-            self.put(n.with_(lock=n.lock + delta))
+            n = m[nid]
+            m[nid] = n.with_(lock=n.lock + delta)
+            dirty.add(nid)
             nid = n.parent
+
+    def move_lock(self, src: int, dst: int) -> None:
+        """`lock_path(dst, +1)` and then `lock_path(src, -1)`, in one pass: a node on both
+        paths keeps its lock, and is not copied."""
+        if src == dst:
+            return
+        nodes = self.nodes
+        m = nodes.writable()
+        delta: dict[int, int] = {}
+        nid = dst
+        while nid != ROOT_ID:
+            delta[nid] = 1
+            nid = m[nid].parent
+        nid = src
+        while nid != ROOT_ID:
+            delta[nid] = delta.get(nid, 0) - 1
+            nid = m[nid].parent
+        dirty = nodes.dirty
+        for nid, d in delta.items():
+            if d:
+                n = m[nid]
+                m[nid] = n.with_(lock=n.lock + d)
+                dirty.add(nid)
 
     def new_id(self) -> int:
         nid = self.next_id
@@ -328,76 +365,53 @@ class Tx:
 
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
-        s, cfg, track = self.s, self.cfg, self.track
+        s, track = self.s, self.track
         d = self.__dict__
+        # the new state starts as a draft of the old one; the parts this transaction
+        # changed replace theirs, the others are the old state's
+        new = draft_of(s)
         sums = list(s.sums) if track else None
-        maps = list(_get_maps(s))
+        written = list(_NONE_WRITTEN)  # per map of _WRITTEN_MAPS, the keys written
         for name in d.keys() & _LAZY_MAPS:  # the maps this transaction read
             mtx = d[name]
             if mtx.mut is None:
                 continue
-            i = _MAP_INDEX[name]
-            maps[i], delta = mtx.finish(track)
+            m, delta = mtx.finish(track)
+            setattr(new, name, m)
+            if mtx.dirty and name in _WRITTEN_INDEX:
+                written[_WRITTEN_INDEX[name]] = mtx.dirty
             if delta:
+                i = _MAP_INDEX[name]
                 sums[i] = (sums[i] + delta) % MOD
-        nodes, objects, pending, requests, dev_content, host_content, reload_candidates, l3, prepared = maps
-        lists = list(_get_lists(s))
         for name in d.keys() & _LAZY_LISTS:  # the tuples it read or replaced
-            lists[_LIST_INDEX[name]] = tuple(d[name])
-        (dev_free, l2_free, write_done, spill_gathered, spill_done, reload_done, disk_ok, l3_used, spill_staged,
-         load_done, commit_round, acked) = lists
+            setattr(new, name, tuple(d[name]))
+        new.next_id, new.clock, new.next_rid, new.writes = self.next_id, self.clock, self.next_rid, self.writes
+        new.spill_queue, new.spills, new.reloads, new.loads = self.spill_queue, self.spills, self.reloads, self.loads
+        new.disk_faults = self.disk_faults
         if track:
             if self._dev_free_delta:
                 sums[I_DEV_FREE] = (sums[I_DEV_FREE] + self._dev_free_delta) % MOD
             if self._l2_free_delta:
                 sums[I_L2_FREE] = (sums[I_L2_FREE] + self._l2_free_delta) % MOD
             for i, name in _SEQS:
-                seq = spill_staged if name == "spill_staged" else d[name]
+                seq = getattr(new, name)
                 old = getattr(s, name)
                 if seq is not old and seq != old:
                     sums[i] = seq_sum(name, seq)
+            new.sums = tuple(sums)
+        else:
+            new.sums = None
 
-        dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
         ntx, ptx = d.get("nodes"), d.get("pending")
         dirty = ntx.dirty if ntx is not None else _EMPTY
         if ptx is not None and ptx.dirty:
             dirty = dirty | ptx.dirty
-        for nid in dirty:
-            old = s.nodes.get(nid)
-            new = nodes.get(nid)
-            if old is new and (nid in s.pending) == (nid in pending):
-                continue
-            old_p, new_p = nid in s.pending, nid in pending
-            ok = dev_victim_key(old, old_p, cfg) if old is not None else None
-            nk = dev_victim_key(new, new_p, cfg) if new is not None else None
-            if ok != nk:
-                if ok is not None:
-                    dev_index = dev_index.remove(ok)
-                if nk is not None:
-                    dev_index = dev_index.add(nk)
-            ok = host_victim_key(old, cfg) if old is not None else None
-            nk = host_victim_key(new, cfg) if new is not None else None
-            if ok != nk:
-                if ok is not None:
-                    host_index = host_index.remove(ok)
-                if nk is not None:
-                    host_index = host_index.add(nk)
-            ob = old is not None and backup_candidate(old, old_p, cfg)
-            nb = new is not None and backup_candidate(new, new_p, cfg)
-            if ob != nb:
-                backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
-
-        new = make_state(
-            cfg, nodes, self.next_id, self.clock, self.next_rid, dev_free, l2_free, objects, pending, self.writes,
-            requests, prepared, write_done, dev_content, host_content, self.spill_queue, self.spills,
-            reload_candidates, self.reloads, spill_gathered, spill_done, reload_done, disk_ok, self.disk_faults,
-            l3, l3_used, spill_staged, self.loads, load_done, commit_round, acked, dev_index, host_index,
-            backup_index, tuple(sums) if track else None, s.diverged, tuple(self.effects),
-        )
+        if dirty:
+            new.dev_index, new.host_index, new.backup_index = reindex(s, new.nodes, new.pending, dirty)
+        new.effects = tuple(self.effects)
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
-        object.__setattr__(new, "written", committed(s, tuple(
-            _EMPTY if (m := d.get(name)) is None else m.dirty for name in _WRITTEN_MAPS
-        )))
+        new.written = committed(s, tuple(written))
+        new.__class__ = ClusterState
         return new
 
 

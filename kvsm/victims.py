@@ -8,7 +8,7 @@ nodes, and invariant 10 recomputes them from scratch with the same functions.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from .config import Config
 from .state import ROOT_ID, Node
@@ -91,3 +91,48 @@ def backup_candidate(node: Node, is_pending: bool, cfg: Config) -> bool:
     if cfg.policy == "write_through":
         return node.hits >= cfg.write_threshold
     return node.lock == 0 and node.ondev == 0
+
+
+def index_entries(node: Node, is_pending: bool, cfg: Config) -> tuple[tuple | None, tuple | None, bool]:
+    """Where a node stands in the three derived indexes at once: its `dev_victim_key`,
+    its `host_victim_key` and whether it is a `backup_candidate` (what `kvsm.tx` compares
+    before and after a write). A node without a host copy is never a host victim and one
+    with a host copy never a backup candidate, so only one of those two is asked."""
+    if node.host is None:
+        return dev_victim_key(node, is_pending, cfg), None, backup_candidate(node, is_pending, cfg)
+    return dev_victim_key(node, is_pending, cfg), host_victim_key(node, cfg), False
+
+
+_NO_ENTRIES = (None, None, False)  # `index_entries` of no node
+
+
+def reindex(s: Any, nodes: Any, pending: Any, dirty: Iterable[int]) -> tuple[Any, Any, Any]:
+    """State `s`'s three derived indexes (`dev_index`, `host_index`, `backup_index`) after
+    a transaction that left the maps `nodes` and `pending` and wrote the node ids `dirty`
+    in one of them: each written node leaves the index entries it had and takes those it
+    has now, where they differ (`kvsm.tx.Tx.commit`)."""
+    cfg = s.config
+    dev_index, host_index, backup_index = s.dev_index, s.host_index, s.backup_index
+    old_nodes, old_pending = s.nodes, s.pending
+    for nid in dirty:
+        was = old_nodes.get(nid)
+        now = nodes.get(nid)
+        old_p = nid in old_pending
+        new_p = old_p if pending is old_pending else nid in pending
+        if was is now and old_p == new_p:
+            continue
+        ok, oh, ob = _NO_ENTRIES if was is None else index_entries(was, old_p, cfg)
+        nk, nh, nb = _NO_ENTRIES if now is None else index_entries(now, new_p, cfg)
+        if ok != nk:
+            if ok is not None:
+                dev_index = dev_index.remove(ok)
+            if nk is not None:
+                dev_index = dev_index.add(nk)
+        if oh != nh:
+            if oh is not None:
+                host_index = host_index.remove(oh)
+            if nh is not None:
+                host_index = host_index.add(nh)
+        if ob != nb:
+            backup_index = backup_index.add(nid) if nb else backup_index.remove(nid)
+    return dev_index, host_index, backup_index

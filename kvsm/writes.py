@@ -20,7 +20,7 @@ from typing import Any
 KEPT = 4  # commits a record keeps (the newest last)
 
 _serials = count()
-_EMPTY: frozenset = frozenset()
+EMPTY: frozenset = frozenset()
 
 
 class Writes:
@@ -37,12 +37,12 @@ class Writes:
 def committed(base: Any, keys: tuple[Any, ...]) -> Writes:
     """The record of a state committed on the state `base` (given a record of its own,
     with no commits, if it has none: it was not made by a commit), with `keys` (per map,
-    the keys set or deleted) written."""
+    the keys set or deleted) written; a map with no key written has the shared empty
+    set `EMPTY` (so that a record keeps no empty set of its own)."""
     rec = base.written
     if rec is None:
         rec = Writes()
         object.__setattr__(base, "written", rec)
-    keys = tuple([k or _EMPTY for k in keys])  # (an empty set kept is the shared one)
     return Writes(rec.commits[1 - KEPT:] + ((rec.serial, keys),))
 
 

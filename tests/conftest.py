@@ -40,3 +40,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 no_cuda = not _has_cuda()
             if no_cuda:
                 item.add_marker(pytest.mark.skip(reason="needs CUDA"))
+
+
+@pytest.fixture(scope="session")
+def small_graph():
+    """The Python model's whole graph of the `small` config (the `ci` TLC model's
+    constants: 224,863 states), explored once with every invariant checked in each
+    state: tests/test_explore.py reads it and tests/test_conform.py compares it with
+    TLC's (about a minute and a half of exploring, shared)."""
+    from kvsm.config import load_config
+    from kvsm.explore import explore
+
+    return explore(load_config("small"), check=True)

@@ -29,8 +29,8 @@ def ci_graph():
     return tlc_graph(module, cfg, config_of_model(module, cfg), intern), intern
 
 
-def test_conform_finds_the_graphs_equal_on_ci(ci_graph):
-    res = conform("ci", tlc=ci_graph)
+def test_conform_finds_the_graphs_equal_on_ci(ci_graph, small_graph):
+    res = conform("ci", tlc=ci_graph, explored=small_graph)
     assert res.equal, res.to_json()["examples"]
     # kvsm explore --config small: 224,863 states, 591,682 distinct labelled edges
     assert (res.tlc_states, res.model_states) == (224863, 224863)

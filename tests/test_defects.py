@@ -18,6 +18,7 @@ from kvsm.invariants import violations
 from kvsm.replay import replay
 from kvsm.state import initial_state
 from kvsm.transitions import apply, successors
+from kvsm.tla.runner import graph_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFECTS = sorted(CATALOGUE)
@@ -190,7 +191,7 @@ DEFECT_MODELS = sorted(
 def test_every_shipped_model_is_clean_without_a_defect(model):
     from kvsm.tla.check import check
 
-    res = check(model)
+    res = check(model, workers=graph_workers())
     assert res.ok, (model, res.to_json())
 
 

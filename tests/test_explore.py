@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from kvsm.config import load_config
-from kvsm.explore import explore
 from kvsm.transitions import names_for, successors
 
 
 @pytest.fixture(scope="module")
-def graph():
-    return explore(load_config("small"), check=True)
+def graph(small_graph):
+    return small_graph
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from kvsm.explore import explore
 from kvsm.invariants import violations
 from kvsm.state import initial_state
 from kvsm.transitions import apply, successors
+from kvsm.tla.runner import graph_workers
 
 from .helpers import T, node_by_key, run, serve
 
@@ -171,7 +172,7 @@ def test_tlc_and_the_model_agree_on_the_loads_model_and_it_holds_every_invariant
     cfg = str(spec_dir() / "MC_loads.cfg")
     res = conform(cfg, explored=loads_graph)
     assert res.equal and res.tlc_states == res.model_states == 127372, res.to_json()
-    safety = check(cfg, properties=False)
+    safety = check(cfg, properties=False, workers=graph_workers())
     assert safety.ok and safety.tlc.distinct_states == 127372, safety.to_json()
     assert "temporal properties" not in safety.tlc.output
 
@@ -184,7 +185,7 @@ def test_the_loads_model_holds_both_liveness_properties():
     from kvsm.tla.check import check
     from kvsm.tla.location import spec_dir
 
-    res = check(str(spec_dir() / "MC_loads.cfg"))
+    res = check(str(spec_dir() / "MC_loads.cfg"), workers=graph_workers())
     assert res.ok and res.tlc.violation is None, res.to_json()
     assert "branches of temporal properties for the complete state space" in res.tlc.output
 

@@ -19,6 +19,7 @@ from kvsm.tla.models import CONSTANT_FIELDS, config_of_model
 from kvsm.tla.location import model_paths
 from kvsm.tla.view import stamp_view
 from kvsm.transitions import REGISTRY
+from kvsm.tla.runner import graph_workers
 
 pytestmark = pytest.mark.tlc
 
@@ -378,7 +379,7 @@ def test_with_fairness_every_held_request_is_released_on_a_small_l3_model(tmp_pa
     from kvsm.tla.check import check
 
     cfg = _small_l3_model(tmp_path, "MC_fair_l3", "SPECIFICATION Spec\nPROPERTIES HeldReleased\n")
-    res = check(str(cfg))
+    res = check(str(cfg), workers=graph_workers())
     assert res.ok, res.tlc.output[-2000:]
     assert res.tlc.distinct_states > 1000
 

@@ -151,3 +151,39 @@ def test_thrash_cycles_through_more_than_the_device_holds():
     assert sum(len(k) for k in long) > device_pages * 1.4
     heads = {k[:2] for k in long}
     assert len(heads) == 1  # one shared head: every prefix splits the same node
+
+
+def test_prefix_tree_prompts_are_paths_of_one_small_trie():
+    w = generate("prefix-tree", 300, seed=5)
+    prompts = {r.hash_ids for r in w.requests}
+    assert len(prompts) <= 120 and all(1 <= len(p) <= 8 for p in prompts)
+    assert len({p[0] for p in prompts}) <= 3  # the trie's first level: 2 or 3 nodes
+    # a trie: two prompts agree up to where they part, then never again (prefix hash ids)
+    ps = sorted(prompts)
+    for x in ps:
+        for y in ps:
+            k = _shared_prefix(x, y)
+            assert not set(x[k:]) & set(y[k:])
+    # prompts come back: most requests repeat an earlier prompt or extend one
+    seen: set = set()
+    again = 0
+    for r in w.requests:
+        again += any(r.hash_ids[:n] in seen for n in range(1, len(r.hash_ids) + 1))
+        seen.add(r.hash_ids)
+    assert again > 250
+
+
+def test_prefix_tree_reaches_a_reload_whose_anchor_leaves_while_it_is_in_flight():
+    # the order of reload_stale_anchor's TLC counterexample (an anchor that leaves the tree
+    # between its reload's reserve and admission): with small tiers and a biased random
+    # schedule the prefix-tree workload reaches it (docs/campaign.md: 10 of seeds 0-19),
+    # and the defect breaks 1 Tree at the admission
+    from kvsm.campaign.run import Budget, execute
+    from kvsm.campaign.spec import RunSpec
+
+    spec = RunSpec(1, "default", "l1,l2,l3", "none", "prefix-tree", 80, l1_pages=7, l2_pages=6,
+                   schedule="random:0.5", bug="reload_stale_anchor")
+    out = execute(spec, Budget(60, 100_000), collect=False, replay_log=False)
+    assert out.failure is not None and out.failure.signature == "invariant:1 Tree@ReloadAdmit"
+    clean = execute(RunSpec(**{**spec.__dict__, "bug": "none"}), Budget(60, 100_000), collect=False, replay_log=False)
+    assert clean.failure is None and clean.status == "ok"

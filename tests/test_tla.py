@@ -18,6 +18,7 @@ from kvsm.log import read_log
 from kvsm.replay import replay
 from kvsm.tla import location, models, output
 from kvsm.tla.errors import TLCError, TLCUnavailable
+from kvsm.tla.runner import graph_workers
 from kvsm.tla.values import Fcn, Record, TLAValueError, parse_state, parse_value, to_tla
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
@@ -179,7 +180,7 @@ def test_the_ci_constants_keep_their_liveness_with_two_requests():
     two requests), which must hold every invariant and both liveness properties."""
     from kvsm.tla.check import check
 
-    res = check(str(location.spec_dir() / "MC_defects.cfg"))
+    res = check(str(location.spec_dir() / "MC_defects.cfg"), workers=graph_workers())
     assert res.ok and res.tlc.violation is None, res.to_json()
     assert models.read_cfg(location.spec_dir() / "MC_defects.cfg").names("PROPERTIES") == list(models.LIVENESS)
 

@@ -130,7 +130,7 @@ def _warn_if_slow(prep: Any, check: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("sim")
     def sim(
-        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (the bundled Mooncake synthetic trace), or a generator: system-prompts, multi-turn, long-doc, thrash"),
+        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (the bundled Mooncake synthetic trace), or a generator: system-prompts, multi-turn, long-doc, thrash, prefix-tree"),
         config: str = typer.Option("default", "--config", "-c", help="built-in config name or TOML path"),
         ranks: Optional[int] = typer.Option(None, "--ranks", min=1, max=MAX_RANKS, help=f"ranks R, at most {MAX_RANKS} (default: the config's)"),
         seed: int = typer.Option(0, "--seed", "-s", min=0, max=2**63 - 1, help="decides workload generation, timing and faults"),

@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def conform(
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
-        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC worker threads (default: one per CPU; the graph does not depend on them)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),
     ) -> None:

@@ -16,6 +16,11 @@ so two requests share an id only where they share the whole prefix.
   the device capacity (the worst case for LRU: every prefix is evicted just before
   it comes back), sharing a short common head so the tree keeps splitting, mixed
   with a few hot short prompts.
+- `prefix-tree`: the shape of the models TLC checks: every prompt is a path from the
+  root of one small trie (2 or 3 children a node, 2 to 4 levels, each node one or two
+  blocks), drawn uniformly, with short answers. Every prompt shares its upper levels
+  with others and comes back often, so with small tiers its prefixes are evicted,
+  spilled, reloaded and matched again under upper levels that stayed, or did not.
 """
 
 from __future__ import annotations
@@ -130,11 +135,29 @@ def thrash(n: int, seed: int, device_pages: int) -> list[TraceRequest]:
     return out
 
 
+def prefix_tree(n: int, seed: int, device_pages: int) -> list[TraceRequest]:
+    g = _Gen("prefix-tree", seed)
+    fanout = g.rng.randint(2, 3)
+    depth = g.rng.randint(2, 4)
+    # the prompts: every path from the root of a trie of `depth` levels, `fanout`
+    # children a node, each node one or two blocks (6 to 120 prompts)
+    paths: list[list[int]] = []
+    level: list[list[int]] = [[]]
+    for _ in range(depth):
+        level = [p + g.fresh(g.rng.randint(1, 2)) for p in level for _ in range(fanout)]
+        paths += level
+    out = []
+    for _ in range(n):
+        out.append(g.request(list(paths[g.rng.randrange(len(paths))]), g.rng.randint(8, 128)))
+    return out
+
+
 GENERATORS: dict[str, Callable[[int, int, int], list[TraceRequest]]] = {
     "system-prompts": system_prompts,
     "multi-turn": multi_turn,
     "long-doc": long_doc,
     "thrash": thrash,
+    "prefix-tree": prefix_tree,
 }
 
 

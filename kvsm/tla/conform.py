@@ -26,7 +26,7 @@ from .errors import TLCError
 from .graph import read_dot
 from .location import spec_dir
 from .models import ModelConfig, load_model, module_definitions, read_cfg, with_bug
-from .runner import run_tlc
+from .runner import graph_workers, run_tlc
 from .trace import SPEC_PARAMS
 from .canon import Canon, ContentNames, SPEC_VARIABLES, readable
 from .specmap import canon_model, canon_spec_var
@@ -124,7 +124,7 @@ def tlc_graph(
     cfg: Path | ModelConfig,
     config: Config,
     intern: Interner,
-    workers: int = 1,
+    workers: int | None = None,
     extra_modules: dict[str, str] | None = None,
     view: bool = False,
 ) -> StateGraph:
@@ -132,7 +132,11 @@ def tlc_graph(
     With `view`, the graph TLC explores under StampView (spec/KVView.tla): one state
     of each class, an edge from it for each of its edges, to the state that stands for
     the successor's class. The view is a bisimulation (tests/test_view.py), so a
-    scenario this graph has is one the complete graph has."""
+    scenario this graph has is one the complete graph has. `workers`: TLC's threads,
+    by default one per CPU for a complete graph (`kvsm.tla.runner.graph_workers`) and
+    one under the view (the state TLC keeps of a class is the first it reaches)."""
+    if workers is None:
+        workers = 1 if view else graph_workers()
     t0 = time.perf_counter()
     name = cfg.name if isinstance(cfg, Path) else module.stem
     with tempfile.TemporaryDirectory(prefix="kvsm-conform-") as tmp:
@@ -325,7 +329,7 @@ def _check_node_ids(module: Path, top: int) -> None:
 
 def conform(
     model_name: str,
-    workers: int = 1,
+    workers: int | None = None,
     tlc: tuple[StateGraph, Interner] | None = None,
     bug: str | None = None,
     explored: Graph | None = None,
@@ -338,7 +342,8 @@ def conform(
     node ids is the largest id the Python model's exploration creates (a spec that
     creates more shows as states only TLC has). With
     `bug`, both sides carry that injected defect, each graph cut where the defect breaks
-    the model."""
+    the model. `workers`: TLC's threads (default: one per CPU; the graph does not
+    depend on them)."""
     m = load_model(model_name, properties=False, bug=bug)
     config = m.config
     if tlc is not None:

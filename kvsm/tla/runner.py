@@ -57,6 +57,17 @@ class TLCResult:
         return self.violation is None and self.exit_code == 0
 
 
+def graph_workers() -> int:
+    """TLC's worker threads for a run whose result does not depend on their number: a
+    complete graph dump (its states and edges are sets) or a run expected to hold (its
+    state counts are TLC's distinct states). One per CPU. A run that may report a
+    violation keeps one worker unless asked otherwise, so that its counterexample is
+    the same on every machine (with several workers, which of two violating states at
+    the same depth is reported first depends on the threads' timing), and so does a
+    dump under a VIEW (which state of a class TLC keeps is the first it reaches)."""
+    return max(1, os.cpu_count() or 1)
+
+
 def run_tlc(
     module: Path,
     cfg: Path | ModelConfig,

@@ -142,22 +142,32 @@ def match_candidates(s: ClusterState) -> Iterable[Transition]:
 # ---- Insert -------------------------------------------------------------------------------------
 
 
-def _lane_need(positions: Iterable[int], R: int) -> list[int]:
+def _lane_need(positions: list[int], R: int) -> list[int]:
+    if R == 1:
+        return [len(positions)]
     need = [0] * R
     for k in positions:
         need[lane_of(k, R)] += 1
     return need
 
 
+def _fits(tx: Tx, need: list[int]) -> bool:
+    """Whether every lane has `need[lane]` free pages."""
+    free = tx.dev_free
+    if len(need) == 1:
+        return len(free[0]) >= need[0]
+    return all(len(f) >= k for f, k in zip(free, need))
+
+
 def make_room(tx: Tx, need: list[int], exclude: frozenset[int], view: int | None = None) -> None:
     """Evict device victims in victim order (rank `view`'s) until every lane has
     `need[lane]` free pages."""
     R = tx.cfg.R
-    if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+    if _fits(tx, need):
         return
     for nid in device_victims(tx, exclude, view):
         evict_device_node(tx, nid)
-        if all(tx.free_in_lane(lane) >= need[lane] for lane in range(R)):
+        if _fits(tx, need):
             return
     short = {lane: need[lane] - tx.free_in_lane(lane) for lane in range(R) if tx.free_in_lane(lane) < need[lane]}
     raise Rejected(f"device lanes short of pages after evicting every victim: {short}")
@@ -217,12 +227,14 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         tx.set_dev(nid, dev)
         tx.fill_devs(dev, n.hashes)
     for nid in path:
-        tx.touch(nid)
-        if wt and nid in on_l1_before:
+        if wt and nid in on_l1_before:  # touched and hit: one copy of the node
+            tx.clock += 1
             n = tx.node(nid)
-            tx.put(n.with_(hits=n.hits + 1))
+            tx.put(n.with_(touched=tx.clock, hits=n.hits + 1))
+        else:
+            tx.touch(nid)
     last = path[-1] if path else ROOT_ID
-    prep = tx.prepared.get(rid)
+    prep = tx.peek("prepared").get(rid)
     attach = prep is not None and len(new_tokens) == tx.objects[prep].length
     if new_tokens:
         parent = tx.node(last)
@@ -253,8 +265,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         last = nid
     own = tx.alloc_positions(len(tokens), req.out_pages)
     settle_prepared(tx, rid, last if new_tokens else None)
-    tx.lock_path(last, +1)
-    tx.lock_path(req.node, -1)
+    tx.move_lock(req.node, last)  # (the lock moves down to the deepest node of its key)
     tx.requests.set(rid, drop_hit(tx, req).with_(phase=DECODING, node=last, pages=own))
     return tx.commit()
 
@@ -264,7 +275,7 @@ def settle_prepared(tx: Tx, rid: int, new: int | None) -> None:
     node took the prepared id (the lengths agree: `_attach_prepared_cp_backup`, which
     locks the node and makes the backup pending); else roll it back
     (`_rollback_prepared_cp_backup`). Also at abort, with no new node."""
-    if rid not in tx.prepared:
+    if rid not in tx.peek("prepared"):
         return
     prep = tx.prepared[rid]
     tx.prepared.delete(rid)
@@ -297,9 +308,9 @@ def _release(tx: Tx, req: Request) -> None:
         tx.lock_path(req.node, -1)
     tx.free_dev(req.pages)
     tx.requests.delete(req.id)
-    if req.id in tx.reload_candidates:
+    if req.id in tx.peek("reload_candidates"):
         tx.reload_candidates.delete(req.id)
-    if any(req.id in op.waiters for op in tx.reloads):
+    if tx.reloads and any(req.id in op.waiters for op in tx.reloads):
         tx.reloads = tuple(op.with_(waiters=tuple(w for w in op.waiters if w != req.id)) for op in tx.reloads)
 
 

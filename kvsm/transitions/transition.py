@@ -24,7 +24,10 @@ class Transition:
         t = _new(Transition)
         d = t.__dict__
         d["name"] = name
-        d["args"] = tuple(sorted([(k, tuple(v) if isinstance(v, list) else v) for k, v in args.items()]))
+        if list in map(type, args.values()):
+            d["args"] = tuple(sorted([(k, tuple(v) if isinstance(v, list) else v) for k, v in args.items()]))
+        else:  # (no list to freeze: sorted at C speed)
+            d["args"] = tuple(sorted(args.items()))
         d["rank"] = rank
         return t
 

@@ -34,17 +34,18 @@ def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: 
             break
         child = nodes[cid]
         key = child.key
-        n = 1
-        limit = min(len(key), len(tokens) - i)
-        while n < limit and key[n] == tokens[i + n]:
-            n += 1
-        if n == len(key):
-            full.append(cid)
-            i += n
-            cur = child
-            continue
-        cut = (cid, n)
-        break
+        n = len(key)
+        if tokens[i : i + n] != key:  # (the whole node compared at C speed first)
+            n = 1
+            limit = min(len(key), len(tokens) - i)
+            while n < limit and key[n] == tokens[i + n]:
+                n += 1
+            if n < len(key):
+                cut = (cid, n)
+                break
+        full.append(cid)
+        i += n
+        cur = child
     return KeyWalk(full=tuple(full), covered=i, cut=cut)
 
 
@@ -65,7 +66,7 @@ def split_blocked_by_backup(cfg: Config, nid: int, pending: Any) -> bool:
 def unsplittable(tx: Tx, nid: int) -> bool:
     """A node whose backup is pending: the reference refuses to split it (a node an
     in-flight spill pins is split like any other)."""
-    return split_blocked_by_backup(tx.cfg, nid, tx.pending)
+    return split_blocked_by_backup(tx.cfg, nid, tx.peek("pending"))
 
 
 def split_node(tx: Tx, nid: int, at: int) -> int:
