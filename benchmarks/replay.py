@@ -172,7 +172,7 @@ def _replay_lines(path: str, state: ClusterState, lines: list[bytes]) -> float:
 
 def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     """Plain replay against `replay --check` on a 4-rank L3 simulator log."""
-    from kvsm import checking
+    import kvsm.replay as replaying  # its replay builds the checker it imported (`kvsm.replay.Checker`)
     from kvsm.sim import SimOptions, simulate
     from kvsm.transitions import REGISTRY
 
@@ -184,7 +184,7 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     gc.collect()
 
     fulls = []
-    real_checker = checking.Checker
+    real_checker = replaying.Checker
 
     class Counting(real_checker):
         def __init__(self, state, **kw):
@@ -194,14 +194,14 @@ def measure_check(requests: int, repeat: int, workdir: Path) -> dict:
     def once(sparse: bool = False, **kw) -> tuple[float, int]:
         """CPU time of one replay, and its from-scratch checks (with `sparse`: only every
         512 transitions and at the end)."""
-        checking.Checker = (lambda state, **k: Counting(state, at_agreement=False, **k)) if sparse else Counting
+        replaying.Checker = (lambda state, **k: Counting(state, at_agreement=False, **k)) if sparse else Counting
         try:
             gc.collect()
             t0 = time.process_time()
             r = replay(log, **kw)
             dt = time.process_time() - t0
         finally:
-            checking.Checker = real_checker
+            replaying.Checker = real_checker
         assert r.ok, r.to_json()
         return dt, (fulls[-1].stats.full if kw.get("check") else 0)
 
