@@ -119,6 +119,9 @@ class Cluster:
         # per rank: its AckAppend steps (ack_append = reference), learnt at the MIN
         self._acks_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
         self._unseen_lists = (self._l3_unseen, self._loads_unseen, self._calls_unseen, self._acks_unseen)
+        # `agreement`, while `adopting`: per rank, its own `WriteDone` steps that its replica
+        # has not applied yet (`_defer`)
+        self._deferred: list[list[Transition]] = [[] for _ in range(cfg.R)]
 
     @property
     def state(self) -> ClusterState:
@@ -150,6 +153,8 @@ class Cluster:
         if self.share_runs and self.replicas:
             ran[state_key(before)] = log.state
         for v in self.replicas:
+            if self._deferred[v.rank]:
+                self._catch_up(v)
             if self.share_runs:
                 d = v.state if v.state is before else state_key(v.state)
                 if d is before:
@@ -205,9 +210,13 @@ class Cluster:
                 # learn every step one by one (a correct model never gets here)
                 self.adopting = False
             try:
-                if self.adopting and t.name == "CommitCall":
+                if self.adopting and t.name == "WriteDone" and (self._deferred[rank] or v.state is not before):
+                    self._defer(v, t, before)
+                elif self.adopting and t.name == "CommitCall":
+                    self._catch_up(v)
                     self._call(v, before, after)
                 else:
+                    self._catch_up(v)
                     self._step(v, t)
             except Rejected as e:
                 raise SimDivergence(
@@ -223,6 +232,40 @@ class Cluster:
                 self._calls_unseen[rank].append(t)
             elif t.name == "AckAppend":
                 self._acks_unseen[rank].append(t)
+
+    def _defer(self, v: View, t: Transition, before: ClusterState) -> None:
+        """`agreement`: rank `v.rank`'s own `WriteDone` `t`, which the log applied to
+        `before`, waits to reach its replica (which lacks some other rank's progress) until
+        something reads the replica (`_catch_up`) or a collective replaces it with the
+        log's state (`_adopt`), where it is not applied at all. A `WriteDone` reads only
+        the replicated state and its rank's own counts (finished writes, appended acks,
+        its commit call) and changes only its rank's local state; so the first deferred
+        step waits only while the replica's own counts are those of the log's state it
+        was applied to (the others follow on from it: every other step of that rank, and
+        every step the replica takes, catches it up first)."""
+        r = v.rank
+        if not self._deferred[r]:
+            mine = v.state
+            if (mine.write_done[r], mine.acked[r], mine.commit_round[r]) != (before.write_done[r], before.acked[r], before.commit_round[r]):
+                self._step(v, t)
+                return
+        self._deferred[r].append(t)
+
+    def _catch_up(self, v: View) -> None:
+        """Replica `v` applies its rank's own deferred `WriteDone` steps (`_defer`)."""
+        steps = self._deferred[v.rank]
+        if not steps:
+            return
+        self._deferred[v.rank] = []
+        for t in steps:
+            try:
+                self._step(v, t)
+            except Rejected as e:
+                raise SimDivergence(
+                    f"{v.name} diverged at tick {self.tick}: its own {t}, applied late, "
+                    f"was rejected on its replica ({e})",
+                    self._where(v.rank) | {"expected": str(t), "got": "rejected"},
+                ) from None
 
     def _call(self, v: View, before: ClusterState, after: ClusterState) -> None:
         """`agreement`: rank `v.rank`'s commit call, which the log took from `before` to
@@ -271,6 +314,12 @@ class Cluster:
         per-rank step changes only its rank's local state, so learning them would reach
         the log's state)."""
         log = self.log.state
+        if self._deferred[v.rank]:
+            # its own finished writes since then: the log applied each to a state with the
+            # replicated part it has (the log's, unchanged by the local steps since) and
+            # with its own counts (`_defer`), so each has on it the effect it had on the log
+            v.state = v.state if replicated_key(v.state) != replicated_key(log) else log
+            self._deferred[v.rank] = []
         if v.state is not log:
             self._compare(v, log, False, f"the {what} (tick {self.tick}")
             v.state = log
@@ -286,6 +335,7 @@ class Cluster:
                 self._adopt(v, what)
                 continue
             if calls:
+                self._catch_up(v)
                 # every call of the round changed only its rank's entry (`_call`)
                 v.state = with_calls(v.state, self.log.state.commit_round)
                 continue
@@ -294,6 +344,7 @@ class Cluster:
                     continue
                 for t in steps:
                     try:
+                        self._catch_up(v)  # (the steps read its state)
                         self._step(v, t)
                     except Rejected as e:
                         raise SimDivergence(
@@ -374,6 +425,7 @@ class Cluster:
             if self.adopting and not self._lags(v, None, m):
                 self._adopt(v, "MIN collective")
                 continue
+            self._catch_up(v)
             for q in range(self.R):
                 while v.state.write_done[q] < m:
                     self._step(v, Transition.make("WriteDone", rank=q))
@@ -389,6 +441,7 @@ class Cluster:
         self._steps.clear()
         log = self.log.state
         for v in self.replicas:
+            self._catch_up(v)
             if v.state is not log:  # (under `agreement` a replica may share the log's state)
                 self._compare(v, log, l3_learnt, f"sync point {self.sync_points} (tick {self.tick}")
         self._agreed_at = (self.sync_points, self.transitions)
