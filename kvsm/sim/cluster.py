@@ -149,17 +149,17 @@ class Cluster:
         self._unseen.extend(log.trail)
         # under `agreement` (share_runs): replicas that start from one state (by digest)
         # reach one state; the log's run stands for those that start from its state
-        ran: dict[tuple, ClusterState] = {}
-        if self.share_runs and self.replicas:
-            ran[state_key(before)] = log.state
+        ran: dict[tuple, ClusterState] | None = None  # (made when first needed)
         for v in self.replicas:
             if self._deferred[v.rank]:
                 self._catch_up(v)
             if self.share_runs:
-                d = v.state if v.state is before else state_key(v.state)
-                if d is before:
+                if v.state is before:
                     v.state = log.state
                     continue
+                d = state_key(v.state)
+                if ran is None:
+                    ran = {state_key(before): log.state}
                 if d in ran:
                     v.state = ran[d]
                     continue
@@ -171,7 +171,7 @@ class Cluster:
                 self._diverged(v, log.trail, first, f"its {v.trail[-1] if v.trail else 'step'} was rejected ({e})")
             if v.trail != log.trail:
                 self._diverged(v, log.trail, first, "it applied other transitions")
-            if self.share_runs:
+            if ran is not None:
                 ran[d] = v.state
         return result
 
