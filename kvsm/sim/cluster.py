@@ -298,12 +298,18 @@ class Cluster:
         self.replica_runs += 1
         self._steps[key] = v.apply(t)
 
-    def _lags(self, v: View, learnt: list[list[Transition]] | None, upto: int = 0) -> bool:
+    def _unlearnt(self, learnt: list[list[Transition]] | None) -> list[bool]:
+        """Per rank: whether it has steps that the other ranks' replicas have not learnt,
+        but for those in `learnt`."""
+        return [any(u is not learnt and u[q] for u in self._unseen_lists) for q in range(self.R)]
+
+    def _lags(self, v: View, unlearnt: list[bool], upto: int = 0) -> bool:
         """Whether replica `v` still lacks some other rank's progress once it has learnt
-        the steps in `learnt` (and every rank's finished writes up to the MIN `upto`)."""
+        the steps not in `unlearnt` (`_unlearnt`) and every rank's finished writes up to
+        the MIN `upto`."""
         r, mine, log = v.rank, v.state.write_done, self.log.state.write_done
         for q in range(self.R):
-            if q != r and (max(mine[q], upto) < log[q] or any(u is not learnt and u[q] for u in self._unseen_lists)):
+            if q != r and (unlearnt[q] or max(mine[q], upto) < log[q]):
                 return True
         return False
 
@@ -330,8 +336,9 @@ class Cluster:
         calls = unseen is self._calls_unseen and self.adopting and self._calls_plain
         if unseen is self._calls_unseen:
             self._calls_plain = True  # a new round
+        unlearnt = self._unlearnt(unseen) if local and self.adopting else None
         for v in self.replicas:
-            if local and self.adopting and not self._lags(v, unseen):
+            if unlearnt is not None and not self._lags(v, unlearnt):
                 self._adopt(v, what)
                 continue
             if calls:
@@ -421,8 +428,9 @@ class Cluster:
         `ack_append = reference`, every rank's appended acks)."""
         self._learn(self._acks_unseen, "MIN collective", local=True)
         m = min(self.log.state.write_done)
+        unlearnt = self._unlearnt(None) if self.adopting and self.replicas else None
         for v in self.replicas:
-            if self.adopting and not self._lags(v, None, m):
+            if unlearnt is not None and not self._lags(v, unlearnt, m):
                 self._adopt(v, "MIN collective")
                 continue
             self._catch_up(v)
