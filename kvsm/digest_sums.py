@@ -28,6 +28,8 @@ REPLICATED_COMPONENTS = (
     "nodes", "objects", "pending", "requests", "reload_candidates", "dev_free", "l2_free", "writes", "spill_queue", "spills", "reloads",
     "loads", "prepared",
 )
+# the scalars of the replicated part (`digest_scalars(s, True)`, in its order)
+REPLICATED_SCALARS = ("next_id", "clock", "next_rid")
 
 def component_items(s: Any, name: str) -> Iterable[tuple[Any, Any]]:
     if name == "dev_free":
@@ -81,7 +83,7 @@ def recompute_sums(s: Any) -> tuple[int, ...]:
 def digest_scalars(s: Any, replicated_only: bool = False) -> dict[str, Any]:
     """The scalars of state `s` that its digest covers (with `replicated_only`, those of
     its replicated part)."""
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {  # (REPLICATED_SCALARS, written out)
         "next_id": s.next_id,
         "clock": s.clock,
         "next_rid": s.next_rid,

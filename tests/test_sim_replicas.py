@@ -79,6 +79,24 @@ def test_a_replica_that_drifts_is_caught_at_the_next_comparison(monkeypatch, lev
     assert drifted
 
 
+def test_agreement_catches_a_replica_that_drifts_while_its_own_finished_writes_wait(monkeypatch):
+    # under `agreement` a rank's own WriteDone waits to reach its replica (`Cluster._defer`)
+    # and is not applied at all where a collective gives the replica the log's state: a
+    # drift in between is still caught there, by the replicated digest
+    real = Cluster._defer
+    drifted = []
+
+    def drift_rank1(self: Cluster, v: View, t: Transition, before) -> None:
+        real(self, v, t, before)
+        if v.rank == 1 and self._deferred[1] and not drifted and self.sync_points >= 30 and v.state.dev_index:
+            v.state = apply(v.state, Transition.make("EvictDevice", node=v.state.dev_index.first()[2]))
+            drifted.append(self.sync_points)
+
+    monkeypatch.setattr(Cluster, "_defer", drift_rank1)
+    with pytest.raises(SimDivergence, match=r"rank 1 diverged by the (MIN|commit) collective .*replicated digest"):
+        simulate(replace(SMALL, replicas="agreement"))
+    assert drifted
+
 def test_agreement_does_not_see_a_rank_whose_code_decides_otherwise_from_the_logs_state(monkeypatch):
     # what `every` catches at once (tests/test_sim_cluster.py) and `agreement` gives up:
     # rank 1's replica equals the log's state, so it takes the log's outcome

@@ -119,6 +119,9 @@ class Cluster:
         # per rank: its AckAppend steps (ack_append = reference), learnt at the MIN
         self._acks_unseen: list[list[Transition]] = [[] for _ in range(cfg.R)]
         self._unseen_lists = (self._l3_unseen, self._loads_unseen, self._calls_unseen, self._acks_unseen)
+        # `agreement`, while `adopting`: per rank, its own `WriteDone` steps that its replica
+        # has not applied yet (`_defer`)
+        self._deferred: list[list[Transition]] = [[] for _ in range(cfg.R)]
 
     @property
     def state(self) -> ClusterState:
@@ -146,15 +149,17 @@ class Cluster:
         self._unseen.extend(log.trail)
         # under `agreement` (share_runs): replicas that start from one state (by digest)
         # reach one state; the log's run stands for those that start from its state
-        ran: dict[tuple, ClusterState] = {}
-        if self.share_runs and self.replicas:
-            ran[state_key(before)] = log.state
+        ran: dict[tuple, ClusterState] | None = None  # (made when first needed)
         for v in self.replicas:
+            if self._deferred[v.rank]:
+                self._catch_up(v)
             if self.share_runs:
-                d = v.state if v.state is before else state_key(v.state)
-                if d is before:
+                if v.state is before:
                     v.state = log.state
                     continue
+                d = state_key(v.state)
+                if ran is None:
+                    ran = {state_key(before): log.state}
                 if d in ran:
                     v.state = ran[d]
                     continue
@@ -166,7 +171,7 @@ class Cluster:
                 self._diverged(v, log.trail, first, f"its {v.trail[-1] if v.trail else 'step'} was rejected ({e})")
             if v.trail != log.trail:
                 self._diverged(v, log.trail, first, "it applied other transitions")
-            if self.share_runs:
+            if ran is not None:
                 ran[d] = v.state
         return result
 
@@ -205,9 +210,13 @@ class Cluster:
                 # learn every step one by one (a correct model never gets here)
                 self.adopting = False
             try:
-                if self.adopting and t.name == "CommitCall":
+                if self.adopting and t.name == "WriteDone" and (self._deferred[rank] or v.state is not before):
+                    self._defer(v, t, before)
+                elif self.adopting and t.name == "CommitCall":
+                    self._catch_up(v)
                     self._call(v, before, after)
                 else:
+                    self._catch_up(v)
                     self._step(v, t)
             except Rejected as e:
                 raise SimDivergence(
@@ -223,6 +232,40 @@ class Cluster:
                 self._calls_unseen[rank].append(t)
             elif t.name == "AckAppend":
                 self._acks_unseen[rank].append(t)
+
+    def _defer(self, v: View, t: Transition, before: ClusterState) -> None:
+        """`agreement`: rank `v.rank`'s own `WriteDone` `t`, which the log applied to
+        `before`, waits to reach its replica (which lacks some other rank's progress) until
+        something reads the replica (`_catch_up`) or a collective replaces it with the
+        log's state (`_adopt`), where it is not applied at all. A `WriteDone` reads only
+        the replicated state and its rank's own counts (finished writes, appended acks,
+        its commit call) and changes only its rank's local state; so the first deferred
+        step waits only while the replica's own counts are those of the log's state it
+        was applied to (the others follow on from it: every other step of that rank, and
+        every step the replica takes, catches it up first)."""
+        r = v.rank
+        if not self._deferred[r]:
+            mine = v.state
+            if (mine.write_done[r], mine.acked[r], mine.commit_round[r]) != (before.write_done[r], before.acked[r], before.commit_round[r]):
+                self._step(v, t)
+                return
+        self._deferred[r].append(t)
+
+    def _catch_up(self, v: View) -> None:
+        """Replica `v` applies its rank's own deferred `WriteDone` steps (`_defer`)."""
+        steps = self._deferred[v.rank]
+        if not steps:
+            return
+        self._deferred[v.rank] = []
+        for t in steps:
+            try:
+                self._step(v, t)
+            except Rejected as e:
+                raise SimDivergence(
+                    f"{v.name} diverged at tick {self.tick}: its own {t}, applied late, "
+                    f"was rejected on its replica ({e})",
+                    self._where(v.rank) | {"expected": str(t), "got": "rejected"},
+                ) from None
 
     def _call(self, v: View, before: ClusterState, after: ClusterState) -> None:
         """`agreement`: rank `v.rank`'s commit call, which the log took from `before` to
@@ -255,12 +298,18 @@ class Cluster:
         self.replica_runs += 1
         self._steps[key] = v.apply(t)
 
-    def _lags(self, v: View, learnt: list[list[Transition]] | None, upto: int = 0) -> bool:
+    def _unlearnt(self, learnt: list[list[Transition]] | None) -> list[bool]:
+        """Per rank: whether it has steps that the other ranks' replicas have not learnt,
+        but for those in `learnt`."""
+        return [any(u is not learnt and u[q] for u in self._unseen_lists) for q in range(self.R)]
+
+    def _lags(self, v: View, unlearnt: list[bool], upto: int = 0) -> bool:
         """Whether replica `v` still lacks some other rank's progress once it has learnt
-        the steps in `learnt` (and every rank's finished writes up to the MIN `upto`)."""
+        the steps not in `unlearnt` (`_unlearnt`) and every rank's finished writes up to
+        the MIN `upto`."""
         r, mine, log = v.rank, v.state.write_done, self.log.state.write_done
         for q in range(self.R):
-            if q != r and (max(mine[q], upto) < log[q] or any(u is not learnt and u[q] for u in self._unseen_lists)):
+            if q != r and (unlearnt[q] or max(mine[q], upto) < log[q]):
                 return True
         return False
 
@@ -271,6 +320,12 @@ class Cluster:
         per-rank step changes only its rank's local state, so learning them would reach
         the log's state)."""
         log = self.log.state
+        if self._deferred[v.rank]:
+            # its own finished writes since then: the log applied each to a state with the
+            # replicated part it has (the log's, unchanged by the local steps since) and
+            # with its own counts (`_defer`), so each has on it the effect it had on the log
+            v.state = v.state if replicated_key(v.state) != replicated_key(log) else log
+            self._deferred[v.rank] = []
         if v.state is not log:
             self._compare(v, log, False, f"the {what} (tick {self.tick}")
             v.state = log
@@ -281,11 +336,13 @@ class Cluster:
         calls = unseen is self._calls_unseen and self.adopting and self._calls_plain
         if unseen is self._calls_unseen:
             self._calls_plain = True  # a new round
+        unlearnt = self._unlearnt(unseen) if local and self.adopting else None
         for v in self.replicas:
-            if local and self.adopting and not self._lags(v, unseen):
+            if unlearnt is not None and not self._lags(v, unlearnt):
                 self._adopt(v, what)
                 continue
             if calls:
+                self._catch_up(v)
                 # every call of the round changed only its rank's entry (`_call`)
                 v.state = with_calls(v.state, self.log.state.commit_round)
                 continue
@@ -294,6 +351,7 @@ class Cluster:
                     continue
                 for t in steps:
                     try:
+                        self._catch_up(v)  # (the steps read its state)
                         self._step(v, t)
                     except Rejected as e:
                         raise SimDivergence(
@@ -370,10 +428,12 @@ class Cluster:
         `ack_append = reference`, every rank's appended acks)."""
         self._learn(self._acks_unseen, "MIN collective", local=True)
         m = min(self.log.state.write_done)
+        unlearnt = self._unlearnt(None) if self.adopting and self.replicas else None
         for v in self.replicas:
-            if self.adopting and not self._lags(v, None, m):
+            if unlearnt is not None and not self._lags(v, unlearnt, m):
                 self._adopt(v, "MIN collective")
                 continue
+            self._catch_up(v)
             for q in range(self.R):
                 while v.state.write_done[q] < m:
                     self._step(v, Transition.make("WriteDone", rank=q))
@@ -389,6 +449,7 @@ class Cluster:
         self._steps.clear()
         log = self.log.state
         for v in self.replicas:
+            self._catch_up(v)
             if v.state is not log:  # (under `agreement` a replica may share the log's state)
                 self._compare(v, log, l3_learnt, f"sync point {self.sync_points} (tick {self.tick}")
         self._agreed_at = (self.sync_points, self.transitions)

@@ -6,11 +6,11 @@ and the commit call's one local fact."""
 
 from __future__ import annotations
 
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from ..config import Config
-from ..digest_sums import COMPONENTS, REPLICATED_COMPONENTS, digest_scalars
-from ..state import ClusterState, make_state
+from ..digest_sums import COMPONENTS, REPLICATED_COMPONENTS, REPLICATED_SCALARS, digest_scalars
+from ..state import ClusterState, draft_of
 from ..transitions import REGISTRY
 from ..transitions.registry import rank_views
 
@@ -19,8 +19,7 @@ from ..transitions.registry import rank_views
 LOCAL_STEPS = frozenset(("WriteDone", "CommitCall", "AckAppend"))
 _I_L3 = COMPONENTS.index("l3")
 _REPLICATED_SUMS = itemgetter(*(i for i, n in enumerate(COMPONENTS) if n in REPLICATED_COMPONENTS))
-# the fields `make_state` takes, in its order (all but `written` and `_digest`)
-_FIELDS = tuple(f for f in ClusterState.__slots__ if f not in ("written", "_digest"))
+_REPLICATED_SCALARS = attrgetter(*REPLICATED_SCALARS)
 
 
 def state_key(s: ClusterState) -> tuple:
@@ -31,7 +30,8 @@ def state_key(s: ClusterState) -> tuple:
 
 def replicated_key(s: ClusterState) -> tuple:
     """What `s.replicated_digest()` hashes, as a tuple (`state_key` of the replicated part)."""
-    return tuple(digest_scalars(s, True).values()), _REPLICATED_SUMS(s.current_sums())
+    # (`digest_scalars(s, True)`'s values, read without building its dict)
+    return _REPLICATED_SCALARS(s), _REPLICATED_SUMS(s.current_sums())
 
 
 def views_differ(cfg: Config) -> bool:
@@ -55,8 +55,11 @@ def call_only(before: ClusterState, after: ClusterState, rank: int) -> bool:
 def with_calls(s: ClusterState, rounds: tuple[int, ...]) -> ClusterState:
     """State `s` with the commit round `rounds`: what the calls that changed only
     `commit_round` make of it (built as `Tx.commit` builds a state)."""
-    changed = {"commit_round": rounds, "effects": ()}
-    return make_state(*(changed[f] if f in changed else getattr(s, f) for f in _FIELDS))
+    new = draft_of(s)
+    new.commit_round = rounds
+    new.effects = ()
+    new.__class__ = ClusterState
+    return new
 
 
 def local_difference(mine: ClusterState, log: ClusterState, rank: int, every_rank: bool) -> str | None:
