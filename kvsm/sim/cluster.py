@@ -258,14 +258,18 @@ class Cluster:
             return
         self._deferred[v.rank] = []
         for t in steps:
-            try:
-                self._step(v, t)
-            except Rejected as e:
-                raise SimDivergence(
-                    f"{v.name} diverged at tick {self.tick}: its own {t}, applied late, "
-                    f"was rejected on its replica ({e})",
-                    self._where(v.rank) | {"expected": str(t), "got": "rejected"},
-                ) from None
+            self._step_or_diverge(v, t, f"at tick {self.tick}: its own {t}, applied late,")
+
+    def _step_or_diverge(self, v: View, t: Transition, what: str) -> None:
+        """Replica `v` takes step `t` of the log; a rejection is a divergence, said as
+        `v` diverged `what` "was rejected on its replica"."""
+        try:
+            self._step(v, t)
+        except Rejected as e:
+            raise SimDivergence(
+                f"{v.name} diverged {what} was rejected on its replica ({e})",
+                self._where(v.rank) | {"expected": str(t), "got": "rejected"},
+            ) from None
 
     def _call(self, v: View, before: ClusterState, after: ClusterState) -> None:
         """`agreement`: rank `v.rank`'s commit call, which the log took from `before` to
@@ -350,15 +354,8 @@ class Cluster:
                 if q == v.rank:
                     continue
                 for t in steps:
-                    try:
-                        self._catch_up(v)  # (the steps read its state)
-                        self._step(v, t)
-                    except Rejected as e:
-                        raise SimDivergence(
-                            f"{v.name} diverged at the {what} of tick {self.tick}: rank {q}'s {t} "
-                            f"was rejected on its replica ({e})",
-                            self._where(v.rank) | {"expected": str(t), "got": "rejected"},
-                        ) from None
+                    self._catch_up(v)  # (the steps read its state)
+                    self._step_or_diverge(v, t, f"at the {what} of tick {self.tick}: rank {q}'s {t}")
         for steps in unseen:
             steps.clear()
 
