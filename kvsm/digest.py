@@ -102,9 +102,7 @@ def page_weights(component: str) -> dict[int, int]:
 
 def page_weight(component: str, key: int) -> int:
     """A fixed odd pseudo-random 256-bit multiplier per (component, key), memoised."""
-    ws = _WEIGHTS.get(component)
-    if ws is None:
-        ws = _WEIGHTS[component] = {}
+    ws = page_weights(component)
     w = ws.get(key)
     if w is None:
         w = ws[key] = entry_hash(component + "@", key, None) | 1
