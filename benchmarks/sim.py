@@ -12,7 +12,13 @@ the same capacity, after the trace is parsed (parsing is not timed for any):
   stamped first (the issue 26 baseline: what an engine's own radix cache costs);
 - lru: an `OrderedDict` of hash ids, LRU order, CAP entries; a request's hit is its
   longest prefix of hash ids present but for its last id (a match never covers a
-  prompt's last page), then every id is touched or inserted.
+  prompt's last page), then every id is touched or inserted;
+- floor: `PersistentRadixCache`, the radix cache's algorithm over immutable states
+  (three steps a request, each a new state: an `immutables.Map` of nodes and kvsm's
+  persistent B+ tree as the victim order). What keeping every state as a value costs by
+  itself, with none of the model's requests, pages, contents or indexes: it puts the
+  model's ratio in two parts, `ratio_floor_radix_cpu` (immutability) times
+  `ratio_sim_floor_cpu` (the model's own state and steps).
 
 Each is run --repeat times, in turns, and the fastest run counts; wall and CPU time
 are both printed (CPU time is steadier when the machine is shared). `ratio_radix` is
@@ -44,10 +50,13 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+import immutables
+
 from kvsm.log import Header, LogWriter
 from kvsm.sim import SimOptions, load_workload, simulate
 from kvsm.sim.options import prepare
 from kvsm.sim.scheduler import Simulation
+from kvsm.sortedset import PSortedSet
 
 
 def _clocks() -> tuple[float, float]:
@@ -223,6 +232,180 @@ def radix_cache(traces: list[tuple[int, ...]], capacity: int) -> tuple[float, fl
     return w1 - w0, c1 - c0, hit / total
 
 
+class _PNode:
+    """A node of `PersistentRadixCache`: never changed once made (`with_` makes another)."""
+
+    __slots__ = ("key", "parent", "children", "stamp", "lock", "nid")
+
+    def __init__(self, key: tuple, parent: int, children: immutables.Map, stamp: int, lock: int, nid: int) -> None:
+        self.key, self.parent, self.children, self.stamp, self.lock, self.nid = key, parent, children, stamp, lock, nid
+
+    def with_(self, **kw) -> "_PNode":
+        n = _PNode(self.key, self.parent, self.children, self.stamp, self.lock, self.nid)
+        for k, v in kw.items():
+            setattr(n, k, v)
+        return n
+
+    def victim_key(self) -> "tuple[int, int] | None":
+        """Its place in the eviction order: an unlocked leaf other than the root."""
+        return (self.stamp, self.nid) if not self.lock and not self.children and self.nid else None
+
+
+class _PState:
+    """One immutable state of `PersistentRadixCache`."""
+
+    __slots__ = ("nodes", "victims", "used", "clock", "next_id")
+
+    def __init__(self, nodes: immutables.Map, victims: PSortedSet, used: int, clock: int, next_id: int) -> None:
+        self.nodes, self.victims, self.used, self.clock, self.next_id = nodes, victims, used, clock, next_id
+
+
+class _PStep:
+    """The changes one step makes to a `_PState`, as a new state at `finish`: the node
+    map's mutation (the old state's map is not touched) and the victim order's new
+    versions (each update copies a path of the B+ tree)."""
+
+    def __init__(self, st: _PState) -> None:
+        self.nodes = st.nodes.mutate()
+        self.victims, self.used, self.clock, self.next_id = st.victims, st.used, st.clock, st.next_id
+
+    def put(self, old: "_PNode | None", new: "_PNode | None") -> None:
+        if new is None:
+            del self.nodes[old.nid]
+        else:
+            self.nodes[new.nid] = new
+        ko = old.victim_key() if old is not None else None
+        kn = new.victim_key() if new is not None else None
+        if ko != kn:
+            if ko is not None:
+                self.victims = self.victims.remove(ko)
+            if kn is not None:
+                self.victims = self.victims.add(kn)
+
+    def finish(self) -> _PState:
+        return _PState(self.nodes.finish(), self.victims, self.used, self.clock, self.next_id)
+
+    def stamp(self, nid: int) -> None:
+        n = self.nodes[nid]
+        self.clock += 1
+        self.put(n, n.with_(stamp=self.clock))
+
+    def split(self, nid: int, at: int) -> int:
+        """A new upper node takes the first `at` ids of node `nid` (and its stamp)."""
+        child = self.nodes[nid]
+        up = self.next_id
+        self.next_id += 1
+        self.put(None, _PNode(child.key[:at], child.parent, immutables.Map({child.key[at]: nid}), child.stamp, child.lock, up))
+        parent = self.nodes[child.parent]
+        self.put(parent, parent.with_(children=parent.children.set(child.key[0], up)))
+        self.put(child, child.with_(key=child.key[at:], parent=up))
+        return up
+
+    def walk(self, ids, stop: int) -> "tuple[list[int], int, tuple[int, int] | None]":
+        nodes, nid, i, path = self.nodes, 0, 0, []
+        while i < stop:
+            c = nodes[nid].children.get(ids[i])
+            if c is None:
+                break
+            key = nodes[c].key
+            n, limit = 1, min(len(key), stop - i)
+            while n < limit and key[n] == ids[i + n]:
+                n += 1
+            if n < len(key):
+                return path, i, (c, n)
+            path.append(c)
+            i += n
+            nid = c
+        return path, i, None
+
+    def lock(self, nid: int, delta: int) -> None:
+        while nid:
+            n = self.nodes[nid]
+            self.put(n, n.with_(lock=n.lock + delta))
+            nid = n.parent
+
+
+class PersistentRadixCache:
+    """`RadixCache`'s algorithm over immutable states: the match, the insert and the
+    release of a request are three steps, each making a new state from the last (an
+    `immutables.Map` of immutable nodes, the victim order a persistent B+ tree of
+    `(stamp, id)`, kvsm's own `PSortedSet`) and leaving it unchanged. It has no requests,
+    locks by lane, page numbers, contents, tiers or checks: a floor under what any model
+    of the cache that keeps every state as a value costs in Python, beside the mutable
+    cache that issue 26's target is measured against."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        root = _PNode((), -1, immutables.Map(), 0, 1, 0)
+        self.state = _PState(immutables.Map({0: root}), PSortedSet(), 0, 0, 1)
+
+    def match(self, ids) -> tuple[int, int]:
+        s = _PStep(self.state)
+        path, i, cut = s.walk(ids, len(ids) - 1)
+        for nid in path:
+            s.stamp(nid)
+        node = path[-1] if path else 0
+        if cut is not None:
+            s.stamp(cut[0])
+            node = s.split(*cut)
+            s.stamp(node)
+            i += cut[1]
+        s.lock(node, 1)
+        self.state = s.finish()
+        return node, i
+
+    def insert(self, ids) -> bool:
+        s = _PStep(self.state)
+        path, i, cut = s.walk(ids, len(ids))
+        covered = i + (cut[1] if cut else 0)
+        need = len(ids) - covered
+        if need > self.capacity - covered:
+            return False
+        if cut is not None:
+            path.append(s.split(*cut))
+        if need:
+            keep = set(path)
+            while self.capacity - s.used < need:
+                victim = next(k for k in s.victims if k[1] not in keep)
+                n = s.nodes[victim[1]]
+                s.put(n, None)
+                parent = s.nodes[n.parent]
+                s.put(parent, parent.with_(children=parent.children.delete(n.key[0])))
+                s.used -= len(n.key)
+        for nid in path:
+            s.stamp(nid)
+        if need:
+            parent = path[-1] if path else 0
+            s.clock += 1
+            leaf = _PNode(tuple(ids[covered:]), parent, immutables.Map(), s.clock, 0, s.next_id)
+            s.next_id += 1
+            p = s.nodes[parent]
+            s.put(p, p.with_(children=p.children.set(ids[covered], leaf.nid)))
+            s.put(None, leaf)
+            s.used += need
+        self.state = s.finish()
+        return True
+
+    def release(self, node: int) -> None:
+        s = _PStep(self.state)
+        s.lock(node, -1)
+        self.state = s.finish()
+
+
+def persistent_radix(traces: list[tuple[int, ...]], capacity: int) -> tuple[float, float, float]:
+    w0, c0 = _clocks()
+    cache = PersistentRadixCache(capacity)
+    hit = total = 0
+    for ids in traces:
+        node, k = cache.match(ids)
+        hit += k
+        total += len(ids)
+        cache.insert(ids)
+        cache.release(node)
+    w1, c1 = _clocks()
+    return w1 - w0, c1 - c0, hit / total
+
+
 def reference_sim(capacity: int, log: bool) -> tuple[float, float, float]:
     """The simulator's loop alone, as `simulate` runs it (workload parsed beforehand)."""
     opts = SimOptions(workload="synthetic", tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity)
@@ -324,13 +507,14 @@ def main() -> int:
     ap.add_argument("--full-l3", action="store_true", help="also time a full --tiers l1,l2,l3 --ranks 4 run of the trace")
     a = ap.parse_args()
     traces = [r.hash_ids for r in load_workload("synthetic").requests]
-    sim_runs, radix_runs, lru_runs = [], [], []
+    sim_runs, radix_runs, lru_runs, floor_runs = [], [], [], []
     for _ in range(a.repeat):
         sim_runs.append(reference_sim(a.capacity, a.log))
         radix_runs.append(radix_cache(traces, a.capacity))
         lru_runs.append(block_lru(traces, a.capacity))
-    sim_s, radix_s, lru_s = (min(r[0] for r in runs) for runs in (sim_runs, radix_runs, lru_runs))
-    sim_cpu, radix_cpu, lru_cpu = (min(r[1] for r in runs) for runs in (sim_runs, radix_runs, lru_runs))
+        floor_runs.append(persistent_radix(traces, a.capacity))
+    sim_s, radix_s, lru_s, floor_s = (min(r[0] for r in runs) for runs in (sim_runs, radix_runs, lru_runs, floor_runs))
+    sim_cpu, radix_cpu, lru_cpu, floor_cpu = (min(r[1] for r in runs) for runs in (sim_runs, radix_runs, lru_runs, floor_runs))
     out = {
         "sim_s": round(sim_s, 4),
         "radix_s": round(radix_s, 4),
@@ -343,10 +527,15 @@ def main() -> int:
         "lru_cpu_s": round(lru_cpu, 4),
         "ratio_radix_cpu": round(sim_cpu / radix_cpu, 1),
         "ratio_cpu": round(sim_cpu / lru_cpu, 1),
+        # the persistent radix cache: what keeping every state as a value costs by itself
+        "floor_cpu_s": round(floor_cpu, 4),
+        "ratio_floor_radix_cpu": round(floor_cpu / radix_cpu, 1),
+        "ratio_sim_floor_cpu": round(sim_cpu / floor_cpu, 1),
         "capacity_pages": a.capacity,
         "hit_rate_sim": round(sim_runs[0][2], 6),
         "hit_rate_radix": round(radix_runs[0][2], 6),
         "hit_rate_lru": round(lru_runs[0][2], 6),
+        "hit_rate_floor": round(floor_runs[0][2], 6),
         "requests": len(traces),
         "log": a.log,
     }

@@ -205,3 +205,32 @@ def test_the_benchmarks_radix_cache_gives_every_request_the_simulators_hit():
     r = simulate(SimOptions(workload="synthetic", requests=n, tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity))
     assert r.summary["evictions"]["l1"] > 0  # the capacity is small enough to evict
     assert [h for _, h, _, _ in r.request_hits] == hits
+
+
+def _fields(state):
+    return {nid: (n.key, n.parent, dict(n.children.items()), n.stamp, n.lock) for nid, n in state.nodes.items()}
+
+
+def test_the_benchmarks_persistent_floor_serves_as_its_radix_cache_and_keeps_old_states():
+    # the floor (PersistentRadixCache) is the radix cache's algorithm over immutable
+    # states: every request's hit the same, and a state once made never changes
+    bench = _benchmark()
+    capacity, n = 300, 400
+    traces = [r.hash_ids for r in load_workload("synthetic", n).requests]
+    mutable, floor = bench.RadixCache(capacity), bench.PersistentRadixCache(capacity)
+    kept = []
+    for ids in traces:
+        node, k = mutable.match(ids)
+        mutable.insert(ids, node)
+        mutable.release(node)
+        before = floor.state
+        snapshot = (_fields(before), list(before.victims), before.used, before.clock)
+        fnode, fk = floor.match(ids)
+        assert fk == k
+        floor.insert(ids)
+        floor.release(fnode)
+        assert floor.state.used == mutable.used <= capacity
+        kept.append((before, snapshot))
+    for before, (nodes, victims, used, clock) in kept[::37]:
+        assert _fields(before) == nodes and list(before.victims) == victims
+        assert (before.used, before.clock) == (used, clock)
