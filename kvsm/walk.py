@@ -17,7 +17,7 @@ a candidate with numpy, 0.15-0.2 us without.
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .config import Config
 from .state import ClusterState, Rejected, initial_state
@@ -25,12 +25,24 @@ from .transitions import REGISTRY, Transition, names_for
 from .transitions.registry import cluster_view, waits_for_round
 from .transitions.reserve import FitsByLength
 
+# the `Arrive` a walk may take in a state, if any (`step`'s `arrival`)
+Arrival = Callable[[ClusterState], "Transition | None"]
 
-def _candidates(state: ClusterState, name: str, rng: random.Random, blocked: bool = False) -> Iterator[Transition]:
+
+def _candidates(
+    state: ClusterState, name: str, rng: random.Random, blocked: bool = False, arrival: Arrival | None = None
+) -> Iterator[Transition]:
     """A family's instances in the walk's random order; large families are sampled first.
     With `blocked` (every instance is known to be disabled), nothing is yielded but the
-    random draws are the same, so that the walk goes on as if each had been rejected."""
+    random draws are the same, so that the walk goes on as if each had been rejected.
+    `arrival`, where given, is the one `Arrive` the walk may take (a workload's next
+    request, `kvsm sim --schedule walk`), instead of a draw from the config's prompts."""
     spec = REGISTRY[name]
+    if name == "Arrive" and arrival is not None:
+        t = arrival(state)
+        if t is not None and not blocked:
+            yield t
+        return
     if name == "Arrive" and state.config.prompts:
         # one prompt drawn from the config's list (a list of 100k prompts is not
         # enumerated at every step); a rejected arrival rejects them all
@@ -168,13 +180,17 @@ def _shuffle_words_agree() -> bool:
     return True
 
 
-def step(state: ClusterState, rng: random.Random, weights: dict[str, float]) -> tuple[Transition, ClusterState] | None:
+def step(
+    state: ClusterState, rng: random.Random, weights: dict[str, float], arrival: Arrival | None = None
+) -> tuple[Transition, ClusterState] | None:
+    """One step of a walk: a family drawn by weight among those not yet found disabled,
+    then its instances in random order until one applies; None where none is enabled."""
     names = [n for n in names_for(state.config) if weights.get(n, 1.0) > 0]
     while names:
         w = [weights.get(n, 1.0) for n in names]
         name = rng.choices(names, weights=w)[0]
         spec = REGISTRY[name]
-        for t in _candidates(state, name, rng, waits_for_round(spec, state)):
+        for t in _candidates(state, name, rng, waits_for_round(spec, state), arrival):
             try:
                 return t, spec.apply(state, t)
             except Rejected:

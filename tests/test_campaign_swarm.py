@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
 from kvsm.campaign.run import Budget, execute
-from kvsm.campaign.spec import KNOB_FIELDS, SWARM, command, derive, make_space
+from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_REQUESTS, WORKLOADS, command, derive, make_space
 from kvsm.campaign.spec_graph import compute, dumps, load
 from kvsm.campaign.summary import summarize
 from kvsm.cli import app
@@ -82,25 +82,28 @@ def test_coverage_counts_pairs_and_the_summary_lists_what_the_graph_has_and_runs
 
 def test_swarm_runs_draw_their_features_from_their_number():
     space = make_space()
-    assert space.faults == (SWARM,) and space.schedule == "random"
+    assert space.faults == (SWARM,) and space.schedule == "swarm"
     specs = [derive(space, s) for s in range(80)]
+    assert {sp.schedule for sp in specs} == {"random", "walk"}
     assert specs[5] == derive(make_space(), 5)
     keys = {k for sp in specs for k, _ in sp.settings}
     assert {"prepared_backups", "commit_call", "policy", "write_threshold", "load_back_threshold", "spill_inflight"} <= keys
     assert {dict(sp.settings).get("prepared_backups", False) for sp in specs} == {True, False}
     assert len({sp.faults for sp in specs}) > 20  # kinds on and off, rates drawn
     assert all("disk" not in sp.faults for sp in specs if sp.tiers != "l1,l2,l3")
-    assert {sp.eviction for sp in specs} == {None, "lru", "slru"} and len({sp.workload for sp in specs}) == 5
-    assert 0.25 in {sp.prompts[0] for sp in specs}  # tiny pools
+    assert {sp.eviction for sp in specs} == {None, "lru", "slru"}
+    assert {sp.workload for sp in specs if sp.schedule == "random"} == set(WORKLOADS)
+    assert 0.25 in {sp.prompts[0] for sp in specs if sp.prompts}  # tiny pools
     # the fidelity knobs' reference values only when asked for
     assert not any(v == "reference" for sp in specs for _, v in sp.settings)
     ref = [derive(make_space(knobs="reference"), s) for s in range(40)]
     assert any(v == "reference" for sp in ref for _, v in sp.settings)
     # the spec records them, and its command sets them
-    d = specs[3].to_json()
-    assert d["schedule"] == "random" and isinstance(d["settings"], dict)
-    assert type(specs[3]).from_json(json.loads(json.dumps(d))) == specs[3]
-    cmd = command(next(sp for sp in specs if sp.settings))
+    for sp in (next(sp for sp in specs if sp.schedule == k) for k in ("random", "walk")):
+        d = sp.to_json()
+        assert d["schedule"] == sp.schedule and isinstance(d["settings"], dict)
+        assert type(sp).from_json(json.loads(json.dumps(d))) == sp
+    cmd = command(next(sp for sp in specs if sp.settings and sp.schedule == "random"))
     assert "--schedule random" in cmd and "--set " in cmd
 
 
@@ -141,3 +144,45 @@ def test_swarm_runs_keep_the_knobs_a_config_sets_away_from_their_default():
     specs = [derive(make_space(["small"], knobs="reference"), s) for s in range(60)]
     assert {dict(sp.settings).get("commit_call") for sp in specs} >= {"atomic", "reference"}
     assert {dict(sp.settings).get("prepared_backups") for sp in specs} >= {True}
+
+
+def test_a_quarter_of_swarm_runs_walk_their_configs_own_model_and_the_rest_keep_their_draws():
+    space = make_space()
+    fixed = make_space(schedule="random")
+    specs = [derive(space, s) for s in range(400)]
+    walks = [sp for sp in specs if sp.schedule == "walk"]
+    assert 70 <= len(walks) <= 130  # WALK_SHARE = 1/4
+    for sp in specs:
+        other = derive(fixed, sp.seed)
+        if sp.schedule == "random":  # a run that does not walk is the run its number gave before
+            assert sp == other
+            continue
+        cfg = load_config(sp.config)
+        # the model TLC checks: its prompts, pools, ranks and tiers; the run's drawn faults
+        # and victim order, more requests
+        assert sp.workload == "config-prompts" and sp.prompts is None and sp.ranks is None
+        assert sp.tiers == ("l1,l2,l3" if cfg.L3 else "l1,l2" if cfg.L2 else "l1")
+        assert sp.requests == other.requests * WALK_REQUESTS and sp.eviction == other.eviction
+        assert not {k for k, _ in sp.settings} & {"write_threshold", "load_back_threshold", "reload_ttl", "spill_inflight"}
+        cmd = command(sp)
+        assert "--schedule walk" in cmd and "--workload config-prompts" in cmd
+    assert {sp.config for sp in walks} == {"small", "default", "l3"}
+    # a campaign told another schedule never walks
+    assert all(derive(make_space(schedule="timed"), s).schedule == "timed" for s in range(40))
+
+
+def test_a_walk_run_catches_the_reload_defects_and_reproduces_from_its_command():
+    # the two defects the simulator's schedules reach once in hundreds of runs: a walk of
+    # the l3 model reaches both (reload_fail_double_free with the disk faults drawn)
+    space = make_space(["l3"], bug="reload_stale_anchor")
+    seeds = [s for s in range(200) if derive(space, s).schedule == "walk"]
+    for seed in seeds:
+        spec = derive(space, seed)
+        out = execute(spec, Budget(seconds=60), collect=False, replay_log=False)
+        if out.failure is not None:
+            break
+    else:
+        pytest.fail(f"no walk run of {len(seeds)} caught reload_stale_anchor")
+    assert out.failure.detector == "invariant" and "Tree" in out.failure.what
+    res = CliRunner().invoke(app, command(spec).split()[1:])
+    assert res.exit_code != 0 and out.failure.what in res.output

@@ -22,6 +22,7 @@ from typing import Any
 from ..config import KNOB_VALUES, KNOBS, REFERENCE_KNOBS, Config, ConfigError, load_config
 from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
 from ..sim.faults import KINDS
+from ..sim.generators import CONFIG_PROMPTS
 from ..sim.options import TIERS, format_setting, parse_schedule, prepare
 
 CONFIGS = ("small", "default", "l3")
@@ -74,8 +75,18 @@ SETTINGS: tuple[tuple[str, tuple[Any, ...], str], ...] = (
 # `kvsm.config.REFERENCE_KNOBS`) and prepared backups (the reference's production path).
 # A config that sets one away from its default keeps it in every run (`_draw_settings`).
 KNOB_FIELDS = tuple(REFERENCE_KNOBS) + ("prepared_backups",)
+_SETTING_TIERS = {key: needs for key, _, needs in SETTINGS}
+_WALK_SETTINGS = frozenset(KNOB_FIELDS + ("commit_call", "policy"))
 KNOB_MODES = ("fixed", "reference")
-SCHEDULE = "random"
+# `--schedule swarm` (the default): a run walks the config's own model (`WALK_SHARE` of the
+# runs, `walk_run`) or takes the random schedule, with a bias drawn from its number
+SWARM_SCHEDULE = "swarm"
+SCHEDULE = SWARM_SCHEDULE
+WALK_SHARE = 0.25
+# a walk run's requests are this many times the run's drawn count: a walk has no time,
+# each request is a few of its steps, and what it finds needs a request to come back
+# after its pages were evicted, spilled and reloaded
+WALK_REQUESTS = 8
 
 
 class SpaceError(ValueError):
@@ -124,9 +135,10 @@ def make_space(
         if t not in TIER_SETS:
             raise SpaceError(f"--tiers {t!r}: must be one of {' | '.join(TIER_SETS)}")
     try:
-        parse_schedule(schedule)
+        if schedule != SWARM_SCHEDULE:
+            parse_schedule(schedule)
     except SimError as e:
-        raise SpaceError(str(e)) from None
+        raise SpaceError(str(e).replace("must be one of", f"must be {SWARM_SCHEDULE} or one of")) from None
     if knobs not in KNOB_MODES:
         raise SpaceError(f"--knobs {knobs!r}: must be one of {' | '.join(KNOB_MODES)}")
     for f in faults:
@@ -152,7 +164,8 @@ def make_space(
         ok = []
         for t in tiers:
             try:
-                prepare(SimOptions(workload="system-prompts", requests=1, config=c, tiers=t, bug=bug, schedule=schedule))
+                prepare(SimOptions(workload="system-prompts", requests=1, config=c, tiers=t, bug=bug,
+                                   schedule="random" if schedule == SWARM_SCHEDULE else schedule))
             except SimError:
                 continue  # e.g. a write_back config cannot run without L2
             ok.append(t)
@@ -236,8 +249,32 @@ def derive(space: Space, seed: int) -> RunSpec:
     l3 = rng.choice(L3_PROMPTS) if tiers == "l1,l2,l3" else None
     eviction = rng.choice(EVICTIONS)
     settings = _draw_settings(rng, space, config, tiers)
-    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug,
+    spec = RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug,
                    prompts=(l1, l2, l3), schedule=space.schedule, settings=settings)
+    if space.schedule != SWARM_SCHEDULE:
+        return spec
+    # (drawn apart, so that a run that does not walk is the run its number always gave)
+    walks = random.Random(f"kvsm-campaign-walk:{seed}").random() < WALK_SHARE
+    return walk_run(spec, space) if walks else replace(spec, schedule="random")
+
+
+def walk_run(spec: RunSpec, space: Space) -> RunSpec:
+    """Run `spec` as a walk of its config's own model (`kvsm sim --schedule walk
+    --workload config-prompts`): the config's prompts, pools, ranks and tiers (those of
+    TLC's model), with the run's drawn faults (aborts and disk faults are transitions of
+    the walk), victim order and variants (`_WALK_SETTINGS`: the knobs, the commit call,
+    the policy; not the thresholds and L3 limits the model's sizes were chosen with),
+    and `WALK_REQUESTS` times its requests.
+    A config without prompts, or whose own tiers the campaign does not run, takes the
+    random schedule instead."""
+    cfg = load_config(spec.config)
+    own = "l1,l2,l3" if cfg.L3 else "l1,l2" if cfg.L2 else "l1"
+    if not cfg.prompts or own not in dict(space.tiers_for)[spec.config]:
+        return replace(spec, schedule="random")
+    faults = spec.faults if own == "l1,l2,l3" else _fit_faults(spec.faults, own)
+    settings = tuple((k, v) for k, v in spec.settings if k in _WALK_SETTINGS and len(own) >= len(_SETTING_TIERS.get(k, "l1")))
+    return replace(spec, tiers=own, faults=faults, workload=CONFIG_PROMPTS, requests=(spec.requests or 1) * WALK_REQUESTS,
+                   ranks=None, prompts=None, schedule="walk", settings=settings)
 
 
 def _swarm_faults(rng: random.Random, tiers: str) -> str:

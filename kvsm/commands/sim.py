@@ -130,7 +130,7 @@ def _warn_if_slow(prep: Any, check: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("sim")
     def sim(
-        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (the bundled Mooncake synthetic trace), or a generator: system-prompts, multi-turn, long-doc, thrash, prefix-tree"),
+        workload: str = typer.Option("synthetic", "--workload", "-w", help="a trace file (Mooncake JSONL), 'synthetic' (the bundled Mooncake synthetic trace), or a generator: system-prompts, multi-turn, long-doc, thrash, prefix-tree; or config-prompts: the config's own prompts, drawn uniformly"),
         config: str = typer.Option("default", "--config", "-c", help="built-in config name or TOML path"),
         ranks: Optional[int] = typer.Option(None, "--ranks", min=1, max=MAX_RANKS, help=f"ranks R, at most {MAX_RANKS} (default: the config's)"),
         seed: int = typer.Option(0, "--seed", "-s", min=0, max=2**63 - 1, help="decides workload generation, timing and faults"),
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         l3_pages: Optional[int] = typer.Option(None, "--l3-pages", help="disk pages per rank (with --tiers l1,l2,l3); 0 = enough for the whole workload"),
         eviction: Optional[str] = typer.Option(None, "--eviction", help="lru | slru (default: the config's)"),
         faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02,disk:0.001 (docs/sim.md)"),
-        schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed | random | random:B; auto = serial for --tiers l1 --ranks 1; random takes any order the reference leaves open, with bias B (default: drawn from the seed)"),
+        schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed | random | random:B | walk; auto = serial for --tiers l1 --ranks 1; random takes any order the reference leaves open, with bias B (default: drawn from the seed); walk takes any enabled transition of the model at each step, as kvsm walk does, the workload's requests as its arrivals (docs/sim.md)"),
         settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE: set a config field (repeat), e.g. --set prepared_backups=true"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),

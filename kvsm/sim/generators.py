@@ -21,13 +21,16 @@ so two requests share an id only where they share the whole prefix.
   blocks), drawn uniformly, with short answers. Every prompt shares its upper levels
   with others and comes back often, so with small tiers its prefixes are evicted,
   spilled, reloaded and matched again under upper levels that stayed, or did not.
+- `config-prompts`: the config's own `prompts` list (the requests of the model TLC
+  checks), each request one of them drawn uniformly (`config_prompts`).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Callable, Sequence
 
+from ..config import Prompt
 from .trace import MOONCAKE_BLOCK_TOKENS, TraceRequest, Workload
 
 BLOCK = MOONCAKE_BLOCK_TOKENS
@@ -150,6 +153,23 @@ def prefix_tree(n: int, seed: int, device_pages: int) -> list[TraceRequest]:
     for _ in range(n):
         out.append(g.request(list(paths[g.rng.randrange(len(paths))]), g.rng.randint(8, 128)))
     return out
+
+
+# `--workload config-prompts`: the config's own `prompts` (the requests of the model TLC
+# checks), each request one of them drawn uniformly, with the generators' arrivals
+CONFIG_PROMPTS = "config-prompts"
+
+
+def config_prompts(prompts: Sequence[Prompt], page_tokens: int, n: int, seed: int) -> Workload:
+    """`n` requests, each a prompt of `prompts` drawn uniformly: its pages are the
+    request's hash ids (page symbols name a page and, through the model's content hash,
+    its prefix) and its `out_pages` its output, in pages of `page_tokens` tokens."""
+    g = _Gen(CONFIG_PROMPTS, seed)
+    reqs = []
+    for _ in range(n):
+        p = prompts[g.rng.randrange(len(prompts))]
+        reqs.append(TraceRequest(g.arrival(), len(p.pages) * page_tokens, p.out_pages * page_tokens, tuple(p.pages)))
+    return Workload(CONFIG_PROMPTS, f"the config's {len(prompts)} prompts, seed {seed}", page_tokens, tuple(reqs))
 
 
 GENERATORS: dict[str, Callable[[int, int, int], list[TraceRequest]]] = {

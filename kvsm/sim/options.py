@@ -16,11 +16,14 @@ from .workload import load_workload
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
 # `--replicas`, the default first (kept here so that the options import nothing of the run)
 REPLICAS = ("every", "agreement", "off")
-SCHEDULES = ("auto", "serial", "timed", "random")
+SCHEDULES = ("auto", "serial", "timed", "random", "walk")
 # The random schedule's bias (how often it takes another enabled step than the timed
 # order's: postpones a rank's completions, reorders a tick's steps, interleaves a commit
 # round with writes, skips a collective), drawn from the seed unless given (random:B).
 BIASES = (0.05, 0.15, 0.3, 0.5)
+# `--schedule walk`: the model's transitions each fault kind of `--faults` stands for (taken
+# only when the kind is drawn)
+WALK_FAULTS = {"abort": ("Abort",), "disk": ("DiskFail",)}
 # Config fields `--set` may not change: those with options of their own, the exploration
 # bounds and the model's prompts (the simulator's workload replaces them).
 _NOT_SETTABLE = frozenset(("name", "R", "P", "L1", "L2", "L3", "eviction", "bug", "payloads", "max_requests", "max_live", "max_disk_faults", "prompts", "walk_weights"))
@@ -182,7 +185,7 @@ def prepare(opts: SimOptions) -> Prepared:
     base = load_config(opts.config)
     R = opts.ranks if opts.ranks is not None else base.R
     L1 = opts.l1_pages if opts.l1_pages is not None else base.L1
-    workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1))
+    workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1), config=base)
     l2 = opts.tiers in ("l1,l2", "l1,l2,l3")
     if schedule == "auto":
         schedule = "serial" if (not l2 and R == 1) else "timed"
@@ -223,6 +226,16 @@ def prepare(opts: SimOptions) -> Prepared:
         prompts=[],
         walk_weights={},
     )
+    if schedule == "walk":
+        # the model's own walk (`kvsm.sim.walker`): the config's walk weights and its
+        # bound on requests alive at once; the fault kinds of `--faults` that are
+        # transitions of the model are taken only when drawn (no clock: slow, stall and
+        # burst mean nothing to a walk)
+        weights = dict(base.walk_weights)
+        for kind, families in WALK_FAULTS.items():
+            if not getattr(faults, kind):
+                weights.update({f: 0.0 for f in families})
+        data.update(walk_weights=weights, max_live=base.max_live)
     if opts.eviction is not None:
         data["eviction"] = opts.eviction
     if opts.bug is not None:
@@ -236,4 +249,7 @@ def prepare(opts: SimOptions) -> Prepared:
     if cfg.policy == "write_back" and not l2:
         # an unbacked leaf can leave L1 only through L2 under write_back: nothing could ever be evicted
         raise SimError(f"config '{opts.config}' has policy write_back, which needs --tiers l1,l2")
-    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=opts.replicas)
+    # a walk steps the cluster's state alone: each step compares the ranks' own decisions
+    # itself (invariant 13), and there is no per-rank event for a replica to apply
+    replicas = "off" if schedule == "walk" else opts.replicas
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=replicas)

@@ -49,7 +49,7 @@ def simulate(
         "tiers": opts.tiers,
         "schedule": prep.schedule,
         "faults": str(prep.faults),
-        "timing": opts.timing.to_json(prep.l3) if prep.schedule != "serial" else None,
+        "timing": opts.timing.to_json(prep.l3) if prep.schedule not in ("serial", "walk") else None,
     }
     if sim.bias is not None:
         extra["bias"] = sim.bias
@@ -68,14 +68,14 @@ def simulate(
             watch.finish()
     seconds = time.perf_counter() - t0
     # the plots' time axis ends where the simulation does, not at the last admission
-    sim.metrics.sample(sim.end_ms if prep.schedule != "serial" else 0, sim.cluster.state)
+    sim.metrics.sample(sim.end_ms if prep.schedule not in ("serial", "walk") else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
         transitions=sim.applied,
         seconds=round(seconds, 3),
         sync_points=sim.cluster.sync_points,
-        replicas=opts.replicas,
+        replicas=prep.replicas,
         iterations=sim.ticks,
         simulated_ms=sim.end_ms,
         final_digest=sim.cluster.state.digest(),

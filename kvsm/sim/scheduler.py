@@ -44,6 +44,7 @@ from .serial import SerialSchedule
 from .sharing import views_differ
 from .shuffle import RandomSchedule
 from .stops import SimStuck
+from .walker import WalkSchedule
 
 T = Transition.make
 
@@ -58,7 +59,7 @@ class _Live:
     matched: bool = True  # with L3 a request waits queued until the batch after its lookup
 
 
-class Simulation(SerialSchedule, RandomSchedule):
+class Simulation(SerialSchedule, RandomSchedule, WalkSchedule):
     def __init__(
         self,
         prep: Prepared,
@@ -143,6 +144,8 @@ class Simulation(SerialSchedule, RandomSchedule):
                 self.run_serial()
             elif self.prep.schedule == "random":
                 self._run_random()
+            elif self.prep.schedule == "walk":
+                self.run_walk()
             else:
                 self._run_timed()
 

@@ -8,7 +8,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..bounds import MAX_GENERATED_REQUESTS
-from .generators import GENERATORS, generate
+from ..config import Config
+from .generators import CONFIG_PROMPTS, GENERATORS, config_prompts, generate
 from .trace import Workload, WorkloadError, read_trace
 
 BUNDLED = {"synthetic": "synthetic_trace.jsonl"}
@@ -23,21 +24,28 @@ def load_workload(
     requests: int | None = None,
     seed: int = 0,
     device_pages: int = 2048,
+    config: Config | None = None,
 ) -> Workload:
     """A bundled trace by name (`synthetic`), a generator by name (see
-    `kvsm.sim.generators.GENERATORS`), or a trace file by path."""
+    `kvsm.sim.generators.GENERATORS`), `config-prompts` (the prompts of `config`), or a
+    trace file by path."""
     if name_or_path in BUNDLED:
         w = read_trace(bundled_path(name_or_path), requests, name=name_or_path)
         # name the package file, not this machine's path, so that logs compare across machines
         return replace(w, source=f"kvsm/sim/data/{BUNDLED[name_or_path]}")
-    if name_or_path in GENERATORS:
+    if name_or_path in GENERATORS or name_or_path == CONFIG_PROMPTS:
         n = requests if requests is not None else 2000
         if n > MAX_GENERATED_REQUESTS:
             # a generator makes every request in memory: its size is what --requests claims
             raise WorkloadError(name_or_path, None, f"--requests {n}: a generator makes at most {MAX_GENERATED_REQUESTS} requests")
-        return generate(name_or_path, n, seed, device_pages)
+        if name_or_path != CONFIG_PROMPTS:
+            return generate(name_or_path, n, seed, device_pages)
+        if config is None or not config.prompts:
+            where = "no config given" if config is None else f"config '{config.name}' has no prompts"
+            raise WorkloadError(name_or_path, None, f"the config's own prompts are the workload, and {where}")
+        return config_prompts(config.prompts, config.P, n, seed)
     p = Path(name_or_path)
     if not p.exists():
-        known = ", ".join(sorted(BUNDLED) + sorted(GENERATORS))
+        known = ", ".join(sorted(BUNDLED) + sorted(GENERATORS) + [CONFIG_PROMPTS])
         raise WorkloadError(name_or_path, None, f"no such file, and not a workload name ({known})")
     return read_trace(p, requests)
