@@ -23,7 +23,8 @@ SCHEDULES = ("auto", "serial", "timed", "random", "walk")
 BIASES = (0.05, 0.15, 0.3, 0.5)
 # `--schedule walk`: the model's transitions each fault kind of `--faults` stands for (taken
 # only when the kind is drawn)
-WALK_FAULTS = {"abort": ("Abort",), "disk": ("DiskFail",)}
+# and what each stands against, for its weight where the config's walks leave it out
+WALK_FAULTS = {"abort": ("Abort", "Finish"), "disk": ("DiskFail", "DiskRecover")}
 # Config fields `--set` may not change: those with options of their own, the exploration
 # bounds and the model's prompts (the simulator's workload replaces them).
 _NOT_SETTABLE = frozenset(("name", "R", "P", "L1", "L2", "L3", "eviction", "bug", "payloads", "max_requests", "max_live", "max_disk_faults", "prompts", "walk_weights"))
@@ -229,12 +230,15 @@ def prepare(opts: SimOptions) -> Prepared:
     if schedule == "walk":
         # the model's own walk (`kvsm.sim.walker`): the config's walk weights and its
         # bound on requests alive at once; the fault kinds of `--faults` that are
-        # transitions of the model are taken only when drawn (no clock: slow, stall and
-        # burst mean nothing to a walk)
+        # transitions of the model are taken only when asked for, whatever their rate
+        # (no clock: slow, stall and burst mean nothing to a walk)
         weights = dict(base.walk_weights)
-        for kind, families in WALK_FAULTS.items():
-            if not getattr(faults, kind):
-                weights.update({f: 0.0 for f in families})
+        for kind, (family, per) in WALK_FAULTS.items():
+            rate = getattr(faults, kind)
+            # asked for: the config's weight, or where its walks leave the family out, the
+            # rate times the weight of what the fault stands against (an abort against a
+            # finish: about that share of the requests aborted)
+            weights[family] = (weights.get(family, 1.0) or rate * weights.get(per, 1.0)) if rate else 0.0
         data.update(walk_weights=weights, max_live=base.max_live)
     if opts.eviction is not None:
         data["eviction"] = opts.eviction
