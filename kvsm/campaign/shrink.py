@@ -9,7 +9,8 @@ smallest failing run: for failures that are properties of the transitions alone
 first), each candidate replayed by the model with every invariant checked, until no
 single transition can be removed and the replay still fail with the same signature.
 Divergences, replay mismatches and crashes depend on the simulator (the ranks' order of
-steps, its own code), so their logs are the failing run's, up to the failure.
+steps, its own code), so their logs are the failing run's, up to the failure. A walk run
+(`--schedule walk`) shrinks its log only: on fewer requests it would be another walk.
 
 Shrinking stops at `Budget.shrink_seconds`; the case then says it is not a local
 minimum. `case_files` are the case's files as texts (`kvsm.campaign.cases` writes them).
@@ -196,8 +197,12 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
                 return True
             return False
 
+        if spec.schedule == "walk":
+            # a walk on fewer requests is another walk (every step draws from one stream),
+            # so its workload is not shrunk: its log is, every line a step of the model
+            reproduced = True
         # the same requests from a trace file first: the trace reproduces the run
-        if fails(requests):
+        elif fails(requests):
             # `best` is always the run on the current requests (it changes only on success)
             requests, local_min_w = ddmin(requests, fails, deadline)
             reproduced = True
@@ -243,7 +248,7 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
         "message": target.message,
         "seed": spec.seed,
         "spec": spec.to_json(),
-        "command": command(spec, workload="workload.jsonl"),
+        "command": command(spec) if spec.schedule == "walk" else command(spec, workload="workload.jsonl"),
         "replay": (f"kvsm replay --check{'' if spec.bug == 'none' else ' --bug ' + spec.bug} case.jsonl"
                    if target.detector in LOG_DETECTORS else None),
         "cwd": "the case's directory",
@@ -253,6 +258,7 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
             "transitions": n,
             "workload_reproduced": reproduced,
             "workload_local_minimum": reproduced and local_min_w,
+            "workload_shrunk": spec.schedule != "walk",
             "log_shrunk": target.detector in LOG_DETECTORS and reproduced,
             "log_local_minimum": local_min_l,
             "runs": steps["workload_runs"],
