@@ -63,20 +63,25 @@ SWARM_RATES = {"slow": (0.02, 0.1, 0.3), "stall": (0.01, 0.05, 0.2), "abort": (0
 SETTINGS: tuple[tuple[str, tuple[Any, ...], str], ...] = (
     ("prepared_backups", (None, False, True), "l1,l2"),
     ("commit_call", (None, "fixed", "atomic"), "l1"),
-    ("policy", (None, None, "write_back"), "l1,l2"),
+    ("policy", (None, "write_back"), "l1,l2"),
     ("write_threshold", (None, 1, 2, 4), "l1,l2"),
     ("load_back_threshold", (None, 1, 16, 64), "l1,l2"),
     ("reload_ttl", (None, 1, 2, 8), "l1,l2,l3"),
     ("spill_inflight", (None, 1, 2, 4), "l1,l2,l3"),
     ("reload_inflight", (None, 1, 2), "l1,l2,l3"),
     ("spill_queue_cap", (None, 1, 2, 8), "l1,l2,l3"),
+    # the reference's variants of the host tier (docs/model.md): a match that carries its
+    # host hit to the load-back, and the write-back policy's synchronous write-back of a
+    # load-back's device victims
+    ("carry_host_hit", (None, True), "l1,l2"),
+    ("write_back_evict", (None, "sync"), "l1,l2"),
 )
 # The knobs: the fidelity knobs (each with the reference's value and the fixed one,
 # `kvsm.config.REFERENCE_KNOBS`) and prepared backups (the reference's production path).
 # A config that sets one away from its default keeps it in every run (`_draw_settings`).
 KNOB_FIELDS = tuple(REFERENCE_KNOBS) + ("prepared_backups",)
 _SETTING_TIERS = {key: needs for key, _, needs in SETTINGS}
-_WALK_SETTINGS = frozenset(KNOB_FIELDS + ("commit_call", "policy"))
+_WALK_SETTINGS = frozenset(KNOB_FIELDS + ("commit_call", "policy", "carry_host_hit", "write_back_evict"))
 KNOB_MODES = ("fixed", "reference")
 # `--schedule swarm` (the default): a run walks the config's own model (`WALK_SHARE` of the
 # runs, `walk_run`) or takes the random schedule, with a bias drawn from its number
