@@ -87,7 +87,8 @@ def test_swarm_runs_draw_their_features_from_their_number():
     assert {sp.schedule for sp in specs} == {"random", "walk"}
     assert specs[5] == derive(make_space(), 5)
     keys = {k for sp in specs for k, _ in sp.settings}
-    assert {"prepared_backups", "commit_call", "policy", "write_threshold", "load_back_threshold", "spill_inflight"} <= keys
+    assert {"prepared_backups", "commit_call", "policy", "write_threshold", "load_back_threshold", "spill_inflight",
+            "carry_host_hit", "write_back_evict"} <= keys
     assert {dict(sp.settings).get("prepared_backups", False) for sp in specs} == {True, False}
     assert len({sp.faults for sp in specs}) > 20  # kinds on and off, rates drawn
     assert all("disk" not in sp.faults for sp in specs if sp.tiers != "l1,l2,l3")
