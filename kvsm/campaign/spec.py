@@ -139,11 +139,11 @@ def make_space(
     for t in tiers:
         if t not in TIER_SETS:
             raise SpaceError(f"--tiers {t!r}: must be one of {' | '.join(TIER_SETS)}")
-    try:
-        if schedule != SWARM_SCHEDULE:
+    if schedule != SWARM_SCHEDULE:
+        try:
             parse_schedule(schedule)
-    except SimError as e:
-        raise SpaceError(str(e).replace("must be one of", f"must be {SWARM_SCHEDULE} or one of")) from None
+        except SimError as e:
+            raise SpaceError(f"{e} (or {SWARM_SCHEDULE}, a campaign's own)") from None
     if knobs not in KNOB_MODES:
         raise SpaceError(f"--knobs {knobs!r}: must be one of {' | '.join(KNOB_MODES)}")
     for f in faults:

@@ -17,13 +17,15 @@ TIERS = ("l1", "l1,l2", "l1,l2,l3")
 # `--replicas`, the default first (kept here so that the options import nothing of the run)
 REPLICAS = ("every", "agreement", "off")
 SCHEDULES = ("auto", "serial", "timed", "random", "walk")
+# the schedules without a clock (no timing constants in the log, no simulated time)
+CLOCKLESS = ("serial", "walk")
 # The random schedule's bias (how often it takes another enabled step than the timed
 # order's: postpones a rank's completions, reorders a tick's steps, interleaves a commit
 # round with writes, skips a collective), drawn from the seed unless given (random:B).
 BIASES = (0.05, 0.15, 0.3, 0.5)
-# `--schedule walk`: the model's transitions each fault kind of `--faults` stands for (taken
-# only when the kind is drawn)
-# and what each stands against, for its weight where the config's walks leave it out
+# `--schedule walk`: per fault kind of `--faults`, the model's transition it stands for
+# (taken only when the kind is asked for) and the one it stands against (for its weight
+# where the config's walks leave it out)
 WALK_FAULTS = {"abort": ("Abort", "Finish"), "disk": ("DiskFail", "DiskRecover")}
 # Config fields `--set` may not change: those with options of their own, the exploration
 # bounds and the model's prompts (the simulator's workload replaces them).

@@ -11,7 +11,7 @@ from ..log import Header, LogWriter
 from ..state import ClusterState
 from ..transitions import Transition
 from .metrics import Sample
-from .options import Prepared, SimOptions, prepare
+from .options import CLOCKLESS, Prepared, SimOptions, prepare
 from .scheduler import Simulation
 from .watch import Watch
 
@@ -49,7 +49,7 @@ def simulate(
         "tiers": opts.tiers,
         "schedule": prep.schedule,
         "faults": str(prep.faults),
-        "timing": opts.timing.to_json(prep.l3) if prep.schedule not in ("serial", "walk") else None,
+        "timing": opts.timing.to_json(prep.l3) if prep.schedule not in CLOCKLESS else None,
     }
     if sim.bias is not None:
         extra["bias"] = sim.bias
@@ -68,7 +68,7 @@ def simulate(
             watch.finish()
     seconds = time.perf_counter() - t0
     # the plots' time axis ends where the simulation does, not at the last admission
-    sim.metrics.sample(sim.end_ms if prep.schedule not in ("serial", "walk") else 0, sim.cluster.state)
+    sim.metrics.sample(sim.end_ms if prep.schedule not in CLOCKLESS else 0, sim.cluster.state)
     cfg = prep.cfg
     summary: dict[str, Any] = sim.metrics.summary()
     summary.update(
