@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
 from kvsm.campaign.run import Budget, execute
-from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_REQUESTS, WORKLOADS, command, derive, make_space
+from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_REQUESTS, WORKLOADS, command, derive, make_space, walk_models
 from kvsm.campaign.spec_graph import compute, dumps, load
 from kvsm.campaign.summary import summarize
 from kvsm.cli import app
@@ -147,17 +147,19 @@ def test_swarm_runs_keep_the_knobs_a_config_sets_away_from_their_default():
     assert {dict(sp.settings).get("prepared_backups") for sp in specs} >= {True}
 
 
-def test_a_quarter_of_swarm_runs_walk_their_configs_own_model_and_the_rest_keep_their_draws():
+def test_half_of_swarm_runs_walk_a_tlc_model_of_the_campaign_and_the_rest_keep_their_draws():
     space = make_space()
     fixed = make_space(schedule="random")
+    assert walk_models(space) == ("small", "l3")  # `default` is no model TLC checks
     specs = [derive(space, s) for s in range(400)]
     walks = [sp for sp in specs if sp.schedule == "walk"]
-    assert 70 <= len(walks) <= 130  # WALK_SHARE = 1/4
+    assert 160 <= len(walks) <= 240  # WALK_SHARE = 1/2
     for sp in specs:
-        other = derive(fixed, sp.seed)
         if sp.schedule == "random":  # a run that does not walk is the run its number gave before
-            assert sp == other
+            assert sp == derive(fixed, sp.seed)
             continue
+        # the walk's other features are those its number draws for the model it walks
+        other = derive(make_space([sp.config], schedule="random"), sp.seed)
         cfg = load_config(sp.config)
         # the model TLC checks: its prompts, pools, ranks and tiers; the run's drawn faults
         # and victim order, more requests
@@ -167,7 +169,9 @@ def test_a_quarter_of_swarm_runs_walk_their_configs_own_model_and_the_rest_keep_
         assert not {k for k, _ in sp.settings} & {"write_threshold", "load_back_threshold", "reload_ttl", "spill_inflight"}
         cmd = command(sp)
         assert "--schedule walk" in cmd and "--workload config-prompts" in cmd
-    assert {sp.config for sp in walks} == {"small", "default", "l3"}
+    assert {sp.config for sp in walks} == {"small", "l3"}
+    # a campaign of configs none of which is a TLC model never walks
+    assert all(derive(make_space(["default"]), s).schedule == "random" for s in range(40))
     # a campaign told another schedule never walks
     assert all(derive(make_space(schedule="timed"), s).schedule == "timed" for s in range(40))
 

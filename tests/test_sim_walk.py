@@ -87,3 +87,17 @@ def test_the_walk_schedule_from_the_command_line(tmp_path):
     assert '"schedule": "walk"' in res.output and out.exists()
     bad = CliRunner().invoke(app, ["sim", "--schedule", "walker", "--requests", "2"])
     assert bad.exit_code != 0 and "walk" in bad.output
+
+
+def test_a_walk_without_aborts_aborts_a_request_nothing_else_can_move_and_goes_on(tmp_path):
+    # write-back with tiny pools: an insert finds no victim whose write-back has room, and
+    # no other step is enabled; without the fallback the walk ended at its third request
+    r, log = _walk(tmp_path, config="tests/data/write_back_sync.toml", tiers="l1,l2", requests=80, seed=0)
+    s = r.summary
+    assert s["requests"] == 80 and not r.final_state.requests  # every request arrived and ended
+    assert s["requests_aborted"] > 0 and s["transitions_by_name"]["Abort"] == s["requests_aborted"]
+    assert s["faults_injected"] == {}  # no fault was asked for: these aborts are none
+    assert replay(log, check=True).ok
+    # asked for, aborts are faults (at the config's weight) and the fallback is not needed
+    f, _ = _walk(config="tests/data/write_back_sync.toml", tiers="l1,l2", requests=80, seed=0, faults="abort:0.05")
+    assert f.summary["faults_injected"].get("abort") == f.summary["requests_aborted"] > 0

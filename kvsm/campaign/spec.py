@@ -83,15 +83,20 @@ KNOB_FIELDS = tuple(REFERENCE_KNOBS) + ("prepared_backups",)
 _SETTING_TIERS = {key: needs for key, _, needs in SETTINGS}
 _WALK_SETTINGS = frozenset(KNOB_FIELDS + ("commit_call", "policy", "carry_host_hit", "write_back_evict"))
 KNOB_MODES = ("fixed", "reference")
-# `--schedule swarm` (the default): a run walks the config's own model (`WALK_SHARE` of the
-# runs, `walk_run`) or takes the random schedule, with a bias drawn from its number
+# `--schedule swarm` (the default): a run walks one of the campaign's TLC models
+# (`WALK_SHARE` of the runs, `walk_models`, `walk_run`) or takes the random schedule, with
+# a bias drawn from its number. Half: the walks reach the orders the simulator's runs
+# almost never take (a load-back's write-back evicting host leaves, a reload of a node
+# whose anchor changed), the random schedule what only a real workload and a clock give
+# (slow and stalled copies, bursts, hundred-page prompts, four ranks).
 SWARM_SCHEDULE = "swarm"
 SCHEDULE = SWARM_SCHEDULE
-WALK_SHARE = 0.25
+WALK_SHARE = 0.5
 # a walk run's requests are this many times the run's drawn count: a walk has no time,
 # each request is a few of its steps, and what it finds needs a request to come back
-# after its pages were evicted, spilled and reloaded
-WALK_REQUESTS = 8
+# after its pages were evicted, spilled and reloaded (a walk of `small` takes about 13
+# steps a request)
+WALK_REQUESTS = 16
 
 
 class SpaceError(ValueError):
@@ -241,6 +246,21 @@ class RunSpec:
 
 def derive(space: Space, seed: int) -> RunSpec:
     """The run numbered `seed` of the campaign `space` (a pure function of both)."""
+    spec = _draw(space, seed)
+    if space.schedule != SWARM_SCHEDULE:
+        return spec
+    # (drawn apart, so that a run that does not walk is the run its number always gave)
+    walk = random.Random(f"kvsm-campaign-walk:{seed}")
+    models = walk_models(space)
+    if walk.random() >= WALK_SHARE or not models:
+        return replace(spec, schedule="random")
+    # a walk run walks one of the campaign's models, its other features drawn for that model
+    config = walk.choice(models)
+    return walk_run(_draw(replace(space, configs=(config,)), seed), space)
+
+
+def _draw(space: Space, seed: int) -> RunSpec:
+    """The features of run `seed`, drawn from its number (`derive`, before its schedule)."""
     rng = random.Random(f"kvsm-campaign:{seed}")
     config = rng.choice(space.configs)
     tiers = rng.choice(dict(space.tiers_for)[config])
@@ -254,13 +274,24 @@ def derive(space: Space, seed: int) -> RunSpec:
     l3 = rng.choice(L3_PROMPTS) if tiers == "l1,l2,l3" else None
     eviction = rng.choice(EVICTIONS)
     settings = _draw_settings(rng, space, config, tiers)
-    spec = RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug,
+    return RunSpec(seed, config, tiers, faults, workload, requests, ranks, eviction=eviction, bug=space.bug,
                    prompts=(l1, l2, l3), schedule=space.schedule, settings=settings)
-    if space.schedule != SWARM_SCHEDULE:
-        return spec
-    # (drawn apart, so that a run that does not walk is the run its number always gave)
-    walks = random.Random(f"kvsm-campaign-walk:{seed}").random() < WALK_SHARE
-    return walk_run(spec, space) if walks else replace(spec, schedule="random")
+
+
+def walk_models(space: Space) -> tuple[str, ...]:
+    """The campaign's configs that are models TLC checks (a prompt list and a bound on
+    requests: `small`, `l3`, not `default`, whose pools no walk of its prompts fills in a
+    run's length), whose own tier set the campaign runs: those a walk run walks."""
+    out = []
+    for c in space.configs:
+        cfg = load_config(c)
+        if cfg.prompts and cfg.max_requests > 0 and _own_tiers(cfg) in dict(space.tiers_for)[c]:
+            out.append(c)
+    return tuple(out)
+
+
+def _own_tiers(cfg: Config) -> str:
+    return "l1,l2,l3" if cfg.L3 else "l1,l2" if cfg.L2 else "l1"
 
 
 def walk_run(spec: RunSpec, space: Space) -> RunSpec:
@@ -273,7 +304,7 @@ def walk_run(spec: RunSpec, space: Space) -> RunSpec:
     A config without prompts, or whose own tiers the campaign does not run, takes the
     random schedule instead."""
     cfg = load_config(spec.config)
-    own = "l1,l2,l3" if cfg.L3 else "l1,l2" if cfg.L2 else "l1"
+    own = _own_tiers(cfg)
     if not cfg.prompts or own not in dict(space.tiers_for)[spec.config]:
         return replace(spec, schedule="random")
     faults = spec.faults if own == "l1,l2,l3" else _fit_faults(spec.faults, own)
