@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         configs: str = typer.Option("small,default,l3", "--configs", "-c", help="configs to draw from: built-in names or TOML paths, comma-separated"),
         tiers: Optional[List[str]] = typer.Option(None, "--tiers", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3; default all three"),
         faults: Optional[List[str]] = typer.Option(None, "--faults", help="a fault mix to draw from (repeat the option), as kvsm sim --faults, or swarm (the default): each run turns each kind on or off and draws its rate"),
-        schedule: str = typer.Option("swarm", "--schedule", help="the runs' kvsm sim --schedule: swarm (the default: a quarter of the runs walk their config's own model, --schedule walk --workload config-prompts; the others take random, a bias drawn per run), random, random:B, walk, timed or auto"),
+        schedule: str = typer.Option("swarm", "--schedule", help="the runs' kvsm sim --schedule: swarm (the default: half of the runs walk one of the configs that are TLC models, small and l3 of the defaults, --schedule walk --workload config-prompts; the others take random, a bias drawn per run), random, random:B, walk, timed or auto"),
         knobs: str = typer.Option("fixed", "--knobs", help="fixed | reference: with reference, runs also draw the fidelity knobs' reference values (the reference's findings: such runs fail by design)"),
         bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
