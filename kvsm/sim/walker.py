@@ -15,9 +15,11 @@ The walk ends when every request of the workload has arrived and none is alive, 
 nothing is enabled, or after `STEPS_PER_REQUEST` steps per request. Where aborts are not
 asked for and a request is alive but nothing else is enabled (a write-back insert that
 no eviction can make room for), the walk aborts it, as the timed schedule does once a
-request has waited `write_back_wait_ms` for room; it is no fault and the walk goes on. Each step is applied
-to the log's state as the cluster's step (every rank decides; a rank that decides
-otherwise is recorded in the state, invariant 13): there are no replicas to compare.
+request has waited `write_back_wait_ms` for room; it is no fault and the walk goes on.
+
+Each step is applied to the log's state as the cluster's step (every rank decides; a
+rank that decides otherwise is recorded in the state, invariant 13): there are no
+replicas to compare.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _run_walk(sim: Any) -> None:
     n = len(reqs)
     weights = dict(sim.cfg.walk_weights)
     # where aborts are not asked for: the only family a stuck walk may still take
-    stuck = {name: 0.0 for name in names_for(sim.cfg)} | {"Abort": 1.0} if weights.get("Abort", 1.0) == 0 else None
+    stuck = ({name: 0.0 for name in names_for(sim.cfg)} | {"Abort": 1.0}) if weights.get("Abort", 1.0) == 0 else None
     rng = random.Random(f"kvsm-sim-walk:{sim.seed}")
 
     def arrival(s: ClusterState) -> Transition | None:
