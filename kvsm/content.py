@@ -19,12 +19,19 @@ def page_content(prev: int, symbol: int, _blake2b=hashlib.blake2b, _int=int.from
     return _int(_blake2b(b"%d/%d" % (prev, symbol), digest_size=8).digest(), "big")
 
 
-def chain(prev: int, symbols: Iterable[int], _blake2b=hashlib.blake2b, _int=int.from_bytes) -> tuple[int, ...]:
+_HASHER = hashlib.blake2b(digest_size=8)  # a fresh BLAKE2b of 8 bytes, copied per page
+
+
+def chain(prev: int, symbols: Iterable[int], _int=int.from_bytes) -> tuple[int, ...]:
     """The identities of the pages `symbols` that follow the prefix whose last page is
-    `prev` (`page_content` of each in turn)."""
+    `prev` (`page_content` of each in turn; a copy of a fresh hasher is cheaper to make
+    than a new one, and gives the same digest)."""
     out = []
+    fresh = _HASHER.copy
     for s in symbols:
-        prev = _int(_blake2b(b"%d/%d" % (prev, s), digest_size=8).digest(), "big")
+        h = fresh()
+        h.update(b"%d/%d" % (prev, s))
+        prev = _int(h.digest(), "big")
         out.append(prev)
     return tuple(out)
 

@@ -17,8 +17,10 @@ property of the transition (`Spec.agreement`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, Union
+from collections import deque
+from dataclasses import dataclass, fields
+from itertools import repeat
+from typing import Any, Callable, ClassVar, Iterable, NamedTuple, Union
 
 
 class HostPage(NamedTuple):
@@ -111,3 +113,32 @@ class ReloadRead:
 
 
 Effect = Union[Fill, Load, Store, PoisonDev, PoisonHost, SpillGather, SpillWrite, ReloadRead]
+
+
+_new = object.__new__
+_consume = deque(maxlen=0).extend  # runs an iterator to its end, keeping nothing
+
+
+def _batch_maker(cls: type) -> Callable[..., list[Any]]:
+    """`lambda *columns: list(map(cls, *columns))` for a frozen slotted effect class,
+    several times faster: the instances are made and their slots stored by C-level maps
+    (each slot's descriptor stores directly, where the frozen dataclass's `__init__`
+    stores each field through `object.__setattr__` in a Python frame). The values are
+    the same: equal, equally hashed, of the same class."""
+    setters = [cls.__dict__[f.name].__set__ for f in fields(cls)]
+
+    def make(*columns: Iterable[Any]) -> list[Any]:
+        n = len(columns[0])  # type: ignore[arg-type]
+        out = list(map(_new, repeat(cls, n)))
+        for put, col in zip(setters, columns):
+            _consume(map(put, out, col))
+        return out
+
+    make.__name__ = f"{cls.__name__.lower()}_batch"
+    return make
+
+
+# one effect per page, for a run of pages (`kvsm.tx.Tx.fill_devs`, `Tx.free_dev`)
+fill_batch = _batch_maker(Fill)  # fill_batch(pages, contents)
+poison_dev_batch = _batch_maker(PoisonDev)  # poison_dev_batch(pages)
+store_batch = _batch_maker(Store)  # store_batch(ranks, pages, host_pages)

@@ -219,7 +219,7 @@ class Tx:
         if self.track:
             self._dev_free_delta += sum(map(free_page_hash, pages))
         self.dev_content.delete_present(pages)
-        self.effects.extend(map(fx.PoisonDev, pages))
+        self.effects.extend(fx.poison_dev_batch(pages))
         if R == 1:
             self.dev_free[0] = self.dev_free[0].add_many(pages)
             return
@@ -238,7 +238,7 @@ class Tx:
     def fill_devs(self, pages: tuple[int, ...], contents: tuple[int, ...]) -> None:
         """`fill_dev` of each page with its content, in order."""
         self.dev_content.set_many(pages, contents)
-        self.effects.extend(map(fx.Fill, pages, contents))
+        self.effects.extend(fx.fill_batch(pages, contents))
 
     def load_dev(self, page: int, host_page: int, claim: int) -> None:
         """Copy host page `host_page` (of every payload region) into device page `page`, for
@@ -271,6 +271,24 @@ class Tx:
         """Rank `rank` copies device page `page` into host page `host_page` of every region."""
         self.put_host(host_page, self.dev_content.get(page))
         self.effects.append(fx.Store(rank, page, host_page))
+
+    def store_hosts(self, rank: int, pages: list[int], host_pages: list[int]) -> None:
+        """`store_host(rank, page, host_page)` of each pair in turn, in one pass per
+        region (the same map, effects and digest change)."""
+        if not pages:
+            return
+        dev_get = self.dev_content.get
+        contents = [dev_get(p) for p in pages]
+        L2 = self.cfg.L2
+        host = self.host_content
+        if None in contents:  # (a page without content makes its host pages garbage)
+            for hp, c in zip(host_pages, contents):
+                self.put_host(hp, c)
+        else:
+            for region in range(len(self.cfg.payloads)):
+                off = region * L2
+                host.set_many(tuple(off + hp for hp in host_pages), contents)
+        self.effects.extend(fx.store_batch((rank,) * len(pages), pages, host_pages))
 
     def owned_indices(self, rank: int, n: int) -> list[int]:
         """Indices `i` in `0..n-1` of an object's pages that rank `rank` owns."""

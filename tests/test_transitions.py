@@ -55,6 +55,23 @@ def test_insert_allocates_page_k_in_lane_k_mod_R_and_takes_out_pages():
     assert [s.dev_content[p] for p in n.dev] == list(content.prefix_content((1, 2, 3)))
 
 
+def test_a_page_content_is_the_first_8_bytes_of_blake2b_of_prev_slash_symbol_and_chain_agrees():
+    # the identities are in every digest, log and GPU page: they never change
+    import hashlib
+
+    def slow(prev: int, sym: int) -> int:
+        return int.from_bytes(hashlib.blake2b(b"%d/%d" % (prev, sym), digest_size=8).digest(), "big")
+
+    assert content.page_content(0, 1) == slow(0, 1) == 18443869377103087564
+    assert content.chain(0, (1, 2, 3)) == (18443869377103087564, 3407982452401088837, 6426013810298172974)
+    prev, want = 2**64 - 1, []
+    for sym in (0, 5, 2**40, 7):
+        prev = slow(prev, sym)
+        want.append(prev)
+    assert content.chain(2**64 - 1, (0, 5, 2**40, 7)) == tuple(want)
+    assert content.chain(3, ()) == ()
+
+
 def test_a_full_prompt_hit_leaves_its_last_page_to_be_recomputed():
     s = serve(fresh(), 0, [1, 2, 3])
     whole = node_by_key(s, (1, 2, 3))

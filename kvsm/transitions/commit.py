@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import ClusterState, Rejected, Round, lane_of
+from ..state import ClusterState, Rejected, Round
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
@@ -63,9 +63,9 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
-    for i, p in enumerate(n.dev):
-        if lane_of(p, cfg.R) == r:
-            tx.store_host(r, p, obj.base + i)
+    R, base = cfg.R, obj.base
+    mine = [i for i, p in enumerate(n.dev) if p % R == r]  # (its own lane: `lane_of`)
+    tx.store_hosts(r, [n.dev[i] for i in mine], [base + i for i in mine])
     tx.write_done[r] += 1
     if cfg.bug == "duplicate_ack" and tx.write_done[r] < len(s.writes):
         # the rank's ack of this write completes twice: the second completion is counted
