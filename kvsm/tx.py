@@ -16,7 +16,7 @@ from .digest import MOD, entry_hash, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import effects as fx
 from .maptx import MapTx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of, lane_of
+from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of
 from .victims import reindex
 from .writes import EMPTY, committed
 
@@ -192,10 +192,15 @@ class Tx:
     def alloc_positions(self, start: int, n: int) -> tuple[int, ...]:
         """Device pages for the pages at positions `start .. start+n-1` of a key, each from
         its owner lane (`alloc_lanes` of their lanes)."""
-        if self.cfg.R == 1:
-            return self._take(0, n)
         R = self.cfg.R
-        return self.alloc_lanes([lane_of(start + j, R) for j in range(n)])
+        if R == 1:
+            return self._take(0, n)
+        # (what `alloc_lanes` gives, lane by lane: the pages at positions j with
+        # (start + j) mod R == lane are that lane's lowest free pages, in order)
+        out: list[int] = [0] * n
+        for j0 in range(min(R, n)):
+            out[j0::R] = self._take((start + j0) % R, len(range(j0, n, R)))
+        return tuple(out)
 
     def _take(self, lane: int, k: int) -> tuple[int, ...]:
         """The `k` lowest free pages of `lane`, taken."""
@@ -223,10 +228,7 @@ class Tx:
         if R == 1:
             self.dev_free[0] = self.dev_free[0].add_many(pages)
             return
-        by_lane: dict[int, list[int]] = {}
-        for p in pages:
-            by_lane.setdefault(lane_of(p, R), []).append(p)
-        for lane, ps in by_lane.items():
+        for lane, ps in _by_lane(pages, R):
             self.dev_free[lane] = self.dev_free[lane].add_many(ps)
 
     # ---- page contents (the ghost) and the physical effects that move them -------------------
@@ -431,6 +433,28 @@ class Tx:
         new.written = committed(s, tuple(written))
         new.__class__ = ClusterState
         return new
+
+
+def _by_lane(pages: tuple[int, ...], R: int) -> list[tuple[int, Any]]:
+    """`pages` grouped by lane (`lane_of`; the order within a group and of the groups is
+    the caller's to ignore). A node's pages cycle through the lanes, so every R-th page
+    from one start is usually of one lane: taken as a slice when it is (its lanes
+    computed at C speed), else page by page."""
+    rmod = R.__rmod__  # (p % R)
+    groups = []
+    for j in range(min(R, len(pages))):
+        sl = pages[j::R]
+        lanes = set(map(rmod, sl))
+        if len(lanes) != 1:
+            break
+        groups.append((lanes.pop(), sl))
+    else:
+        if len({lane for lane, _ in groups}) == len(groups):
+            return groups
+    by_lane: dict[int, list[int]] = {}
+    for p in pages:
+        by_lane.setdefault(p % R, []).append(p)
+    return list(by_lane.items())
 
 
 for _name in _LAZY_MAPS:
