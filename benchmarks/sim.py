@@ -34,7 +34,7 @@ the same run of the code at the pinned commit BASELINE (1956e94, before the leve
 existed: what `every` does today), each in a process of its own (`full_runs`), and
 with --full-l3 one with the disk tier (`--tiers l1,l2,l3 --ranks 4`, several minutes).
 
-    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full [--full-requests N] [--full-repeat N]] [--full-l3]
+    python benchmarks/sim.py [--json] [--capacity 19531] [--repeat 3] [--log] [--full [--full-requests N] [--full-repeat N (3)]] [--full-l3]
 """
 
 from __future__ import annotations
@@ -505,9 +505,12 @@ def main() -> int:
     ap.add_argument("--log", action="store_true", help="the simulator also writes its transition log")
     ap.add_argument("--full", action="store_true", help="also time a full --tiers l1,l2 --ranks 4 run of the trace at each --replicas level against the baseline commit")
     ap.add_argument("--full-requests", type=int, default=0, help="with --full: the first N requests only (default: all)")
-    ap.add_argument("--full-repeat", type=int, default=1, help="with --full: rounds of the runs, in turns; the fastest counts")
+    ap.add_argument("--full-repeat", type=int, default=3, help="with --full: rounds of the runs, in turns; the fastest counts (default 3: one round's ratios move by a fifth with the machine's load)")
     ap.add_argument("--full-l3", action="store_true", help="also time a full --tiers l1,l2,l3 --ranks 4 run of the trace")
     a = ap.parse_args()
+    for name in ("repeat", "full_repeat"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(a, name)}")
     traces = [r.hash_ids for r in load_workload("synthetic").requests]
     sim_runs, radix_runs, lru_runs, floor_runs = [], [], [], []
     for _ in range(a.repeat):
