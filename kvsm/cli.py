@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -95,12 +95,17 @@ def walk(
     """A seeded random walk over the enabled transitions, written as a log; it says which transitions it took. Each step picks a transition family weighted by the config's walk_weights, then one of its enabled instances. With --bug, the model has that defect, and the log's header names it."""
     from .invariants import violations_after
     from .log import Header, LogWriter
-    from .output import OutputError
+    from .output import OutputError, check_distinct
+    from .sim.options import config_file
     from .state import initial_state
     from .transitions import names_for
     from .walk import walk as do_walk
 
     cfg = config_or_exit(config, bug)
+    try:  # the log never replaces the config it walks
+        check_distinct([("-o/--output", output)], [("-c/--config", config_file(config))])
+    except OutputError as e:
+        raise fail(str(e)) from None
     if not bounded:
         cfg = replace(cfg, max_requests=0, max_disk_faults=min(cfg.max_disk_faults, 0))  # -1 (no fault) is kept
     s0 = initial_state(cfg)
@@ -244,7 +249,7 @@ def _step_line(k: int, what: str) -> None:
 @app.command()
 def run(
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the simulation (its timing and faults); the same seed writes the same log"),
-    requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993)"),
+    requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993; a larger N runs all of them, with a note on stderr)"),
     outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
 ) -> None:
@@ -255,6 +260,7 @@ def run(
     from .sim import simulate
     from .sim.report import write_report
     from .sim.runner import main_job_log, main_job_options
+    from .commands.sim import note_short_trace
 
     log, report = main_job_log(outdir, seed), outdir / "report.html"
     try:  # before anything runs: the log is the first thing every later step needs
@@ -265,11 +271,19 @@ def run(
     rows: list[tuple[str, str, str]] = []
     ok = True
     t0 = time.perf_counter()
-    _step_line(1, f"sim: the first {requests} requests of the Mooncake synthetic trace on 4 ranks, L1 and L2")
     with progress() as prog:
-        task = prog.add_task("run: sim, requests", total=requests)
+        task = prog.add_task("run: sim, requests", total=None)
+
+        def on_start(prep: Any) -> None:
+            # the number actually run: a trace shorter than --requests runs whole (said once)
+            n = len(prep.workload.requests)
+            what = f"all {n}" if n < requests else f"the first {n}"
+            _step_line(1, f"sim: {what} requests of the Mooncake synthetic trace on 4 ranks, L1 and L2")
+            note_short_trace(prep, requests, "--requests")
+            prog.update(task, total=n)
+
         try:
-            result = simulate(main_job_options(seed, requests, 4), log, lambda done, total: prog.update(task, completed=done))
+            result = simulate(main_job_options(seed, requests, 4), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
         except OutputError as e:
             raise fail(f"--outdir {outdir}: {e}") from None
     summary = result.summary

@@ -382,6 +382,8 @@ def load_config(name_or_path: str | Path) -> Config:
     text: str
     where: str
     s = str(name_or_path)
+    if not s:  # Path("") is ".", the current directory: say what is wrong instead
+        raise ConfigError(f"config '': is empty; give a built-in config name ({', '.join(builtin_names())}) or a TOML file's path")
     if s in builtin_names():
         text = resources.files("kvsm.configs").joinpath(f"{s}.toml").read_text()
         where = f"config '{s}'"

@@ -204,3 +204,45 @@ def _refuse_special_dir(path: Path) -> None:
         return
     if not stat.S_ISDIR(mode):
         raise OutputError(path, "is not a directory" if stat.S_ISREG(mode) else (_kind(mode) or "is not a directory"))
+
+
+# ---- outputs that would replace an input, or each other -----------------------------------------
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether the paths `a` and `b` name one file: `os.path.samefile` where both exist
+    (a hard link, a symbolic link, `./x` and `x`), else their resolved paths are equal
+    (an output not made yet)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):  # pragma: no cover - a path realpath cannot take
+        return False
+
+
+Named = Iterable[tuple[str, "str | Path | None"]]
+
+
+def check_distinct(outputs: Named, inputs: Named = ()) -> None:
+    """Raise OutputError, before any work, when an output would replace an input or
+    another output: `outputs` and `inputs` are (what names it, path) pairs, such as
+    ("--report", path) or ("-w/--workload", path); a None path is skipped. The error
+    names the output, its path and the one it collides with."""
+    outs = [(label, Path(p)) for label, p in outputs if p is not None]
+    ins = [(label, Path(p)) for label, p in inputs if p is not None]
+    for i, (label, path) in enumerate(outs):
+        for in_label, in_path in ins:
+            if same_file(path, in_path):
+                raise OutputError(
+                    f"{label} {path}",
+                    f"it is the input {in_label} {in_path}, which would be replaced; give the output another path",
+                )
+        for other_label, other in outs[:i]:
+            if same_file(path, other):
+                raise OutputError(
+                    f"{label} {path}",
+                    f"{other_label} {other} writes the same file; give each output a path of its own",
+                )

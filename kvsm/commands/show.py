@@ -63,6 +63,14 @@ def register(app: typer.Typer) -> None:
             if bad:
                 err.print(f"[red]error:[/red] --sections: unknown section '{escape(bad[0])}' (sections: {', '.join(SECTIONS)})", soft_wrap=True)
                 raise typer.Exit(2)
+        if html is not None:  # before the log is read: the viewer never replaces what it shows
+            from ..output import OutputError, check_distinct
+
+            try:
+                check_distinct([("--html", html)], [("LOG", log)])
+            except OutputError as e:
+                err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
         try:
             run = read_run(log)
             run.check = check

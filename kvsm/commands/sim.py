@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import typer
 from rich.table import Table
@@ -56,16 +56,50 @@ def _summary_table(s: dict[str, Any]) -> Table:
     return table
 
 
-def _tell_story(opts: Any, output: Optional[Path]) -> None:
+def sim_outputs(output: Optional[Path], plot: Optional[Path], report: Optional[Path]) -> list[tuple[str, Optional[Path]]]:
+    """Every file `kvsm sim` may write, by the option that names it."""
+    from ..sim.report import PLOTS
+
+    plots = [("--plot", plot / name) for name in PLOTS] if plot is not None else []
+    return [("-o/--output", output), ("--report", report), *plots]
+
+
+def sim_inputs(workload: str, config: str) -> list[tuple[str, Optional[Path]]]:
+    """The files `kvsm sim` reads: the workload's trace (none for a generator), the config."""
+    from ..sim.options import config_file
+    from ..sim.workload import workload_file
+
+    return [("-w/--workload", workload_file(workload)), ("-c/--config", config_file(config))]
+
+
+def note(message: str) -> None:
+    """`note: message` on one line of stderr: something the user may not expect, done as asked."""
+    err.print(f"[cyan]note:[/cyan] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def note_short_trace(prep: Any, requests: Optional[int], option: str = "-n") -> None:
+    """A note when more requests were asked for than the trace file holds: all of them run."""
+    n = len(prep.workload.requests)
+    if requests is not None and n < requests:
+        note(f"the trace {prep.workload.source} has {n} requests; {option} {requests} runs all of them")
+
+
+def _tell_story(opts: Any, output: Optional[Path], inputs: Sequence[tuple[str, Optional[Path]]] = ()) -> None:
     """After a run stopped: run the same seed again, keep its log up to where it stops
     (the run itself leaves no log, by design), and print the story of its last steps."""
     from ..log import Header, LogWriter
+    from ..output import OutputError, check_distinct
     from ..render.story import tail_story
     from ..sim import STOPS
     from ..sim.options import prepare
     from ..sim.scheduler import Simulation
 
     path = output.with_name(output.stem + ".failed.jsonl") if output is not None else Path("out") / f"sim-seed{opts.seed}.failed.jsonl"
+    try:
+        check_distinct([("the failed run's log", path)], inputs)
+    except OutputError as e:
+        err.print(f"(no story: {escape(str(e))})", highlight=False, soft_wrap=True)
+        return
     try:
         prep = prepare(opts)
         sim = Simulation(prep, opts.timing, opts.seed, check=opts.check)
@@ -153,13 +187,19 @@ def register(app: typer.Typer) -> None:
         bug: Optional[str] = bug_option(),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
-        from ..config import ConfigError
-        from ..output import OutputError, check_output_file
+        from ..config import ConfigError, builtin_names
+        from ..output import OutputError, check_distinct, check_output_file
         from ..sim.report import PLOTS
         from ..sim import STOPS, FaultSpecError, SimError, SimOptions, WorkloadError, simulate, stop_record
 
         from ..sim.options import parse_setting
+        from ..sim.workload import workload_names
 
+        # an empty value would be read as the current directory: say it is empty
+        if not workload:
+            raise fail(f"-w/--workload is empty: give a trace file, 'synthetic' or a generator name ({workload_names()})")
+        if not config:
+            raise fail(f"-c/--config is empty: give a built-in config name ({', '.join(builtin_names())}) or a TOML file's path")
         try:
             sets = tuple(parse_setting(x) for x in settings or ())
         except SimError as e:
@@ -184,6 +224,8 @@ def register(app: typer.Typer) -> None:
             replicas=replicas,
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
+            # and no output replaces an input or another output (every file is left as it was)
+            check_distinct(sim_outputs(output, plot, report), sim_inputs(workload, config))
             if plot is not None:
                 for name in PLOTS:  # refuses a --plot that is a file, or a plot's place that is not one
                     check_output_file(plot / name)
@@ -199,7 +241,11 @@ def register(app: typer.Typer) -> None:
                 def on_progress(done: int, total: int) -> None:
                     bar.update(task, completed=done, total=total)
 
-                result = simulate(opts, output, on_progress, on_start=lambda prep: _warn_if_slow(prep, check))
+                def on_start(prep: Any) -> None:
+                    note_short_trace(prep, requests)
+                    _warn_if_slow(prep, check)
+
+                result = simulate(opts, output, on_progress, on_start=on_start)
         except (SimError, ConfigError, WorkloadError, FaultSpecError, OutputError) as e:
             raise fail(str(e)) from None
         except STOPS as e:
@@ -207,7 +253,7 @@ def register(app: typer.Typer) -> None:
                 emit_json({"stopped": stop_record(e, seed)})
                 raise typer.Exit(EXIT_FAILED) from None
             stop = fail(str(e), EXIT_FAILED, "run stopped")
-            _tell_story(opts, output)
+            _tell_story(opts, output, sim_inputs(workload, config))
             raise stop from None
         written = []
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -141,11 +142,15 @@ def register(app: typer.Typer) -> None:
         with --simulate its invariants along random behaviours (with --bug, of the spec
         with that defect). A violation's trace becomes a kvsm log that `kvsm replay
         --check` replays (with the same --bug)."""
-        from ..output import OutputError, check_output_file
+        from ..output import OutputError, check_distinct, check_output_file
         from ..tla.check import check as do_check
         from ..tla.errors import TLCError, TLCUnavailable
 
         bug_or_exit(bug)
+        try:  # before TLC runs: a violation's log never replaces the model it checks
+            check_distinct([("--log", log)], [("-c/--config", Path(config) if os.path.isfile(config) else None)])
+        except OutputError as e:
+            raise _fail(str(e)) from None
         try:  # before TLC runs: a violation's log must have somewhere to go
             if log is not None:
                 check_output_file(log)

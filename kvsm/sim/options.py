@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..bounds import MAX_DEVICE_PAGES
-from ..config import EVICTIONS, Config, ConfigError, load_config
+from ..config import EVICTIONS, Config, ConfigError, builtin_names, load_config
 from .faults import Faults
 from .trace import Workload
 from .workload import load_workload
@@ -112,6 +114,16 @@ class Prepared:
     l3: bool  # whether the disk tier is in use
     bias: float | None = None  # the random schedule's bias, when given (None: drawn from the seed)
     replicas: str = "every"  # SimOptions.replicas
+
+
+def config_file(name_or_path: str) -> Path | None:
+    """The file `load_config(name_or_path)` reads: a built-in config's TOML in the package,
+    or the path itself (None for an empty name)."""
+    if not name_or_path:
+        return None
+    if name_or_path in builtin_names():
+        return Path(str(resources.files("kvsm.configs").joinpath(f"{name_or_path}.toml")))
+    return Path(name_or_path)
 
 
 def parse_setting(text: str) -> tuple[str, Any]:

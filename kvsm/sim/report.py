@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..output import write_atomic
+from .options import CLOCKLESS
 from .runner import SimResult
 
 PLOTS = ("hit_rate.png", "occupancy.png", "lanes.png")  # what `write_plots` writes
@@ -20,10 +21,14 @@ PLOTS = ("hit_rate.png", "occupancy.png", "lanes.png")  # what `write_plots` wri
 
 def _axis(result: SimResult) -> tuple[list[float], str, float]:
     """The samples' x values, the axis label and where the axis ends: the whole simulated
-    time (timed schedule) or every request (serial)."""
-    if result.summary["schedule"] != "serial":
-        return [s.t_ms / 1000 for s in result.samples], "simulated time (s)", result.summary["simulated_ms"] / 1000
-    return [float(s.requests) for s in result.samples], "requests served", float(result.summary["requests"])
+    time (timed and random schedules) or every request (serial and walk, which have no
+    clock). The end is never 0: a run of zero width (no request, no simulated time) is
+    drawn on an axis one unit wide, not on a singular one."""
+    if result.summary["schedule"] not in CLOCKLESS:
+        x, label, end = [s.t_ms / 1000 for s in result.samples], "simulated time (s)", result.summary["simulated_ms"] / 1000
+    else:
+        x, label, end = [float(s.requests) for s in result.samples], "requests served", float(result.summary["requests"])
+    return x, label, max([end, *x]) or 1.0
 
 
 def smoothed_hit_rate(result: SimResult, share: float = 0.05) -> list[float | None]:

@@ -19,6 +19,21 @@ def bundled_path(name: str) -> Path:
     return Path(str(resources.files("kvsm.sim").joinpath("data", BUNDLED[name])))
 
 
+def workload_names() -> str:
+    """The workload names, for a message: the bundled traces, the generators, config-prompts."""
+    return ", ".join(sorted(BUNDLED) + sorted(GENERATORS) + [CONFIG_PROMPTS])
+
+
+def workload_file(name_or_path: str) -> Path | None:
+    """The file `load_workload(name_or_path)` reads: the bundled trace's, or the path
+    itself; None for a generator (and for an empty name)."""
+    if name_or_path in BUNDLED:
+        return bundled_path(name_or_path)
+    if not name_or_path or name_or_path in GENERATORS or name_or_path == CONFIG_PROMPTS:
+        return None
+    return Path(name_or_path)
+
+
 def load_workload(
     name_or_path: str,
     requests: int | None = None,
@@ -29,6 +44,8 @@ def load_workload(
     """A bundled trace by name (`synthetic`), a generator by name (see
     `kvsm.sim.generators.GENERATORS`), `config-prompts` (the prompts of `config`), or a
     trace file by path."""
+    if not name_or_path:  # Path("") is ".", the current directory: say what is wrong instead
+        raise WorkloadError("workload ''", None, f"is empty; give a trace file, 'synthetic' or a generator name ({workload_names()})")
     if name_or_path in BUNDLED:
         w = read_trace(bundled_path(name_or_path), requests, name=name_or_path)
         # name the package file, not this machine's path, so that logs compare across machines
@@ -46,6 +63,5 @@ def load_workload(
         return config_prompts(config.prompts, config.P, n, seed)
     p = Path(name_or_path)
     if not p.exists():
-        known = ", ".join(sorted(BUNDLED) + sorted(GENERATORS) + [CONFIG_PROMPTS])
-        raise WorkloadError(name_or_path, None, f"no such file, and not a workload name ({known})")
+        raise WorkloadError(name_or_path, None, f"no such file, and not a workload name ({workload_names()})")
     return read_trace(p, requests)
