@@ -135,11 +135,23 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def json_error(e: json.JSONDecodeError) -> str:
+    """A JSON decoder's error with its place: `Invalid control character at column 17`,
+    `Expecting value at line 3 column 1` (the line only for text of several lines: a
+    log line's own number is said by its caller). The decoder's `msg` alone may end in
+    a dangling "at" (`Invalid control character at`), its place given separately."""
+    text = e.doc.rstrip("\r\n")
+    pos = min(e.pos, len(text))  # past a line's end (a value expected at its newline): its end
+    col = pos - text.rfind("\n", 0, pos)
+    where = f"line {text.count(chr(10), 0, pos) + 1} column {col}" if "\n" in text else f"column {col}"
+    return f"{e.msg.removesuffix(' at')} at {where}"
+
+
 def parse_header(path: str, text: str) -> Header:
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise LogError(path, 1, f"header is not valid JSON: {e.msg}") from None
+        raise LogError(path, 1, f"header is not valid JSON: {json_error(e)}") from None
     if not isinstance(d, dict):
         raise LogError(path, 1, "header must be a JSON object")
     fmt = d.get("kvsm_log")
@@ -175,7 +187,15 @@ def _json_line(path: str, lineno: int, text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise LogError(path, lineno, f"not valid JSON ({e.msg}); truncated line?") from None
+        raise LogError(path, lineno, f"not valid JSON ({json_error(e)}){_TRUNCATED if _at_end(e) else ''}") from None
+
+
+_TRUNCATED = "; truncated line?"
+
+
+def _at_end(e: json.JSONDecodeError) -> bool:
+    """The decoder stopped at the end of the text: what a line cut short gives."""
+    return e.pos >= len(e.doc.rstrip())
 
 
 def parse_transition(path: str, lineno: int, text: str) -> tuple[int, Transition, str]:

@@ -388,7 +388,7 @@ def test_a_scheduler_that_does_not_answer_is_announced_and_reported(tmp_path):
                        env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 3, r.stderr
     first, *rest = r.stderr.splitlines()
-    assert first.startswith("kvsm: campaign: starting the Dask scheduler tcp://127.0.0.1:1 (at most 10 s)")
+    assert first.startswith("kvsm: campaign: connecting to the Dask scheduler tcp://127.0.0.1:1 (at most 10 s)")
     assert len(rest) == 1 and rest[0].startswith("error: cannot reach a Dask cluster: "), r.stderr
     assert time.monotonic() - t0 < 40
     assert not out.exists(), "a campaign that never ran left files"

@@ -183,4 +183,4 @@ def test_cli_keeps_the_disk_stores_where_asked_holding_exactly_the_models_l3_pag
             assert data == bytes(want[k].flatten().view(torch.uint8).tolist()), f"rank {r}'s record {k} is not its page"
 
     bad = _cli(log, "--device", "cpu", "--disk-dir", str(tmp_path / "absent"))
-    assert bad.returncode == 2 and f"--disk-dir {tmp_path / 'absent'}: not a directory" in " ".join(bad.stderr.split())
+    assert bad.returncode == 2 and f"--disk-dir {tmp_path / 'absent'}: does not exist" in " ".join(bad.stderr.split())

@@ -204,7 +204,7 @@ def test_replay_exit_codes_mean_what_they_mean_everywhere(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(rows[:5]) + '{"i": 5, "name": \n' + "".join(rows[6:]))
     r = runner.invoke(app, ["replay", str(broken)])
-    assert r.exit_code == 2 and error_lines(r.stderr) == [f"error: {broken}:6: not valid JSON (Expecting value); truncated line?"]
+    assert r.exit_code == 2 and error_lines(r.stderr) == [f"error: {broken}:6: not valid JSON (Expecting value at column 18); truncated line?"]
     tampered = tmp_path / "tampered.jsonl"
     d = json.loads(rows[5])
     d["digest"] = "0" * 32

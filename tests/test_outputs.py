@@ -109,7 +109,7 @@ def test_outputs_that_cannot_be_made_are_refused_before_the_run(tmp_path):
         (["show", str(log), "--html", str(UNWRITABLE / "v.html")], f"{UNWRITABLE / 'v.html'}: cannot write here: "),
         (["walk", "-n", "5", "-o", str(UNWRITABLE / "w.jsonl")], f"{UNWRITABLE / 'w.jsonl'}: cannot write here: "),
         (["corpus", "add", str(log), "--name", "x", "--dir", str(UNWRITABLE)], f"--dir {UNWRITABLE}: {UNWRITABLE / 'x.txt'}: cannot write here: "),
-        (["campaign", "--runs", "1", "-o", str(UNWRITABLE)], f"-o {UNWRITABLE}: {UNWRITABLE}: cannot write here: "),
+        (["campaign", "--runs", "1", "-o", str(UNWRITABLE)], f"-o {UNWRITABLE}: cannot write here: "),
     ]
     for args, message in cases:
         t0 = time.monotonic()
@@ -162,7 +162,7 @@ def test_campaign_refuses_a_bad_scheduler_address_or_a_resume_with_nothing_to_re
     assert not out.exists()
     r = runner.invoke(app, ["campaign", "--runs", "1", "--resume", "-o", str(out)])
     assert r.exit_code == 2, r.output
-    assert lines(r.stderr) == [f"error: -o {out}: {out}: --resume: no campaign here (no campaign.json); drop --resume to start one"]
+    assert lines(r.stderr) == [f"error: -o {out}: --resume: no campaign here (no campaign.json); drop --resume to start one"]
     assert not out.exists()
 
 

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..log import json_error
 from ..output import FILE_MODE, OutputError, check_output_dir, check_output_file, make_dirs, write_atomic
 
 RESULTS = "results.jsonl"
@@ -53,7 +54,7 @@ class Results:
                 try:
                     rec = json.loads(raw)
                 except json.JSONDecodeError as e:
-                    raise StoreError(f"{self.path}:{lineno}: not a JSON line ({e.msg})") from None
+                    raise StoreError(f"{self.path}:{lineno}: not a JSON line ({json_error(e)})") from None
                 if not isinstance(rec, dict) or not isinstance(rec.get(self.KEY), self.KEY_TYPE):
                     kind = "integer" if self.KEY_TYPE is int else "string"
                     raise StoreError(f"{self.path}:{lineno}: not a run record (no {kind} '{self.KEY}')")
@@ -76,7 +77,7 @@ class Results:
             try:
                 old = json.loads(cpath.read_text())
             except json.JSONDecodeError as e:
-                raise StoreError(f"{cpath}: not JSON ({e.msg})") from None
+                raise StoreError(f"{cpath}: not JSON ({json_error(e)})") from None
             new, was = _flat(json.loads(json.dumps(choices))), _flat(old)
             for k in sorted(set(new) | set(was)):
                 if new.get(k) != was.get(k):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -34,6 +35,29 @@ def _range(text: str, option: str) -> tuple[int, int]:
     except ValueError:
         _fail(f"{option} {text!r}: expected MIN..MAX (integers)")
     return lo, hi
+
+
+def _finite(value: float) -> float:
+    """A float option's callback: inf and -inf are refused as nan is (by its range), so
+    that no `Infinity` reaches campaign.json, which must stay strict JSON."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds (0: no budget)")
+    return value
+
+
+def _configs(text: str) -> list[str]:
+    """`--configs`: comma-separated names or paths; an empty item (`small,,l3`, or an
+    empty list) is an error, not skipped."""
+    items = text.split(",")
+    if any(not c for c in items):
+        _fail(f"--configs {text!r}: an empty value in the list")
+    return items
+
+
+def _output_error(outdir: Path, e: Exception) -> str:
+    """`-o DIR: reason`, naming DIR once when the error starts with it."""
+    msg = str(e)
+    return f"-o {msg}" if msg.startswith(f"{outdir}: ") else f"-o {outdir}: {msg}"
 
 
 def check_scheduler(scheduler: Optional[str]) -> None:
@@ -68,8 +92,8 @@ def run_on_dask(
     progress = make_progress("{task.description}")
     try:
         if todo:
-            where = f"the Dask scheduler {scheduler}" if scheduler is not None else f"a local Dask cluster of {n_workers} workers"
-            err.print(f"kvsm: {label}: starting {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
+            where = f"connecting to the Dask scheduler {scheduler}" if scheduler is not None else f"starting a local Dask cluster of {n_workers} workers"
+            err.print(f"kvsm: {label}: {where} (at most {CONNECT_SECONDS:g} s) for {len(todo)} runs", highlight=False, soft_wrap=True)
             try:
                 session = connect(workers=n_workers if scheduler is None else None, scheduler=scheduler, timeout=CONNECT_SECONDS)
             except (OSError, ConnectionError, TimeoutError, ValueError) as e:
@@ -88,7 +112,8 @@ def run_on_dask(
                 execute(session, on_result)
             n_workers = len(session.seen_workers) or n_workers
     except (KeyboardInterrupt, Interrupted) as e:
-        err.print(f"kvsm: {label}: {done} runs recorded in {store.path}; --resume continues", highlight=False, soft_wrap=True)
+        kept = f"{done} runs recorded in {store.path}; --resume continues" if store.path.exists() else "nothing was written"
+        err.print(f"kvsm: {label}: {kept}", highlight=False, soft_wrap=True)
         raise e if isinstance(e, Interrupted) else Interrupted(signal.SIGINT) from None
     finally:
         lost = list(session.lost_workers) if session is not None else []
@@ -116,9 +141,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
         plot: Optional[Path] = typer.Option(None, "--plot", help="directory for coverage.png and failures.png"),
         requests: str = typer.Option("8..48", "--requests", help="requests per run, drawn in MIN..MAX"),
-        run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, help="a run's time budget (0: none)"),
+        run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, callback=_finite, help="a run's time budget (0: none)"),
         run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),
-        shrink_seconds: float = typer.Option(120.0, "--shrink-seconds", min=0, help="time a failing run may spend shrinking"),
+        shrink_seconds: float = typer.Option(120.0, "--shrink-seconds", min=0, callback=_finite, help="time a failing run may spend shrinking"),
     ) -> None:
         """Run many seeded simulations (every invariant checked, every replica compared)
         on Dask distributed; shrink and group every failure; report coverage."""
@@ -133,7 +158,7 @@ def register(app: typer.Typer) -> None:
             _fail("give --workers or --scheduler, not both")
         try:
             numbers = seeds_of(runs, seeds)
-            space = make_space([c for c in configs.split(",") if c], tiers, faults, bug, _range(requests, "--requests"), schedule=schedule, knobs=knobs)
+            space = make_space(_configs(configs), tiers, faults, bug, _range(requests, "--requests"), schedule=schedule, knobs=knobs)
         except SpaceError as e:
             _fail(str(e))
         check_scheduler(scheduler)
@@ -150,7 +175,7 @@ def register(app: typer.Typer) -> None:
             store.check(choices, resume)
             todo = plan(space, numbers, store)
         except (StoreError, OutputError) as e:
-            _fail(f"-o {outdir}: {e}")
+            _fail(_output_error(outdir, e))
         t0 = time.perf_counter()
         stats = {"failed": 0, "transitions": 0}
 
@@ -164,7 +189,7 @@ def register(app: typer.Typer) -> None:
             try:
                 store.open(choices, resume)
             except (StoreError, OutputError) as e:
-                _fail(f"-o {outdir}: {e}")
+                _fail(_output_error(outdir, e))
 
         n_workers, lost = run_on_dask(
             todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign", open_store

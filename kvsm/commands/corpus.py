@@ -91,6 +91,10 @@ def verify(
     if missing:
         err.print(f"[red]error:[/red] {escape(str(missing[0]))}: no such file or folder", soft_wrap=True)
         raise typer.Exit(2)
+    empty = [p for p in targets if p.is_dir() and not _case_files([p])]
+    if empty:  # a folder without a case verifies nothing: a wrong path, not a pass
+        err.print(f"[red]error:[/red] {escape(str(empty[0]))}: no case here (a case is a NAME.txt file: docs/corpus.md)", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     use_tlc = tlc if tlc is not None else shutil.which("java") is not None
     with progress() as bar:
         task = bar.add_task("corpus verify: cases", total=len(_case_files(targets)))
@@ -102,7 +106,8 @@ def verify(
         for f in res["rewrote"]:
             console.print(f"rewrote {escape(f)}", highlight=False, soft_wrap=True)
         for f in res["failed"]:
-            err.print(f"[red]{escape(f.file)}:{f.line}:[/red] {escape(f.why)}", highlight=False, soft_wrap=True)
+            where = f"{f.file}:{f.line}" if f.line else f.file  # line 0: the file as a whole
+            err.print(f"[red]{escape(where)}:[/red] {escape(f.why)}", highlight=False, soft_wrap=True)
             if f.detail:
                 err.print(escape(f.detail), highlight=False, soft_wrap=True)
         for g, row in res["groups"].items():
@@ -131,6 +136,18 @@ def add(
     from ..log import LogError
     from ..output import OutputError, check_output_file, write_atomic
 
+    from ..config import BUGS, REFERENCE_KNOBS
+
+    refused = None
+    if knob is not None and knob not in REFERENCE_KNOBS:
+        refused = f"--knob {knob}: not a fidelity knob (the fidelity knobs: {', '.join(REFERENCE_KNOBS)})"
+    elif bug is not None and (bug not in BUGS or bug == "none"):
+        refused = f"--bug {bug}: not an injected defect (the defects: {', '.join(b for b in BUGS if b != 'none')})"
+    elif bug is not None and knob is not None:
+        refused = "give --bug or --knob, not both: a case names an injected defect or a fidelity knob"
+    if refused is not None:
+        err.print(f"[red]error:[/red] {escape(refused)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     if not _NAME.fullmatch(name):
         err.print(f"[red]error:[/red] --name: a case name is letters, digits, '-', '_' and '.', got '{escape(name)}'", soft_wrap=True)
         raise typer.Exit(2)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from .campaign import run_on_dask
+from .campaign import check_scheduler, run_on_dask
 from .common import EXIT_FAILED, console, emit_json, fail
 
 STATUSES = ("ok", "stopped", "killed", "error")
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         l3_pages: Optional[str] = _list("--l3-pages", "4096,0", ": disk pages per rank, for the points with L3"),
         eviction: Optional[str] = _list("--eviction", "lru,slru"),
         faults: Optional[str] = _list("--faults", "none,slow:0.1+abort:0.05", ": '+' joins the items of one mix"),
-        schedule: Optional[str] = _list("--schedule", "serial,timed"),
+        schedule: Optional[str] = _list("--schedule", "serial,timed,random:0.5", ": any kvsm sim --schedule"),
         bug: Optional[str] = typer.Option(None, "--bug", help="injected defects, comma-separated (docs/defects.md; default: the config's own)", metavar="NAMES"),
         replicas: Optional[str] = typer.Option(None, "--replicas", help="replica levels, comma-separated, as kvsm sim --replicas: every | agreement | off (default agreement: the fastest that still compares the ranks' replicas)"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
@@ -69,15 +69,21 @@ def register(app: typer.Typer) -> None:
             check_points(points)
         except GridError as e:
             raise fail(str(e)) from None
+        check_scheduler(scheduler)
         store = SweepResults(outdir)
-        try:
+        try:  # nothing is written, nor a cluster started, for a directory that cannot be used
             for name in (CSV, REPORT):
                 check_output_file(outdir / name)
-            store.open(CHOICES, resume)
+            store.check(CHOICES, resume)
             done = store.done()
         except (OutputError, StoreError, OSError) as e:
-            store.close()
             raise fail(str(e)) from None
+
+        def open_store() -> None:  # once the cluster answers: one that cannot be reached leaves no file
+            try:
+                store.open(CHOICES, resume)
+            except (OutputError, StoreError, OSError) as e:
+                raise fail(str(e)) from None
         todo = [p for p in points if p.key not in done]
         t0 = time.perf_counter()
         count: Counter = Counter()
@@ -96,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
             run_all(session, todo, None, stored, run=run_point, key="point")
 
-        n_workers, lost = run_on_dask(todo, store, workers, scheduler, execute, describe, "sweep")
+        n_workers, lost = run_on_dask(todo, store, workers, scheduler, execute, describe, "sweep", open_store)
         latest = {r["point"]: r for r in store.read()}
         records = [latest[p.key] for p in points if p.key in latest]
         status = Counter(r.get("status", "error") for r in records)

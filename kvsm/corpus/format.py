@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config import BUGS, REFERENCE_KNOBS, Config, ConfigError, builtin_names, load_config
+from ..log import json_error
 from ..render import SECTIONS
 from ..steptext import StepError, step_text
 from ..steptext import parse_step as read_step
@@ -230,8 +231,30 @@ _GROUP = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 UNGROUPED = "ungrouped"
 
 
+def _json_header(first: str) -> str | None:
+    """What a file whose first line is JSON is instead of a case: a kvsm transition log
+    (its header has `kvsm_log`) or some other JSON; None when the line is not JSON."""
+    if not first.lstrip().startswith("{"):
+        return None
+    try:
+        d = json.loads(first)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(d, dict) and "kvsm_log" in d:
+        return "a kvsm transition log, not a corpus case (kvsm corpus add LOG --name NAME makes a case of it)"
+    return "JSON, not a corpus case (a case is text: docs/corpus.md)"
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """`text` cut to `limit` characters for a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_case(text: str, path: str = "<case>") -> Case:
     lines = text.split("\n")
+    what = _json_header(lines[0])
+    if what is not None:
+        raise CaseError(path, 0, what)
     if lines and lines[-1] == "":
         lines.pop()
     i = 0
@@ -298,12 +321,12 @@ def parse_case(text: str, path: str = "<case>") -> Case:
             try:
                 origin = json.loads(rest)
             except json.JSONDecodeError as e:
-                raise CaseError(path, ln, f"origin is not valid JSON: {e.msg}") from None
+                raise CaseError(path, ln, f"origin is not valid JSON: {json_error(e)}") from None
             need(isinstance(origin, dict) and set(origin) == set(ORIGIN_DEFAULT), ln, "origin is {\"source\": ..., \"seed\": ..., \"extra\": {...}}")
             hdr["origin"], at["origin"] = origin, ln
             i += 1
         else:
-            raise CaseError(path, ln, f"unknown header field '{key}' (case, group, shows, config, bug, knob, violation, origin)")
+            raise CaseError(path, ln, f"unknown header field '{_shown(key)}' (case, group, shows, config, bug, knob, violation, origin)")
     for k in ("case", "shows", "config"):
         need(k in hdr, 1, f"the header has no '{k}' line")
     need("bug" not in hdr or "knob" not in hdr, at.get("bug", 1), "a case names an injected defect or a knob, not both")

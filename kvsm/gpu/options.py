@@ -73,10 +73,9 @@ def check_inputs(opts: Options, ranks: int | None) -> int:
         raise ReplayError(f"--io must be one of {', '.join(IO_MODES)}, got {opts.io!r}")
     if opts.device not in DEVICES:
         raise ReplayError(f"--device must be cuda or cpu, got {opts.device!r}")
-    if not os.path.isdir(opts.slab_dir):
-        raise ReplayError(f"--slab-dir {opts.slab_dir}: not a directory")
-    if opts.disk_dir and not os.path.isdir(opts.disk_dir):
-        raise ReplayError(f"--disk-dir {opts.disk_dir}: not a directory")
+    for option, d in (("--slab-dir", opts.slab_dir), ("--disk-dir", opts.disk_dir or None)):  # --disk-dir "": the default
+        if d is not None and not os.path.isdir(d):
+            raise ReplayError(f"{option} {d}: {'not a directory' if os.path.exists(d) else 'does not exist'}")
     check_memory(opts, header.config)
     return R
 

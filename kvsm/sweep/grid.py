@@ -22,7 +22,7 @@ from ..bounds import MAX_RANKS
 from ..campaign.store import Results
 from ..config import BUGS, EVICTIONS, ConfigError
 from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
-from ..sim.options import REPLICAS, SCHEDULES, TIERS, prepare
+from ..sim.options import REPLICAS, TIERS, parse_schedule, prepare
 from ..sim.trace import Workload
 
 
@@ -74,10 +74,23 @@ def _text(option: str, text: str) -> str:
 
 
 def _faults(option: str, text: str) -> str:
+    spec = text.replace("+", ",")
     try:
-        return str(Faults.parse(text.replace("+", ",")))
+        return str(Faults.parse(spec))
     except FaultSpecError as e:
-        raise GridError(f"{option} {text!r}: {e}") from None
+        # the parser's message names the option and the value already (with ',' for '+')
+        raise GridError(f"{option} {text!r}: {str(e).removeprefix(f'--faults {spec!r}: ')}") from None
+
+
+def _schedule(option: str, text: str) -> str:
+    """A value of `kvsm sim --schedule`, checked by its own parser (a name, or `random:B`);
+    `random:B` written with its bias as a float, so that `random:0.5` and `random:.50`
+    are one point (the same run)."""
+    try:
+        name, bias = parse_schedule(text)
+    except SimError as e:
+        raise GridError(str(e)) from None  # names the option and the value
+    return name if bias is None else f"{name}:{bias!r}"
 
 
 # (SimOptions field, option, parser), in the order the grid crosses them
@@ -86,7 +99,7 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("config", "--config", _text),
     ("bug", "--bug", _choice(BUGS)),
     ("replicas", "--replicas", _choice(REPLICAS)),
-    ("schedule", "--schedule", _choice(SCHEDULES)),
+    ("schedule", "--schedule", _schedule),
     ("tiers", "--tiers", _choice(TIERS, tuple(t.replace(",", "+") for t in TIERS))),
     ("ranks", "--ranks", _int(1, MAX_RANKS)),
     ("requests", "--requests", _int(1)),
