@@ -87,6 +87,7 @@ def test_show_marks_a_violation_at_its_step(tmp_path, monkeypatch):
     (["--at", "3", "--all"], "--at and --all are alternatives"),
     (["--at", "0", "--diff"], "--diff needs a step N >= 1"),
     (["--sections", "tree,nosuch"], "unknown section 'nosuch'"),
+    (["--sections", "tree,,lanes"], "--sections 'tree,,lanes': an empty value in the list"),
 ])
 def test_show_refuses_what_it_cannot_show(args, message):
     res = runner.invoke(app, ["show", str(ANCHOR), *args])

@@ -38,6 +38,7 @@ def test_a_good_trace_parses_in_file_order(tmp_path):
     "line, reason",
     [
         ("{not json", "not valid JSON"),
+        ('{"timestamp": 0, "x": "a\tb"}', "not valid JSON (Invalid control character at column 25)"),
         ("[1, 2]", "a request must be a JSON object"),
         ("", "blank line"),
         (json.dumps({k: v for k, v in GOOD.items() if k != "hash_ids"}), "field 'hash_ids' is missing"),

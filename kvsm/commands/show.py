@@ -58,7 +58,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         chosen = None
         if sections:
-            chosen = tuple(x.strip() for x in sections.split(",") if x.strip())
+            chosen = tuple(x.strip() for x in sections.split(","))
+            if "" in chosen:
+                err.print(f"[red]error:[/red] --sections '{escape(sections)}': an empty value in the list", soft_wrap=True)
+                raise typer.Exit(2)
             bad = [x for x in chosen if x not in SECTIONS]
             if bad:
                 err.print(f"[red]error:[/red] --sections: unknown section '{escape(bad[0])}' (sections: {', '.join(SECTIONS)})", soft_wrap=True)

@@ -77,7 +77,9 @@ def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise WorkloadError(where, lineno, f"not valid JSON ({e.msg})") from None
+        from ..log import json_error  # (the error path only)
+
+        raise WorkloadError(where, lineno, f"not valid JSON ({json_error(e)})") from None
     if not isinstance(d, dict):
         raise WorkloadError(where, lineno, "a request must be a JSON object")
     for k in ("timestamp", "input_length", "output_length", "hash_ids"):
