@@ -377,6 +377,11 @@ def builtin_names() -> list[str]:
     return sorted(p.name[: -len(".toml")] for p in resources.files("kvsm.configs").iterdir() if p.name.endswith(".toml"))
 
 
+def builtin_file(name: str) -> Any:
+    """The TOML file of built-in config `name` (a resource of the package)."""
+    return resources.files("kvsm.configs").joinpath(f"{name}.toml")
+
+
 def load_config(name_or_path: str | Path) -> Config:
     """A built-in config by name, or a TOML file by path."""
     text: str
@@ -385,7 +390,7 @@ def load_config(name_or_path: str | Path) -> Config:
     if not s:  # Path("") is ".", the current directory: say what is wrong instead
         raise ConfigError(f"config '': is empty; give a built-in config name ({', '.join(builtin_names())}) or a TOML file's path")
     if s in builtin_names():
-        text = resources.files("kvsm.configs").joinpath(f"{s}.toml").read_text()
+        text = builtin_file(s).read_text()
         where = f"config '{s}'"
     else:
         path = Path(s)

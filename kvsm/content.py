@@ -13,10 +13,11 @@ from typing import Iterable
 ROOT = 0  # the identity of the empty prefix
 
 
-def page_content(prev: int, symbol: int, _blake2b=hashlib.blake2b, _int=int.from_bytes) -> int:
+def page_content(prev: int, symbol: int) -> int:
     """Identity of the page `symbol` that follows the prefix whose last page is `prev`:
-    the first 8 bytes (big-endian) of the BLAKE2b hash of the text `"{prev}/{symbol}"`."""
-    return _int(_blake2b(b"%d/%d" % (prev, symbol), digest_size=8).digest(), "big")
+    the first 8 bytes (big-endian) of the BLAKE2b hash of the text `"{prev}/{symbol}"`
+    (computed by `chain`, the one place that hashes)."""
+    return chain(prev, (symbol,))[0]
 
 
 _HASHER = hashlib.blake2b(digest_size=8)  # a fresh BLAKE2b of 8 bytes, copied per page

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..bounds import MAX_DEVICE_PAGES
-from ..config import EVICTIONS, Config, ConfigError, builtin_names, load_config
+from ..config import EVICTIONS, Config, ConfigError, builtin_file, builtin_names, load_config
 from .faults import Faults
 from .trace import Workload
 from .workload import load_workload
@@ -122,7 +121,7 @@ def config_file(name_or_path: str) -> Path | None:
     if not name_or_path:
         return None
     if name_or_path in builtin_names():
-        return Path(str(resources.files("kvsm.configs").joinpath(f"{name_or_path}.toml")))
+        return Path(str(builtin_file(name_or_path)))
     return Path(name_or_path)
 
 
