@@ -120,6 +120,45 @@ def test_ddmin_finds_a_one_minimal_failing_subsequence():
     assert got == [3, 17, 31] and minimal
 
 
+def test_ddmin_with_groups_and_a_fails_that_returns_what_it_needed():
+    """Groups are tried after the coarse chunks; a `fails` that answers with the part of
+    the candidate it needed has the rest dropped at once."""
+    items = list(range(100))
+    calls = []
+
+    def fails(xs):
+        calls.append(len(xs))
+        if not (5 in xs and 60 in xs and 61 in xs):
+            return False
+        return [x for x in xs if x % 5 == 0 or x == 61]  # the multiples of 5 are free riders
+
+    got, minimal = ddmin(items, fails, time.perf_counter() + 10, groups=lambda xs: [[i for i, x in enumerate(xs) if x in (60, 61)]])
+    assert got == [5, 60, 61] and minimal
+    assert len(calls) < 40
+
+
+def test_a_walk_runs_log_shrinks_across_removed_requests_to_a_local_minimum(tmp_path):
+    """A walk's log (its workload cannot shrink): a campaign's failing walk of 99 steps
+    shrinks to the few the failure needs; removing a request renumbers what follows it,
+    which the log's shrinker re-resolves (the shrinker that only removed what replayed
+    unchanged stopped at 81 steps, a local minimum of its own)."""
+    from kvsm.campaign.shrink import shrink
+    from kvsm.campaign.spec import RunSpec
+
+    spec = RunSpec(seed=15, config="small", tiers="l1,l2", faults="stall:0.05,abort:0.1,burst:0.02", workload="config-prompts",
+                   requests=144, eviction="lru", bug="duplicate_ack", schedule="walk",
+                   settings=(("commit_call", "atomic"), ("carry_host_hit", True)))
+    budget = Budget(shrink_seconds=60)
+    out = execute(spec, budget)
+    assert out.failure is not None and out.failure.signature == "invariant:7 Content@Commit" and len(out.transitions) == 99
+    files = shrink(spec, budget, out)
+    side = json.loads(files["case.json"])
+    assert side["shrunk"]["log_local_minimum"] and side["shrunk"]["transitions"] <= 15, side["shrunk"]
+    (tmp_path / "case.jsonl").write_text(files["case.jsonl"])
+    r = replay(str(tmp_path / "case.jsonl"), check=True, bug="duplicate_ack")
+    assert not r.ok and r.violations[0]["violation"].startswith("7 Content")
+
+
 def test_rejection_reasons_count_once_whatever_they_name():
     assert reason_key("node 12 has a pending backup and cannot be split") == reason_key("node 7 has a pending backup and cannot be split")
     assert reason_key("device lane 1 has 0 free pages, 3 needed") == "device lane N has N free pages, N needed"

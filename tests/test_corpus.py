@@ -321,6 +321,35 @@ def test_add_shrinks_a_violating_log_to_a_case_no_single_removal_keeps_failing(t
     assert fails and all(f.output for f in fails)
 
 
+# a walk of `small` that a campaign found failing (invariant 7 at a Commit) after 99
+# steps, on the defect that counts a rank's ack twice
+WALK_99 = [
+    "sim", "--workload", "config-prompts", "--config", "small", "--seed", "15", "--tiers", "l1,l2", "--requests", "144",
+    "--eviction", "lru", "--faults", "stall:0.05,abort:0.1,burst:0.02", "--schedule", "walk", "--set", "commit_call=atomic",
+    "--set", "carry_host_hit=true", "--bug", "duplicate_ack",
+]
+
+
+def test_add_shrinks_a_long_walk_across_removed_requests_and_the_case_verifies(tmp_path):
+    """Removing a request renumbers the requests and nodes after it, and leaves copies
+    of writes that are gone: the shrinker re-resolves the first and leaves the second
+    out, so the walk's 99 steps shrink to the few the failure needs (the shrinker that
+    only removed what replayed unchanged left 70); and the case's violation is the one
+    its own steps give (its nodes numbered anew), so `corpus verify` passes it."""
+    log = tmp_path / "walk.jsonl"
+    res = runner.invoke(app, WALK_99 + ["-o", str(log)])
+    assert res.exit_code == 0, res.output
+    d = tmp_path / "traces"
+    res = runner.invoke(app, ["corpus", "add", str(log), "--name", "walk-ack", "--bug", "duplicate_ack", "--dir", str(d), "--seconds", "60"])
+    assert res.exit_code == 0, res.output
+    assert "shrunk 99 steps to" in res.output and "not minimal" not in res.output
+    case = read_case(str(d / "walk-ack.txt"))
+    assert len(case.steps) <= 15, [step_text(t) for t in case.steps]
+    assert case.violations and case.violations[0].startswith("7 Content")
+    fails, _ = verify_case(case)
+    assert not fails, [(f.line, f.why) for f in fails]
+
+
 def test_add_refuses_a_name_in_use_and_a_log_whose_digests_the_model_does_not_give(tmp_path):
     log = tmp_path / "w.jsonl"
     assert runner.invoke(app, ["walk", "--config", "small", "--steps", "12", "--seed", "1", "-o", str(log)]).exit_code == 0

@@ -22,10 +22,11 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..checking import Checker
 from ..log import Header, dumps, transition_line
+from ..resolve import references, replay_kept
 from ..sim.options import prepare
 from ..sim.trace import TraceRequest
 from ..state import ClusterState, Rejected, initial_state
@@ -37,45 +38,68 @@ T = TypeVar("T")
 LOG_DETECTORS = ("invariant", "held")
 
 
-def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], deadline: float, groups: Callable[[list[T]], list[list[int]]] | None = None) -> tuple[list[T], bool]:
+def ddmin(
+    items: Sequence[T],
+    fails: Callable[[list[T]], bool | list[T]],
+    deadline: float,
+    groups: Callable[[list[T]], list[list[int]]] | None = None,
+) -> tuple[list[T], bool]:
     """A 1-minimal failing sub-sequence of `items` (which must fail): remove chunks of
-    halving size (after the caller's `groups` of indices, tried first), keeping every
-    removal that still fails, until no single item can go. Returns the items and whether
-    it got to that local minimum before `deadline`."""
+    halving size, keeping every removal that still fails, until no single item can go.
+    With `groups` (of indices into the items), chunks of 16 items and more are tried
+    first, then the groups, then the smaller chunks. `fails(candidate)` may return the
+    part of the candidate the failure needed (a list), which replaces it. Returns the
+    items and whether it got to that local minimum before `deadline`."""
     cur = list(items)
 
-    def try_remove(idx: set[int]) -> bool:
+    def attempt(cand: list[T]) -> bool:
         nonlocal cur
-        cand = [x for i, x in enumerate(cur) if i not in idx]
-        if len(cand) == len(cur) or not fails(cand):
+        if len(cand) == len(cur):
             return False
-        cur = cand
+        got = fails(cand)
+        if not got:
+            return False
+        cur = got if isinstance(got, list) else cand
         return True
 
+    def chunks(n: int, smallest: int) -> bool:
+        """Sweeps removing chunks of n items, halving n down to `smallest`; whether the
+        last sweep (of chunks of `smallest`) removed none."""
+        while time.perf_counter() < deadline:
+            removed = False
+            i = 0
+            while i < len(cur) and time.perf_counter() < deadline:
+                if not attempt(cur[:i] + cur[i + n :]):
+                    i += n  # after a removal, the next chunk starts at i
+                else:
+                    removed = True
+            if n <= smallest and not removed:
+                return True
+            if not removed:
+                n = max(smallest, n // 2)
+        return False
+
     if groups is not None:
+        if len(cur) >= 32:
+            chunks(len(cur) // 2, 16)
+        # passes over the groups of the items at the pass's start, each group tried
+        # without the ones this pass removed already, until a pass removes none
         changed = True
         while changed and time.perf_counter() < deadline:
             changed = False
-            for g in groups(cur):
+            base, gone = cur, set()
+            for g in groups(base):
                 if time.perf_counter() >= deadline:
                     break
-                if try_remove(set(g)):
+                idx = set(g) - gone
+                if idx and attempt([x for i, x in enumerate(base) if i not in gone and i not in idx]):
+                    if cur is not base and len(cur) != len(base) - len(gone) - len(idx):
+                        changed = True
+                        break  # fails() returned fewer items: the pass's groups are stale
+                    gone |= idx
                     changed = True
-                    break
-    n = max(1, len(cur) // 2)
-    while time.perf_counter() < deadline:
-        removed = False
-        i = 0
-        while i < len(cur) and time.perf_counter() < deadline:
-            if try_remove(set(range(i, min(i + n, len(cur))))):
-                removed = True  # the next chunk now starts at i
-            else:
-                i += n
-        if n == 1 and not removed:
-            return cur, True
-        if not removed:
-            n = max(1, n // 2)
-    return cur, False
+    done = chunks(max(1, len(cur) // 2), 1)
+    return cur, done
 
 
 # ---- the workload ------------------------------------------------------------------------------------
@@ -96,17 +120,36 @@ def log_signature(s0: ClusterState, transitions: Sequence[Transition], detector:
     """Replay `transitions` from `s0` with every invariant checked: the signature of the
     first failure of kind `detector` (`invariant` or `held`) and the number of
     transitions up to it, or None (a transition rejected, or nothing found)."""
-    s = s0
+    return _first_signature(s0, _replayed(s0, transitions), detector)
+
+
+def _replayed(s: ClusterState, transitions: Sequence[Transition]) -> Iterator[tuple[Transition, ClusterState | Rejected]]:
+    """Each transition and the state after it, or the `Rejected` that ends the replay."""
+    for t in transitions:
+        try:
+            s = apply(s, t)
+        except Rejected as e:
+            yield t, e
+            return
+        yield t, s
+
+
+def _first_signature(
+    s0: ClusterState, steps: Iterable[tuple[Transition, ClusterState | Rejected]], detector: str, taken: list[Transition] | None = None
+) -> tuple[str, int] | None:
+    """`log_signature` over steps already applied (each transition and the state after
+    it); `taken` gets the transitions checked."""
     ck = Checker(s0)
     held: dict[int, int] = {}
     f = ck.start(0)
     if f is not None:
         return (_inv_sig(f), 0) if detector == "invariant" else None
-    for i, t in enumerate(transitions, start=1):
-        try:
-            nxt = apply(s, t)
-        except Rejected:
+    s, t, i = s0, None, 0
+    for i, (t, nxt) in enumerate(steps, start=1):
+        if isinstance(nxt, Rejected):
             return None
+        if taken is not None:
+            taken.append(t)
         f = ck.step(t, nxt, i)
         if f is not None:
             return (_inv_sig(f), f.at) if detector == "invariant" else None
@@ -120,7 +163,7 @@ def log_signature(s0: ClusterState, transitions: Sequence[Transition], detector:
     if f is not None:
         return (_inv_sig(f), f.at) if detector == "invariant" else None
     if detector == "held" and any(op.waiters for op in s.reloads):
-        return signature("held", "HeldReleased", transitions[-1].name if transitions else "-"), len(transitions)
+        return signature("held", "HeldReleased", t.name if t is not None else "-"), i
     return None
 
 
@@ -146,6 +189,40 @@ def _request_groups(ts: list[Transition]) -> list[list[int]]:
             rounds.append(open_round + [i])
             open_round = []
     return [v for _, v in sorted(by.items())] + rounds
+
+
+def _shrink_log(
+    s0: ClusterState, cfg: Any, transitions: list[Transition], sig: str, detector: str, deadline: float, steps: dict[str, int]
+) -> tuple[list[Transition], bool]:
+    """The failing `transitions` shrunk (`ddmin`, a request's or a node's steps first),
+    each candidate replayed with its references re-resolved (`kvsm.resolve`: a removed
+    request or node renumbers the ones after it) and every invariant checked; the steps
+    as taken up to the failure, and whether that is a local minimum."""
+    refs = references(cfg, transitions)
+    best = list(transitions)
+
+    def fails(keep: list[int]) -> list[int] | None:
+        """The indices of the steps taken up to the failure, when it fails as the run."""
+        steps["log_replays"] += 1
+        taken: list[Transition] = []
+        used: list[int] = []
+
+        def replayed() -> Iterator[tuple[Transition, ClusterState | Rejected]]:
+            for i, t, after in replay_kept(s0, transitions, refs, keep):
+                used.append(i)
+                yield t, after
+
+        got = _first_signature(s0, replayed(), detector, taken)
+        if got is None or got[0] != sig:
+            return None
+        best[:] = taken[: got[1]]
+        return used[: got[1]]
+
+    def groups(keep: list[int]) -> list[list[int]]:
+        return _request_groups([transitions[i] for i in keep])
+
+    _, local_min = ddmin(list(range(len(transitions))), fails, deadline, groups=groups)
+    return best, local_min
 
 
 def log_text(cfg: Any, seed: int, transitions: Sequence[Transition], extra: dict[str, Any]) -> tuple[str, int]:
@@ -223,17 +300,7 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
             if mine is not None and mine[0] == target.signature and (found is None or mine[1] < found[1]):
                 cfg, s0, transitions, found = first.config, initial_state(first.config), first.transitions, mine
         if found is not None and found[0] == target.signature:
-            transitions = transitions[: found[1]]
-
-            def fails_log(ts: list[Transition]) -> bool:
-                steps["log_replays"] += 1
-                got = log_signature(s0, ts, target.detector)
-                return got is not None and got[0] == target.signature
-
-            transitions, local_min_l = ddmin(transitions, fails_log, deadline, groups=_request_groups)
-            got = log_signature(s0, transitions, target.detector)
-            if got is not None:
-                transitions = transitions[: got[1]]
+            transitions, local_min_l = _shrink_log(s0, cfg, transitions[: found[1]], target.signature, target.detector, deadline, steps)
     elif target.detector != "replay":
         at = (best.failure if reproduced and best.failure is not None else target).at
         transitions = transitions[: max(at, 1)]

@@ -8,11 +8,14 @@ after the last step and none before it) or a step the model refuses (the same
 transition, refused for the same reason with its numbers ignored).
 
 Removing a step changes what later steps refer to, so a candidate is replayed with its
-references re-resolved: request ids are renumbered in arrival order (the steps of a
-request whose `Arrive` is gone go too), a node is found again by its prefix (the page
-symbols from the root to its end), a split by the prefix it cuts at, `EvictDevice` /
-`EvictHost` take the victim the replicated order picks then (the only one they may take),
-and a disk step's `ok` and a `Reserve`'s `fits` are what the state implies then.
+references re-resolved (`kvsm.resolve`): request ids are renumbered in arrival order (the
+steps of a request whose `Arrive` is gone go too), a node is found again by its prefix
+(the page symbols from the root to its end), a split by the prefix it cuts at,
+`EvictDevice` / `EvictHost` take the victim the replicated order picks then (the only one
+they may take), and a disk step's `ok` and a backup's `fits` are what the state implies
+then. Every candidate is checked by the incremental checker (`kvsm.checking`), which
+checks after each step what it wrote; the violations that name the failure are those of
+the from-scratch check of the state that first fails.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from ..checking import Checker
 from ..config import Config
 from ..invariants import violations as check_invariants
-from ..state import ClusterState, initial_state
-from ..transitions import REGISTRY, Rejected, Transition, apply
-from ..render.names import node_paths
+from ..resolve import Ref, references, replay_kept
+from ..state import initial_state
+from ..transitions import Rejected, Transition, apply
 
 
 @dataclass(frozen=True)
@@ -50,152 +53,65 @@ def _reason_key(name: str, reason: str) -> tuple:
     return (name, re.sub(r"-?\d+", "N", reason))
 
 
-@dataclass
-class _Ref:
-    """What an original step refers to, in terms that survive removing other steps."""
-
-    rid: int | None = None
-    prefix: tuple[int, ...] | None = None  # a node's whole prefix (Reserve, Rollback)
-    cut: tuple[int, ...] | None = None  # the prefix a Split cuts after
-
-
 def first_failure(cfg: Config, steps: list[Transition]) -> tuple[int, Failure] | None:
     """The number of steps up to and including the first failure, and the failure."""
     s = initial_state(cfg)
+    ck = Checker(s)
+    states = [s]
+    found = None
     for k, t in enumerate(steps, start=1):
         try:
             s = apply(s, t)
         except Rejected as e:
-            return k, Failure("rejected", _reason_key(t.name, str(e)), (str(e),))
-        bad = check_invariants(s)
-        if bad:
-            return k, Failure("violation", _invariants(bad), tuple(bad))
-    return None
-
-
-def _refs(cfg: Config, steps: list[Transition]) -> list[_Ref]:
-    s = initial_state(cfg)
-    out = []
-    for t in steps:
-        args = dict(t.args)
-        ref = _Ref(rid=args.get("rid"))
-        if t.name in ("Reserve", "Rollback"):
-            ref.prefix = node_paths(s).get(args["node"])
-        elif t.name in ("Split", "PruneStaleTail"):
-            n = s.nodes.get(args["node"])
-            paths = node_paths(s)
-            if n is not None and n.parent in paths:
-                ref.cut = paths[n.parent] + tuple(n.key[: args["at"]])
-        out.append(ref)
-        try:
-            s = apply(s, t)
-        except Rejected:
+            found = ck.finish()
+            if found is None:
+                return k, Failure("rejected", _reason_key(t.name, str(e)), (str(e),))
             break
-    return out
-
-
-def _resolve(s: ClusterState, t: Transition, ref: _Ref, rids: dict[int, int]) -> Transition | None:
-    """`t` with its references re-resolved in state `s`; None when it cannot be."""
-    args: dict[str, Any] = dict(t.args)
-    if t.name == "Arrive":
-        rids[args["rid"]] = s.next_rid
-        args["rid"] = s.next_rid
-    elif "rid" in args:
-        if args["rid"] not in rids:
-            return None
-        args["rid"] = rids[args["rid"]]
-    if t.name in ("Reserve", "Rollback"):
-        if ref.prefix is None:
-            return None
-        found = next((nid for nid, p in node_paths(s).items() if p == ref.prefix and nid != 0), None)
-        if found is None:
-            return None
-        args["node"] = found
-    elif t.name in ("Split", "PruneStaleTail"):
-        cut = _cut(s, ref.cut) if ref.cut is not None else None
-        if cut is None:
-            return None
-        args["node"], args["at"] = cut
-    elif t.name in ("EvictDevice", "EvictHost"):
-        # the only instance the model offers is the victim its order picks
-        victim = next(iter(REGISTRY[t.name].candidates(s)), None)
-        if victim is None:
-            return None
-        return victim
-    return Transition.make(t.name, rank=t.rank, **args)
-
-
-def _cut(s: ClusterState, prefix: tuple[int, ...]) -> tuple[int, int] | None:
-    """The node inside which `prefix` ends, and how many of its pages the prefix covers;
-    None when the prefix is not in the tree or ends at a node's end."""
-    cur = s.nodes.get(0)
-    i = 0
-    while cur is not None and i < len(prefix):
-        cid = cur.children.get(prefix[i])
-        child = s.nodes.get(cid) if cid is not None else None
-        if child is None:
-            return None
-        n = 0
-        while n < len(child.key) and i + n < len(prefix) and child.key[n] == prefix[i + n]:
-            n += 1
-        if i + n == len(prefix) and n < len(child.key):
-            return child.id, n
-        if n < len(child.key):
-            return None
-        i += n
-        cur = child
-    return None
-
-
-def _apply(s: ClusterState, t: Transition) -> tuple[ClusterState, Transition]:
-    """Apply `t`; a disk step whose `ok`, or a `Reserve` whose `fits`, the state no longer
-    implies takes the other."""
-    try:
-        return apply(s, t), t
-    except Rejected:
-        if t.name in ("SpillDone", "ReloadDone"):
-            other = Transition.make(t.name, rank=t.rank, ok=not t.arg("ok"))
-        elif t.name == "Reserve":
-            other = Transition.make(t.name, node=t.arg("node"), fits=not t.arg("fits"))
-        else:
-            raise
-        return apply(s, other), other
+        states.append(s)
+        found = ck.step(t, s, k)
+        if found is not None:
+            break
+    else:
+        found = ck.finish()
+    if found is None:
+        return None
+    bad = check_invariants(states[found.at])
+    return found.at, Failure("violation", _invariants(bad), tuple(bad))
 
 
 def _attempt(
-    cfg: Config, steps: list[Transition], refs: list[_Ref], keep: list[int], target: Failure
+    cfg: Config, steps: list[Transition], refs: list[Ref], keep: list[int], target: Failure
 ) -> tuple[list[Transition], list[int]] | None:
-    """Replay the kept steps (references re-resolved); the steps actually taken, and
-    their indices, when they end in the target failure, else None."""
-    s = initial_state(cfg)
-    rids: dict[int, int] = {}
+    """Replay the kept steps (references re-resolved, `kvsm.resolve`) with every
+    invariant checked (`kvsm.checking.Checker`); the steps actually taken, and their
+    indices, when they end in the target failure and no state before it breaks an
+    invariant, else None."""
+    s0 = last = initial_state(cfg)
+    ck = Checker(s0)
+    if ck.start(0) is not None:
+        return None
     taken: list[Transition] = []
     used: list[int] = []
-    states = []
-    for pos, i in enumerate(keep):
-        t = _resolve(s, steps[i], refs[i], rids)
-        if t is None:
-            if "rid" in dict(steps[i].args):
-                continue  # a step of a request whose Arrive was removed goes with it
-            return None
-        try:
-            s, t = _apply(s, t)
-        except Rejected as e:
-            if target.kind == "rejected" and pos == len(keep) - 1 and _reason_key(t.name, str(e)) == target.key:
-                return (taken + [t], used + [i]) if _clean(states) else None
-            return None
+    found = None
+    for i, t, after in replay_kept(s0, steps, refs, keep):
+        if found is not None:
+            return None  # a step after the first broken state
+        if isinstance(after, Rejected):
+            ok = target.kind == "rejected" and i == keep[-1] and _reason_key(t.name, str(after)) == target.key
+            return (taken + [t], used + [i]) if ok and ck.finish() is None else None
         taken.append(t)
         used.append(i)
-        states.append(s)
-    if target.kind != "violation" or not states:
+        last = after
+        found = ck.step(t, after, len(taken))
+        if found is not None and found.at != len(taken):
+            return None  # an earlier state broke (located by a later check)
+    if target.kind != "violation" or not taken:
         return None
-    if _invariants(check_invariants(s)) != target.key:
-        return None
-    return (taken, used) if _clean(states[:-1]) else None
-
-
-def _clean(states: list[ClusterState]) -> bool:
-    return all(not check_invariants(x) for x in states)
+    if found is None:
+        found = ck.finish()
+        if found is None or found.at != len(taken):
+            return None
+    return (taken, used) if _invariants(check_invariants(last)) == target.key else None
 
 
 @dataclass
@@ -213,7 +129,7 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
         return None
     k, target = ff
     steps = list(steps[:k])
-    refs = _refs(cfg, steps)
+    refs = references(cfg, steps)
     deadline = time.monotonic() + seconds
     keep = list(range(len(steps)))
     best = list(steps)
@@ -223,7 +139,7 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
         i = 0
         while i < len(keep):
             if time.monotonic() > deadline:
-                return Shrunk(best, target, k, False)
+                return Shrunk(best, _as_shrunk(cfg, best, target), k, False)
             cand = keep[:i] + keep[i + chunk :]
             got = _attempt(cfg, steps, refs, cand, target) if cand else None
             if got is not None:
@@ -239,4 +155,12 @@ def shrink(cfg: Config, steps: list[Transition], seconds: float = 120.0) -> Shru
             chunk = chunk // 2 if chunk > 8 else chunk - 1
         elif not progressed:
             break
-    return Shrunk(best, target, k, True)
+    return Shrunk(best, _as_shrunk(cfg, best, target), k, True)
+
+
+def _as_shrunk(cfg: Config, steps: list[Transition], target: Failure) -> Failure:
+    """The failure of the shrunk `steps`: the target's, with the messages of the shrunk
+    run (the nodes and requests there are numbered anew)."""
+    ff = first_failure(cfg, steps)
+    assert ff is not None and ff[0] == len(steps) and ff[1].key == target.key, (ff, target)
+    return ff[1]
