@@ -377,18 +377,17 @@ def test_a_campaign_with_an_injected_defect_finds_it_and_writes_a_shrunk_case(tm
     if bug is None:
         pytest.skip("no injected defect is implemented yet")
     out = tmp_path / "c"
-    # a short shrink budget: half the runs walk, and a long walk's log shrinks little in
-    # any budget (docs/campaign.md), so the default 120 s a failing walk took the test to
-    # 12 minutes; what is checked here holds of a case shrunk for any time
-    res = CliRunner().invoke(
-        app, ["campaign", "--runs", "40", "--workers", "2", "-o", str(out), "--bug", bug, "--shrink-seconds", "10", "--json"]
-    )
+    # the default shrink budget: half the runs walk, and a walk's log of thousands of
+    # steps shrinks to a local minimum in about a second (docs/campaign.md)
+    res = CliRunner().invoke(app, ["campaign", "--runs", "40", "--workers", "2", "-o", str(out), "--bug", bug, "--json"])
     assert res.exit_code == 1, res.output
     s = json.loads(res.stdout)
     assert s["failures"], f"--bug {bug}: 40 runs found nothing"
     for g in s["failures"]:
         case = out / g["case"]
         side = json.loads((case / "case.json").read_text())
+        if side["shrunk"]["log_shrunk"]:
+            assert side["shrunk"]["log_local_minimum"], side["shrunk"]
         cwd = os.getcwd()
         os.chdir(case)
         try:
