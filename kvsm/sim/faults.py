@@ -43,7 +43,14 @@ DISK_DOWN_TICKS = (10, 100)  # ticks a failed disk stays down (0.2 to 2 s at the
 
 
 class FaultSpecError(ValueError):
-    """A `--faults` value that does not parse; the message names the item and why."""
+    """A `--faults` value that does not parse; the message names the option, the value,
+    the item and why, `reason` only the item and why (for a caller whose option is
+    another)."""
+
+    def __init__(self, spec: str, reason: str) -> None:
+        super().__init__(f"--faults '{spec}': {reason}")
+        self.spec = spec
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -60,21 +67,21 @@ class Faults:
             return cls()
         seen: dict[str, float] = {}
         if any(ch.isspace() for ch in spec):
-            raise FaultSpecError(f"--faults '{spec}': no spaces allowed (KIND:PROB,KIND:PROB)")
+            raise FaultSpecError(spec, "no spaces allowed (KIND:PROB,KIND:PROB)")
         for item in spec.split(","):
             kind, sep, prob = item.partition(":")
             if not sep:
-                raise FaultSpecError(f"--faults '{spec}': item '{item}' is not KIND:PROB")
+                raise FaultSpecError(spec, f"item '{item}' is not KIND:PROB")
             if kind not in KINDS:
-                raise FaultSpecError(f"--faults '{spec}': unknown fault '{kind}' (known: {', '.join(KINDS)})")
+                raise FaultSpecError(spec, f"unknown fault '{kind}' (known: {', '.join(KINDS)})")
             if kind in seen:
-                raise FaultSpecError(f"--faults '{spec}': fault '{kind}' is given twice")
+                raise FaultSpecError(spec, f"fault '{kind}' is given twice")
             try:
                 p = float(prob)
             except ValueError:
-                raise FaultSpecError(f"--faults '{spec}': probability '{prob}' of '{kind}' is not a number") from None
+                raise FaultSpecError(spec, f"probability '{prob}' of '{kind}' is not a number") from None
             if not 0.0 <= p <= 1.0:
-                raise FaultSpecError(f"--faults '{spec}': probability {prob} of '{kind}' is outside [0, 1]")
+                raise FaultSpecError(spec, f"probability {prob} of '{kind}' is outside [0, 1]")
             seen[kind] = p
         return cls(**seen)
 

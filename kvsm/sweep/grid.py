@@ -78,8 +78,7 @@ def _faults(option: str, text: str) -> str:
     try:
         return str(Faults.parse(spec))
     except FaultSpecError as e:
-        # the parser's message names the option and the value already (with ',' for '+')
-        raise GridError(f"{option} {text!r}: {str(e).removeprefix(f'--faults {spec!r}: ')}") from None
+        raise GridError(f"{option} {text!r}: {e.reason}") from None
 
 
 def _schedule(option: str, text: str) -> str:
