@@ -27,6 +27,7 @@ from kvsm.campaign.shrink import ddmin
 from kvsm.campaign.spec import SpaceError, command, derive, make_space, seeds_of
 from kvsm.campaign.store import Results, StoreError
 from kvsm.config import BUGS, ConfigError, load_config
+from kvsm.log import read_log
 from kvsm.replay import replay
 from kvsm.sim.faults import KINDS
 from kvsm.transitions import REGISTRY
@@ -157,6 +158,12 @@ def test_a_walk_runs_log_shrinks_across_removed_requests_to_a_local_minimum(tmp_
     (tmp_path / "case.jsonl").write_text(files["case.jsonl"])
     r = replay(str(tmp_path / "case.jsonl"), check=True, bug="duplicate_ack")
     assert not r.ok and r.violations[0]["violation"].startswith("7 Content")
+    # the case's log is a whole log (its end line too): `kvsm corpus add` reads it
+    assert read_log(str(tmp_path / "case.jsonl"))[1] is not None and len(list(read_log(str(tmp_path / "case.jsonl"))[1])) == side["shrunk"]["transitions"]
+    res = CliRunner().invoke(app, ["corpus", "add", str(tmp_path / "case.jsonl"), "--name", "walk", "--bug", "duplicate_ack", "--dir", str(tmp_path / "traces")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["corpus", "verify", str(tmp_path / "traces")])
+    assert res.exit_code == 0, res.output
 
 
 def test_rejection_reasons_count_once_whatever_they_name():

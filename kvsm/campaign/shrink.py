@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..checking import Checker
-from ..log import Header, dumps, transition_line
+from ..log import Header, dumps, end_line, transition_line
 from ..resolve import references, replay_kept
 from ..sim.options import prepare
 from ..sim.trace import TraceRequest
@@ -226,8 +226,9 @@ def _shrink_log(
 
 
 def log_text(cfg: Any, seed: int, transitions: Sequence[Transition], extra: dict[str, Any]) -> tuple[str, int]:
-    """A kvsm log of `transitions` applied from the initial state (up to the first one the
-    model rejects), with the digests the model gives; and how many it holds."""
+    """A whole kvsm log (its end line too) of `transitions` applied from the initial state
+    (up to the first one the model rejects), with the digests the model gives; and how
+    many it holds."""
     s = initial_state(cfg)
     lines = [dumps(Header(config=cfg, seed=seed, source="sim", initial_digest=s.digest(), extra=extra).to_json())]
     n = 0
@@ -238,6 +239,7 @@ def log_text(cfg: Any, seed: int, transitions: Sequence[Transition], extra: dict
             break
         n += 1
         lines.append(transition_line(n, t, s.digest()))
+    lines.append(end_line(n, s.digest()))
     return "\n".join(lines) + "\n", n
 
 
