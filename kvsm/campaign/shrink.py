@@ -5,9 +5,10 @@ repeated on subsets of it (same seed, config, tiers, faults and capacities), rem
 chunks of requests, halves first, then smaller, until no single request can be removed
 and the run still fail with the same signature. Then the transition log of that
 smallest failing run: for failures that are properties of the transitions alone
-(`invariant`, `held`), chunks of transitions are removed (a whole request's transitions
-first), each candidate replayed by the model with every invariant checked, until no
-single transition can be removed and the replay still fail with the same signature.
+(`invariant`, `held`), transitions are removed (large chunks, then a whole request's or
+node's transitions, then smaller chunks), each candidate replayed by the model with its
+references re-resolved (`kvsm.resolve`) and every invariant checked, until no single
+transition can be removed and the replay still fail with the same signature.
 Divergences, replay mismatches and crashes depend on the simulator (the ranks' order of
 steps, its own code), so their logs are the failing run's, up to the failure. A walk run
 (`--schedule walk`) shrinks its log only: on fewer requests it would be another walk.
@@ -40,7 +41,7 @@ LOG_DETECTORS = ("invariant", "held")
 
 def ddmin(
     items: Sequence[T],
-    fails: Callable[[list[T]], bool | list[T]],
+    fails: Callable[[list[T]], bool | list[T] | None],
     deadline: float,
     groups: Callable[[list[T]], list[list[int]]] | None = None,
 ) -> tuple[list[T], bool]:
@@ -48,8 +49,9 @@ def ddmin(
     halving size, keeping every removal that still fails, until no single item can go.
     With `groups` (of indices into the items), chunks of 16 items and more are tried
     first, then the groups, then the smaller chunks. `fails(candidate)` may return the
-    part of the candidate the failure needed (a list), which replaces it. Returns the
-    items and whether it got to that local minimum before `deadline`."""
+    part of the candidate the failure needed (a list, None when it does not fail), which
+    replaces it. Returns the items and whether it got to that local minimum before
+    `deadline`."""
     cur = list(items)
 
     def attempt(cand: list[T]) -> bool:
@@ -57,7 +59,7 @@ def ddmin(
         if len(cand) == len(cur):
             return False
         got = fails(cand)
-        if not got:
+        if got is None or got is False:
             return False
         cur = got if isinstance(got, list) else cand
         return True
