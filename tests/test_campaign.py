@@ -349,10 +349,12 @@ def test_a_planted_defect_is_found_grouped_and_shrunk_into_a_case_that_fails_the
         assert side["shrunk"]["workload_local_minimum"] or walk
         assert side["shrunk"]["requests"] <= recs[seed]["spec"]["requests"]
         assert side["shrunk"]["transitions"] < recs[seed]["transitions"] or recs[seed]["transitions"] <= 3
-        # the shrunk log fails the same way, on its last line
+        # the shrunk log fails the same way, on its last transition (the line before its
+        # end line)
         res = replay(case / "case.jsonl", check=True)
-        lines = (case / "case.jsonl").read_text().count("\n")
-        assert [v["line"] for v in res.violations] == [lines] * len(res.violations)
+        text = (case / "case.jsonl").read_text()
+        assert text.splitlines()[-1].startswith('{"end":true')
+        assert [v["line"] for v in res.violations] == [text.count("\n") - 1] * len(res.violations)
         assert res.violations[0]["transition"].startswith("Insert") and res.violations[0]["violation"].startswith("3 Locks")
         # and so does the simulator on the shrunk workload, with the command the case gives
         cwd = os.getcwd()
