@@ -152,6 +152,7 @@ def test_tail_story_tells_the_last_steps_before_the_violation_and_how_to_open_it
     assert [x.split("  ")[0] for x in lines if x.startswith("step ")] == [f"step {first - 2}", f"step {first - 1}", f"step {first}"]
     assert f"step {first}  Commit" in text and "  violation 4 Pending: rank 0 has finished" in text
     assert f"state after step {first}\n  clock" in text
+    assert lines[-2] == f"shrink it to a corpus case: kvsm corpus add {log} --name NAME"
     assert lines[-1].startswith(f"the whole story: kvsm show {log} --all")
 
 

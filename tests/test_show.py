@@ -187,6 +187,11 @@ def test_a_stopped_sim_run_prints_the_story_of_its_last_steps(tmp_path, monkeypa
     assert f"the whole story: kvsm show {failed} --all" in text
     header = json.loads(failed.read_text().splitlines()[0])
     assert header["source"] == "sim" and header["seed"] == 0
+    # the command it gives for a corpus case works, NAME named
+    hint = next(x for x in text.splitlines() if x.startswith("shrink it to a corpus case: "))
+    cmd = hint.removeprefix("shrink it to a corpus case: ").replace("NAME", "stopped") + f" --dir {tmp_path / 'traces'}"
+    res = runner.invoke(app, cmd.split()[1:])
+    assert res.exit_code == 0 and "shrunk" in res.output and (tmp_path / "traces" / "stopped.txt").exists(), res.output
 
 
 # ---- TLC's counterexamples ----------------------------------------------------------------------------------------

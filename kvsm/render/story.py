@@ -227,8 +227,12 @@ def tail_story(path: str | Path, last: int = 6, until: int | None = None, html_h
         out.append(_stopped_text(run))
     out.append(f"state after step {end}")
     out.append(_indent(render(run.view(end))))
-    out += [f"  violation {v}" for v in run.violations(end)]
+    violations = run.violations(end)
+    out += [f"  violation {v}" for v in violations]
     p = str(path)
+    if violations:
+        # the failure as a regression case: the fewest steps that fail the same way
+        out.append(f"shrink it to a corpus case: kvsm corpus add {p} --name NAME")
     hint = f"the whole story: kvsm show {p} --all"
     if html_hint:
         hint += f"   step through it: kvsm show {p} --html {Path(p).with_suffix('.html').name}"
