@@ -30,8 +30,9 @@ from typing import Any, Iterator, Sequence
 
 from .config import Config
 from .render.names import node_paths
-from .state import ROOT_ID, ClusterState, Rejected, initial_state
+from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, apply
+from .transitions.tree import walk_key
 
 # a step whose outcome the state decides: the argument the state decides
 _OUTCOME = {"SpillDone": "ok", "ReloadDone": "ok", "Reserve": "fits", "Prepare": "fits"}
@@ -41,7 +42,6 @@ _OUTCOME = {"SpillDone": "ok", "ReloadDone": "ok", "Reserve": "fits", "Prepare":
 class Ref:
     """What an original step refers to, in terms that survive removing other steps."""
 
-    rid: int | None = None
     prefix: tuple[int, ...] | None = None  # a node's whole prefix (Reserve, Rollback)
     cut: tuple[int, ...] | None = None  # the prefix a Split cuts after
 
@@ -54,7 +54,7 @@ def references(cfg: Config, steps: Sequence[Transition]) -> list[Ref]:
     paths: dict[int, tuple[int, ...]] | None = None
     for t in steps:
         args = dict(t.args)
-        ref = Ref(rid=args.get("rid"))
+        ref = Ref()
         if t.name in ("Reserve", "Rollback", "Split", "PruneStaleTail"):
             paths = node_paths(s) if paths is None else paths
             if t.name in ("Reserve", "Rollback"):
@@ -101,43 +101,17 @@ def resolve(s: ClusterState, t: Transition, ref: Ref, rids: dict[int, int]) -> T
     return Transition.make(t.name, rank=t.rank, **args)
 
 
-def _descend(s: ClusterState, prefix: tuple[int, ...]) -> tuple[int, int] | None:
-    """The node inside or at whose end `prefix` ends, and how many of its pages the
-    prefix covers; None when the prefix is not in the tree (or is empty)."""
-    cur = s.nodes.get(ROOT_ID)
-    i = 0
-    while cur is not None and i < len(prefix):
-        cid = cur.children.get(prefix[i])
-        child = s.nodes.get(cid) if cid is not None else None
-        if child is None:
-            return None
-        n = 0
-        while n < len(child.key) and i + n < len(prefix) and child.key[n] == prefix[i + n]:
-            n += 1
-        if i + n == len(prefix):
-            return child.id, n
-        if n < len(child.key):
-            return None
-        i += n
-        cur = child
-    return None
-
-
 def _node_at(s: ClusterState, prefix: tuple[int, ...]) -> int | None:
     """The node whose prefix is exactly `prefix`, or None."""
-    found = _descend(s, prefix)
-    if found is None or found[1] != s.nodes[found[0]].pages:
-        return None
-    return found[0]
+    w = walk_key(s.nodes, prefix)
+    return w.full[-1] if w.full and w.cut is None and w.covered == len(prefix) else None
 
 
 def _cut(s: ClusterState, prefix: tuple[int, ...]) -> tuple[int, int] | None:
     """The node inside which `prefix` ends, and how many of its pages the prefix covers;
     None when the prefix is not in the tree or ends at a node's end."""
-    found = _descend(s, prefix)
-    if found is None or found[1] == s.nodes[found[0]].pages:
-        return None
-    return found
+    w = walk_key(s.nodes, prefix)
+    return w.cut if w.cut is not None and w.covered + w.cut[1] == len(prefix) else None
 
 
 def apply_either(s: ClusterState, t: Transition) -> tuple[ClusterState, Transition]:

@@ -95,11 +95,10 @@ def ddmin(
                     break
                 idx = set(g) - gone
                 if idx and attempt([x for i, x in enumerate(base) if i not in gone and i not in idx]):
-                    if cur is not base and len(cur) != len(base) - len(gone) - len(idx):
-                        changed = True
+                    changed = True
+                    if len(cur) != len(base) - len(gone) - len(idx):
                         break  # fails() returned fewer items: the pass's groups are stale
                     gone |= idx
-                    changed = True
     done = chunks(max(1, len(cur) // 2), 1)
     return cur, done
 
@@ -136,11 +135,9 @@ def _replayed(s: ClusterState, transitions: Sequence[Transition]) -> Iterator[tu
         yield t, s
 
 
-def _first_signature(
-    s0: ClusterState, steps: Iterable[tuple[Transition, ClusterState | Rejected]], detector: str, taken: list[Transition] | None = None
-) -> tuple[str, int] | None:
+def _first_signature(s0: ClusterState, steps: Iterable[tuple[Transition, ClusterState | Rejected]], detector: str) -> tuple[str, int] | None:
     """`log_signature` over steps already applied (each transition and the state after
-    it); `taken` gets the transitions checked."""
+    it)."""
     ck = Checker(s0)
     held: dict[int, int] = {}
     f = ck.start(0)
@@ -150,8 +147,6 @@ def _first_signature(
     for i, (t, nxt) in enumerate(steps, start=1):
         if isinstance(nxt, Rejected):
             return None
-        if taken is not None:
-            taken.append(t)
         f = ck.step(t, nxt, i)
         if f is not None:
             return (_inv_sig(f), f.at) if detector == "invariant" else None
@@ -206,19 +201,18 @@ def _shrink_log(
     def fails(keep: list[int]) -> list[int] | None:
         """The indices of the steps taken up to the failure, when it fails as the run."""
         steps["log_replays"] += 1
-        taken: list[Transition] = []
-        used: list[int] = []
+        taken: list[tuple[int, Transition]] = []  # (index, step as taken), as replayed
 
         def replayed() -> Iterator[tuple[Transition, ClusterState | Rejected]]:
             for i, t, after in replay_kept(s0, transitions, refs, keep):
-                used.append(i)
+                taken.append((i, t))
                 yield t, after
 
-        got = _first_signature(s0, replayed(), detector, taken)
+        got = _first_signature(s0, replayed(), detector)
         if got is None or got[0] != sig:
             return None
-        best[:] = taken[: got[1]]
-        return used[: got[1]]
+        best[:] = [t for _, t in taken[: got[1]]]
+        return [i for i, _ in taken[: got[1]]]
 
     def groups(keep: list[int]) -> list[list[int]]:
         return _request_groups([transitions[i] for i in keep])
