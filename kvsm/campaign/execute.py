@@ -135,7 +135,12 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
                     # no dashboard; its HTTP server (health checks) on a free port, not on
                     # 8787, which another cluster may hold (a warning on stderr each time)
                     scheduler_kwargs={"dashboard_address": ":0"},
-                    silence_logs=logging.ERROR,
+                    # the workers' own logs: only CRITICAL. A task's error comes back to
+                    # the campaign as the task's exception, which it records; what the
+                    # workers log at ERROR is their side of the teardown (a heartbeat to
+                    # a scheduler already closed, after a Ctrl-C), a traceback on stderr
+                    # that nobody can act on
+                    silence_logs=logging.CRITICAL,
                     local_directory=scratch,
                 )
         except BaseException:
