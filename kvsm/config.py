@@ -40,7 +40,14 @@ _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_appe
 # victim (a write-back is its own asynchronous, locked `Reserve`); `sync` (the reference's
 # `_evict_cp_load_back_owner_lanes`): it is written back synchronously inside the
 # `LoadBack` (host evict-to-fit, copy, commit) and then evicted as a backed node.
-WRITE_BACK_EVICTS = ("locked", "sync")
+# `deferred` (the reference's exact order): as `sync`, but a victim written back is
+# evicted only after the loop over the plan's victims, and each victim is first re-checked
+# as the reference's `_cp_device_leaf_is_load_back_victim` does: a child still on L1 (a
+# victim deferred before it) makes the reference raise "plan diverged before
+# reservation", which the model records in `halted` (invariant 14). `deferred_fixed`: the
+# same order with the re-check fixed, counting the victims it deferred as evicted (as the
+# same loop's own leaf update after each eviction already does).
+WRITE_BACK_EVICTS = ("locked", "sync", "deferred", "deferred_fixed")
 # stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
 # or insert whose key leaves a node inside a page splits the node at the page floor and
 # deletes the whole lower part with its subtree. `off` leaves it out (the default: every
@@ -48,7 +55,8 @@ WRITE_BACK_EVICTS = ("locked", "sync")
 # allows (no lock, spill pin or pending backup in the subtree), `fixed` also leaves alone a
 # subtree that in-flight L3 work refers to (a queued or in-flight spill, a reload's anchor).
 STALE_PRUNES = ("off", "reference", "fixed")
-# The two-valued fidelity knobs (`fixed` or `reference`):
+# The fidelity knobs (`fixed` or `reference`; two of them have a third value, a second
+# reading of code the reference file does not contain: KNOB_CHOICES):
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
     # device eviction of an unbacked write-through node whose children are all L2-only:
@@ -64,9 +72,20 @@ KNOBS = (
     # when a rank's final write ack enters its ack queue: "fixed" with its copy finished
     # (one step, `WriteDone(r)`); "reference" at a point of its own before the copy
     # finishes (`AckAppend(r)`), the copy's end then being a separate finish query, as
-    # the reference's writing_check reads `finish_event.query()` (docs/model.md)
+    # the reference's writing_check reads `finish_event.query()` (docs/model.md);
+    # "lockstep" appends it before the copy finishes too, but at the same point of every
+    # rank's program, never while a round of the commit collective is open
+    # (`AckAppendAll`): the reading under which the reference's own comment holds
     "ack_append",
 )
+# The values each knob of KNOBS takes. `own_disk_durable = "shared"`: the shortcut reads a
+# shared index (a page counts as held when any rank's disk holds its hash), the same answer
+# on every rank; `"reference"` reads the deciding rank's own disk (docs/findings.md, finding 2).
+KNOB_CHOICES: dict[str, tuple[str, ...]] = {
+    **{k: KNOB_VALUES for k in KNOBS},
+    "ack_append": ("fixed", "reference", "lockstep"),
+    "own_disk_durable": ("fixed", "reference", "shared"),
+}
 # Every fidelity knob: (the reference's value, the fixed value). The `reference` profile
 # (kvsm/configs/reference*.toml) sets each at its first; a corpus case's `knob NAME` line
 # says its violation is the reference's and goes with the second (docs/corpus.md).
@@ -75,6 +94,23 @@ REFERENCE_KNOBS: dict[str, tuple[str, str]] = {
     **{k: ("reference", "fixed") for k in KNOBS},
     "stale_prune": ("reference", "fixed"),
 }
+
+
+# The fidelity knobs of the write_back policy (the `reference-write-back` profile): only
+# that profile sets them, since they change nothing under write_through.
+WRITE_BACK_KNOBS: dict[str, tuple[str, str]] = {"write_back_evict": ("deferred", "deferred_fixed")}
+# Every knob a corpus case's `knob` line may name.
+CASE_KNOBS: dict[str, tuple[str, str]] = {**REFERENCE_KNOBS, **WRITE_BACK_KNOBS}
+
+
+def knob_readings(knob: str) -> tuple[str, ...]:
+    """The values of fidelity knob `knob` (of CASE_KNOBS) that describe the reference:
+    its reference value, then the other readings of code the reference file does not
+    contain (KNOB_CHOICES); a corpus case's `knob` line takes any of them."""
+    ref, fixed = CASE_KNOBS[knob]
+    return (ref, *(v for v in KNOB_CHOICES.get(knob, ()) if v not in (ref, fixed)))
+
+
 # The injected defects (docs/defects.md): each is a visible branch on `cfg.bug` at the
 # place in the model where the reference's bug would be.
 BUGS = (
@@ -283,8 +319,8 @@ def _build(data: dict[str, Any], where: str) -> Config:
             out[flag] = data[flag]
     for k in KNOBS:
         if k in data:
-            if data[k] not in KNOB_VALUES:
-                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(KNOB_VALUES)}, got {data[k]!r}")
+            if data[k] not in KNOB_CHOICES[k]:
+                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(KNOB_CHOICES[k])}, got {data[k]!r}")
             out[k] = data[k]
     if "bug" in data:
         if data["bug"] not in BUGS:
@@ -418,4 +454,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "REFERENCE_KNOBS"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]

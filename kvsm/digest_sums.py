@@ -106,6 +106,8 @@ def digest_scalars(s: Any, replicated_only: bool = False) -> dict[str, Any]:
             out["disk_faults"] = s.disk_faults
         if s.diverged is not None:
             out["diverged"] = s.diverged
+        if s.halted is not None:
+            out["halted"] = s.halted
     return out
 
 

@@ -10,7 +10,8 @@ an input to a decision): `dev_content`, `host_content`, the content held in `l3`
 `spill_staged`: the identity of the prefix whose KV each page holds (absent =
 poisoned/free), and `diverged`: where the ranks first decided a replicated step
 differently (only an injected defect that lets a rank decide from its own view can set
-it; `kvsm.transitions.apply`).
+it; `kvsm.transitions.apply`), and `halted`: the step at which the reference would stop
+at a `raise` or an `assert` (invariant 14).
 
 Derived part, kept so that a transition costs time proportional to what it changes
 (invariant 10 recomputes each from scratch): `dev_index` and `host_index` (the device
@@ -349,6 +350,10 @@ class ClusterState:
     # ghost: the first replicated step that some rank decided otherwise than rank 0 (the
     # rank the cluster's state follows): (transition name, those ranks); None = they agree
     diverged: tuple[str, tuple[int, ...]] | None = None
+    # ghost: the step at which the reference stops (a `raise` or an `assert` it reaches
+    # there: the scheduler process dies), or None; set only by a knob at the reference's
+    # value that models such a path (invariant 14)
+    halted: str | None = None
     # What the transition that produced this state asks the physical world to do
     # (`kvsm.effects`); not part of the state's identity, equality or digest.
     effects: tuple[Effect, ...] = field(default=(), compare=False)

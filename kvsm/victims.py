@@ -44,8 +44,9 @@ def in_rank_order(keys: Iterable[tuple], cfg: Config, view: int | None) -> Itera
 
 def sync_write_back(cfg: Config) -> bool:
     """Whether a load-back writes its unbacked device victims back synchronously, inside
-    its own step (`write_back_evict = "sync"` under the write_back policy)."""
-    return cfg.policy == "write_back" and cfg.write_back_evict == "sync"
+    its own step (`write_back_evict = "sync"` or `"deferred"` under the write_back
+    policy)."""
+    return cfg.policy == "write_back" and cfg.write_back_evict != "locked"
 
 
 def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:

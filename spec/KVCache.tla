@@ -45,7 +45,10 @@ EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
                     marks, keep or get durable whatever the split offset
    and how a load-back evicts under write_back:
      WriteBackEvict "sync": its unbacked device victims are written back inside its
-                    step (the reference); "locked": they are no victims
+                    step; "deferred": and evicted only after its other victims, each
+                    victim re-checked first, as the reference does (a raise where a
+                    deferred child is still on L1: invariant Running); "deferred_fixed":
+                    the same with the re-check fixed; "locked": they are no victims
    and the victim order and the injected defect:
      VictimOrder    "slru" (nodes hit twice or more are evicted last) or "lru"
      Bug            an injected defect (docs/defects.md), or "none" *)
@@ -66,10 +69,12 @@ CONSTANTS
                         \* is empty: it returns early), "atomic" (the collective as one step)
     AckTiming,          \* when a rank's final write ack enters its queue: "fixed" (with its
                         \* copy's end, WriteDone), "reference" (before it, AckAppend(r); the
-                        \* copy's end is then the ack's finish query)
+                        \* copy's end is then the ack's finish query), "lockstep" (before it,
+                        \* on every rank at once, AckAppendAll)
     PreparedBackups,    \* TRUE: write-through backups are prepared before the forward pass (Prepare)
     OwnDiskDurable      \* "reference": SpillSubmit marks durable, without a spill, an entry whose
-                        \* pages the deciding rank's own disk holds (ranks may decide otherwise)
+                        \* pages the deciding rank's own disk holds (ranks may decide otherwise);
+                        \* "shared": whose every page some rank's disk holds (a shared index)
 
 ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \ {0}
        /\ Policy \in {"write_through", "write_back"}
@@ -78,18 +83,18 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
        /\ L3 \in Nat /\ SpillQueueCap \in Nat \ {0} /\ SpillInflight \in Nat \ {0}
        /\ ReloadInflight \in Nat \ {0} /\ ReloadTTL \in Nat \ {0} /\ MaxDiskFaults \in Nat \cup {-1}
        /\ CommitEntry \in {"fixed", "reference", "atomic"}
-       /\ AckTiming \in {"fixed", "reference"}
+       /\ AckTiming \in {"fixed", "reference", "lockstep"}
        /\ UnbackedEvict \in {"fixed", "reference"} /\ DurableSplit \in {"fixed", "reference"}
        /\ VictimOrder \in {"slru", "lru"}
        /\ PreparedBackups \in BOOLEAN /\ CarryHostHit \in BOOLEAN
-       /\ OwnDiskDurable \in {"fixed", "reference"}
+       /\ OwnDiskDurable \in {"fixed", "reference", "shared"}
        /\ Bug \in {"none", "skip_collective", "local_host_alloc", "double_free", "load_uaf",
                   "evict_pending", "split_pending", "duplicate_ack", "reload_stale_anchor",
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
                   "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host",
                   "write_back_fail_evict"}
-       /\ WriteBackEvict \in {"locked", "sync"}
+       /\ WriteBackEvict \in {"locked", "sync", "deferred", "deferred_fixed"}
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -122,11 +127,13 @@ VARIABLES
     commit_round,   \* local: rank -> its place in the open round of the commit collective:
                     \* 0 not at its call yet, 1 entered, 2 returned early
     acked,          \* local: rank -> writes at the head of `writes` whose final ack it has
-                    \* appended (AckTiming = "reference"; 0 under "fixed")
+                    \* appended (AckTiming = "reference" or "lockstep"; 0 under "fixed")
     prepared,       \* request id -> node id of its prepared backup (NoNode: its reserve did not fit)
-    diverged        \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
+    diverged,       \* ghost: <<>>, or the first step some rank decided otherwise than rank 0
                     \* (only under a defect in RankViewBugs, or OwnDiskDurable = "reference"):
                     \* [action, ranks]
+    halted          \* ghost: "", or the action at which the reference stops at a raise or an
+                    \* assert (only under WriteBackEvict = "deferred": invariant Running)
 
 (* The variables in named groups, each the state of one part of the cluster. An
    action assigns the variables it changes and names the rest UNCHANGED, by group
@@ -144,8 +151,8 @@ diskVars    == <<disk_ok, disk_faults, l3>>             \* L3: each rank's disk
 l3Vars      == <<spillVars, reloadVars, diskVars>>      \* every L3 variable but the spill queue
 
 \* every variable: the groups, the spill queue (fed by commits, drained by spills) and
-\* the ghost `diverged`
-vars == <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue, l3Vars, diverged>>
+\* the ghosts `diverged` and `halted`
+vars == <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue, l3Vars, diverged, halted>>
 
 DevicePool == 0 .. R * L1 - 1
 HostPool == 0 .. L2 - 1
@@ -199,6 +206,7 @@ TypeOK ==
     /\ acked \in [Ranks -> Nat]
     /\ DOMAIN prepared \subseteq Nat /\ \A q \in DOMAIN prepared : prepared[q] \in Int
     /\ diverged = <<>> \/ diverged \in [action: STRING, ranks: SUBSET Ranks]
+    /\ halted \in STRING
 
 -----------------------------------------------------------------------------
 Init ==
@@ -233,6 +241,7 @@ Init ==
     /\ acked = [r \in Ranks |-> 0]
     /\ prepared = EmptyFn
     /\ diverged = <<>>
+    /\ halted = ""
 
 -----------------------------------------------------------------------------
 (* The whole state as one record, the `s` of KVTree's operators. An action
@@ -318,7 +327,7 @@ Arrive(rid, tokens, out_pages) ==
                             hit |-> Root, hitlen |-> 0, hitpin |-> FALSE]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<treeVars, prepared, deviceVars, hostVars, backupVars, loadVars, spill_queue,
-                   l3Vars, diverged>>
+                   l3Vars, diverged, halted>>
 
 \* A request that an in-flight reload holds (it waits for the reload's admission).
 Held(rid) == \E j \in DOMAIN reloads : rid \in Range(reloads[j].waiters)
@@ -366,7 +375,7 @@ MatchTo(s) ==
     /\ requests' = s.requests
     /\ spill_queue' = s.spill_queue
     /\ UNCHANGED <<next_rid, prepared, deviceVars, l2_free, host_content, backupVars, loadVars,
-                   l3Vars, diverged>>
+                   l3Vars, diverged, halted>>
 
 (* Match the longest cached prefix (L1 or L2) of the request's key but its last
    page (MatchKey), splitting the node the match ends inside (not when it is
@@ -507,6 +516,7 @@ InsertTo(s) ==
     /\ spill_queue' = s.spill_queue
     /\ prepared' = s.prepared
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_rid, commit_round, loadVars, l3Vars>>
 
 (* Insert with the cluster's layout `lay`: the layout (the key's walk and the room
@@ -557,7 +567,7 @@ ReleaseTo(s) ==
     /\ reloads' = s.reloads
     /\ prepared' = s.prepared
     /\ UNCHANGED <<next_id, clock, next_rid, pending, commit_round, loadVars, spill_queue,
-                   spillVars, reload_done, diskVars, diverged>>
+                   spillVars, reload_done, diskVars, diverged, halted>>
 
 Finish(rid) ==
     /\ RoundClosed
@@ -592,7 +602,7 @@ SplitTo(s) ==
     /\ objects' = s.objects
     /\ spill_queue' = s.spill_queue
     /\ UNCHANGED <<clock, requestVars, deviceVars, l2_free, host_content, backupVars, loadVars,
-                   l3Vars, diverged>>
+                   l3Vars, diverged, halted>>
 
 Split(n, at) ==
     /\ RoundClosed
@@ -635,7 +645,7 @@ PruneTo(s) ==
     /\ objects' = s.objects
     /\ host_content' = s.host_content
     /\ spill_queue' = s.spill_queue
-    /\ UNCHANGED <<clock, requestVars, backupVars, loadVars, l3Vars, diverged>>
+    /\ UNCHANGED <<clock, requestVars, backupVars, loadVars, l3Vars, diverged, halted>>
 
 PruneStaleTail(n, at) ==
     /\ StalePrune # "off"
@@ -695,6 +705,7 @@ ReserveTo(s) ==
     /\ writes' = s.writes
     /\ host_content' = s.host_content
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, write_done, commit_round, acked, loadVars,
                    spill_queue, l3Vars>>
 
@@ -744,6 +755,7 @@ PrepareTo(s) ==
     /\ host_content' = s.host_content
     /\ prepared' = s.prepared
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
                    acked, loadVars, spill_queue, l3Vars>>
 
@@ -770,8 +782,8 @@ Stored(r, n) ==
 
 \* Rank r has a submitted write it has not finished, and it is attached: the write
 \* of a prepared backup waits for its insert (the reference defers its ack). Under
-\* AckTiming = "reference" the finish query is asked of an appended ack only.
-WriteLeft(r) == /\ write_done[r] < (IF AckTiming = "reference" THEN acked[r] ELSE Len(writes))
+\* AckTiming # "fixed" the finish query is asked of an appended ack only.
+WriteLeft(r) == /\ write_done[r] < (IF AckTiming # "fixed" THEN acked[r] ELSE Len(writes))
                 /\ writes[write_done[r] + 1] \in pending
 
 (* Rank r finishes its next write: it copies the pages in its lane into the object.
@@ -787,9 +799,9 @@ WriteDone(r) ==
     /\ write_done' = [write_done EXCEPT ![r] = @ + (IF Bug = "duplicate_ack" /\ @ + 1 < Len(writes) THEN 2 ELSE 1)]
        \* a duplicate is an ack whose finish query already answers true: it stands for
        \* the next write's ack
-    /\ acked' = IF AckTiming = "reference" THEN [acked EXCEPT ![r] = Max2(@, write_done'[r])] ELSE acked
+    /\ acked' = IF AckTiming # "fixed" THEN [acked EXCEPT ![r] = Max2(@, write_done'[r])] ELSE acked
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, l2_free, objects, pending, writes,
-                   commit_round, loadVars, spill_queue, l3Vars, diverged>>
+                   commit_round, loadVars, spill_queue, l3Vars, diverged, halted>>
 
 (* Rank r appends the final ack of its next write to its ack queue, before the
    copy finishes (AckTiming = "reference": at a layer-end / post-forward point of
@@ -802,7 +814,22 @@ AckAppend(r) ==
     /\ acked[r] < Len(writes)
     /\ acked' = [acked EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
-                   commit_round, loadVars, spill_queue, l3Vars, diverged>>
+                   commit_round, loadVars, spill_queue, l3Vars, diverged, halted>>
+
+(* Every rank appends the final ack of its next write, before the copy finishes,
+   at the same point of its program (AckTiming = "lockstep": the reading under
+   which the reference's comment, a deterministic layer-end / post-forward point
+   across CP ranks, holds): one step for all ranks, never while a round of the
+   commit collective is open (between two ranks' calls of one round). A rank that
+   has appended every write's ack (a duplicate ack under duplicate_ack) appends
+   nothing. *)
+AckAppendAll ==
+    /\ AckTiming = "lockstep"
+    /\ RoundClosed
+    /\ \E r \in Ranks : acked[r] < Len(writes)
+    /\ acked' = [r \in Ranks |-> IF acked[r] < Len(writes) THEN acked[r] + 1 ELSE acked[r]]
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
+                   commit_round, loadVars, spill_queue, l3Vars, diverged, halted>>
 
 \* Every rank has finished the write at the head of `writes`.
 WrittenEverywhere == \A r \in Ranks : write_done[r] > 0
@@ -818,11 +845,11 @@ CommitFirst(m, done) ==
     /\ writes' = SubSeq(writes, m + 1, Len(writes))
     /\ write_done' = [r \in Ranks |-> write_done[r] - m]
        \* the committed acks leave every rank's queue (each appended them: m <= acked)
-    /\ acked' = IF AckTiming = "reference" THEN [r \in Ranks |-> acked[r] - m] ELSE acked
+    /\ acked' = IF AckTiming # "fixed" THEN [r \in Ranks |-> acked[r] - m] ELSE acked
     /\ spill_queue' = Enqueue(spill_queue, SubSeq(writes, 1, m))
     /\ commit_round' = [r \in Ranks |-> 0]
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, l2_free, host_content, loadVars, l3Vars,
-                   diverged>>
+                   diverged, halted>>
 
 \* Rank r reaches the commit collective's call (the reference's writing_check MIN
 \* all-reduce) while a backup is in flight. It enters, or under "reference", when
@@ -832,7 +859,7 @@ CommitFirst(m, done) ==
 \* The acks in rank r's queue: under AckTiming = "fixed" a rank's final ack of a
 \* backup enters its queue with its copy (write_done[r]); under "reference" the acks
 \* it appended, finished or not.
-AckQueue(r) == IF AckTiming = "reference" THEN acked[r] ELSE write_done[r]
+AckQueue(r) == IF AckTiming # "fixed" THEN acked[r] ELSE write_done[r]
 
 CommitCall(r) ==
     /\ CommitEntry # "atomic"
@@ -840,14 +867,14 @@ CommitCall(r) ==
     /\ commit_round[r] = 0
        \* a backup in flight: under AckTiming = "reference" the reference's
        \* ongoing_write_through (pending; a prepared backup joins it at its insert)
-    /\ IF AckTiming = "reference" THEN pending # {} ELSE writes # <<>>
+    /\ IF AckTiming # "fixed" THEN pending # {} ELSE writes # <<>>
     /\ LET c1 == [commit_round EXCEPT ![r] =
                      IF /\ CommitEntry = "fixed" \/ AckQueue(r) > 0
                         /\ Bug # "skip_collective" \/ write_done[r] > 0
                      THEN 1 ELSE 2]
        IN commit_round' = IF \A q \in Ranks : c1[q] = 2 THEN [q \in Ranks |-> 0] ELSE c1
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, pending, writes, write_done,
-                   acked, loadVars, spill_queue, l3Vars, diverged>>
+                   acked, loadVars, spill_queue, l3Vars, diverged, halted>>
 
 \* The agreement: the commit collective completes once every rank entered it
 \* (under "atomic" it is this one step, when the MIN is not 0), and the first MIN
@@ -878,7 +905,7 @@ RollbackTo(s) ==
     /\ acked' = s.acked
     /\ host_content' = s.host_content
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, commit_round, loadVars, spill_queue,
-                   l3Vars, diverged>>
+                   l3Vars, diverged, halted>>
 
 Rollback(n) ==
     /\ RoundClosed
@@ -904,6 +931,7 @@ EvictDeviceTo(s) ==
     /\ dev_free' = s.dev_free
     /\ dev_content' = s.dev_content
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_id, clock, requestVars, hostVars, backupVars, loadVars, spill_queue,
                    l3Vars>>
 
@@ -921,6 +949,7 @@ EvictHostTo(s) ==
     /\ objects' = s.objects
     /\ host_content' = s.host_content
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
                    l3Vars>>
 
@@ -972,19 +1001,54 @@ EvictAllSync(s, victims, keep, v) ==
                             ELSE [r EXCEPT !.ok = FALSE]
     IN after[Len(victims)]
 
+(* Under WriteBackEvict = "deferred", the reference's own order: as EvictAllSync,
+   but a victim written back stays on L1 until every victim has been taken (it is
+   evicted after the loop, `later`), and each victim is first re-checked: a child
+   of it still on L1 (a victim deferred before it) makes the reference raise
+   "plan diverged before reservation" (`halt`). Under "deferred_fixed" the re-check
+   counts the victims it deferred as evicted, and never halts. *)
+EvictAllDeferred(s, victims, keep, v) ==
+    LET after[k \in Nat] ==
+            IF k = 0 THEN [s |-> s, ok |-> TRUE, halt |-> FALSE, later |-> <<>>]
+            ELSE LET r == after[k - 1]
+                     n == victims[k]
+                 IN IF ~r.ok \/ r.halt THEN r
+                    ELSE IF WriteBackEvict = "deferred" /\ ChildOnL1(r.s.nodes, n) THEN [r EXCEPT !.halt = TRUE]
+                    ELSE IF r.s.nodes[n].host # NoObject THEN [r EXCEPT !.s = EvictDeviceNode(@, n)]
+                    ELSE LET len == Len(r.s.nodes[n].key)
+                             hv == HostVictims(r.s) \ keep
+                             room0 == HostRoom(r.s, RoomNeed(len, v), TLCEval(VictimKeys(r.s.nodes, hv, v)), hv)
+                             room == IF Bug = "backup_host_uaf" /\ ~room0.ok THEN InflightRoom(room0.s, RoomNeed(len, v)) ELSE room0
+                         IN IF HasRun(room.s.l2_free, len)
+                            THEN [r EXCEPT !.s = WrittenBack(room.s, n), !.later = Append(@, n)]
+                            ELSE IF Bug = "write_back_fail_evict"
+                            THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
+                            ELSE [r EXCEPT !.ok = FALSE]
+        last == after[Len(victims)]
+    IN [s |-> IF last.ok /\ ~last.halt THEN EvictAll(last.s, last.later) ELSE last.s, ok |-> last.ok, halt |-> last.halt]
+
 (* A load-back's plan lp (LoadBackPlan) with its evictions done: `ev` is the state
    after them and whether every write-back fit. The nodes it restores are kept from
    its write-backs' host eviction, but under loadback_evicts_own_host. *)
 WithEvictions(s, lp) ==
     LET keep == IF Bug = "loadback_evicts_own_host" THEN {} ELSE Range(lp.run)
-        ev == IF lp.remaining # [lane \in Ranks |-> 0] THEN [s |-> s, ok |-> FALSE]
-              ELSE IF SyncWriteBack THEN EvictAllSync(s, lp.victims, keep, lp.view)
-              ELSE [s |-> EvictAll(s, lp.victims), ok |-> TRUE]
+        ev == IF lp.remaining # [lane \in Ranks |-> 0] THEN [s |-> s, ok |-> FALSE, halt |-> FALSE]
+              ELSE IF WriteBackEvict \in {"deferred", "deferred_fixed"} /\ SyncWriteBack THEN EvictAllDeferred(s, lp.victims, keep, lp.view)
+              ELSE IF SyncWriteBack THEN LET e == EvictAllSync(s, lp.victims, keep, lp.view)
+                                         IN [s |-> e.s, ok |-> e.ok, halt |-> FALSE]
+              ELSE [s |-> EvictAll(s, lp.victims), ok |-> TRUE, halt |-> FALSE]
     IN [run |-> lp.run, lanes |-> lp.lanes, victims |-> lp.victims, remaining |-> lp.remaining, ev |-> ev]
 
 \* The owner-lane planner's plan lp frees every page the load-back lacks in its lanes
 \* (and every write-back it makes fits).
-LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0] /\ lp.ev.ok
+LoadBackFits(lp) == lp.remaining = [lane \in Ranks |-> 0] /\ lp.ev.ok /\ ~lp.ev.halt
+
+\* The plan lp makes the reference raise before it takes a victim (WriteBackEvict =
+\* "deferred"): the step records where the reference stops, and changes nothing else.
+LoadBackHalts(lp) ==
+    /\ lp.remaining = [lane \in Ranks |-> 0] /\ lp.ev.halt
+    /\ halted' = "LoadBack"
+    /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue, l3Vars, diverged>>
 
 (* Under load_host_release the host copy is released when the load is issued, as
    though its copies were done: the loaded nodes `ns` become unbacked device nodes
@@ -1040,6 +1104,7 @@ LoadBackTo(s) ==
     /\ dev_content' = s.dev_content
     /\ loads' = s.loads
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ l2_free' = s.l2_free
     /\ objects' = s.objects
     /\ host_content' = s.host_content
@@ -1067,7 +1132,8 @@ LoadBack(rid) ==
     /\ CarryHostHit => requests[rid].hit \in DOMAIN nodes
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    /\ LoadBackAlong(rid, WithEvictions(State, LoadBackPlan(State, requests[rid], ClusterView)))
+    /\ LET plan == WithEvictions(State, LoadBackPlan(State, requests[rid], ClusterView))
+       IN LoadBackHalts(plan) \/ LoadBackAlong(rid, plan)
 
 \* Rank r has a load-back in flight whose copies it has not done.
 LoadLeft(r) == load_done[r] < Len(loads)
@@ -1097,7 +1163,7 @@ LoadDone(r) ==
           /\ loads' = IF pop THEN Tail(loads) ELSE loads
           /\ load_done' = IF pop THEN [q \in Ranks |-> done[q] - 1] ELSE done
     /\ UNCHANGED <<next_id, clock, requestVars, dev_free, hostVars, backupVars, spill_queue, l3Vars,
-                   diverged>>
+                   diverged, halted>>
 
 -----------------------------------------------------------------------------
 (* L3: each rank's disk, addressed by page hash. A page inside an L2 object or
@@ -1122,6 +1188,15 @@ Spillable(n) ==
    on rank v). NoView, the replicated decision, takes no shortcut. *)
 OwnDiskHolds(s, v, hs) == v # NoView /\ \A i \in Owned(v, Len(hs)) : hs[i + 1] \in DOMAIN s.l3[v]
 
+(* The shortcut read from a shared index (OwnDiskDurable = "shared"): every page
+   of the node is on some rank's disk, whichever rank owns it now. Every rank
+   reads the same index, so the decision is replicated. *)
+SharedIndexHolds(s, hs) == \A i \in 1 .. Len(hs) : \E q \in Ranks : hs[i] \in DOMAIN s.l3[q]
+
+\* The shortcut as rank v (NoView: the replicated decision) takes it.
+ShortcutHolds(s, v, hs) == IF OwnDiskDurable = "shared" THEN SharedIndexHolds(s, hs)
+                           ELSE OwnDiskHolds(s, v, hs)
+
 (* The queue's head entries that are no longer spillable are dropped and the
    first spillable one is submitted, as rank v takes it: under the shortcut a
    spillable entry whose pages rank v's disk holds is marked durable (`marked`)
@@ -1130,7 +1205,7 @@ RECURSIVE SubmitFrom(_, _, _, _)
 SubmitFrom(s, q, v, marked) ==
     IF q = <<>> THEN [rest |-> <<>>, node |-> NoNode, marked |-> marked]
     ELSE IF ~Spillable(Head(q)) \/ Head(q) \in marked THEN SubmitFrom(s, Tail(q), v, marked)
-    ELSE IF OwnDiskHolds(s, v, NodeHashes(s.nodes, Head(q)))
+    ELSE IF ShortcutHolds(s, v, NodeHashes(s.nodes, Head(q)))
     THEN SubmitFrom(s, Tail(q), v, marked \cup {Head(q)})
     ELSE [rest |-> Tail(q), node |-> Head(q), marked |-> marked]
 
@@ -1161,6 +1236,7 @@ SpillSubmitTo(s) ==
     /\ spill_queue' = s.spill_queue
     /\ spills' = s.spills
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
                    spill_gathered, spill_done, spill_staged, reloadVars, diskVars>>
 
@@ -1192,7 +1268,7 @@ SpillGathered(r) ==
                                                                host_content[base + own[k]]>>])]
     /\ spill_gathered' = [spill_gathered EXCEPT ![r] = @ + 1]
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
-                   spills, spill_done, reloadVars, diskVars, diverged>>
+                   spills, spill_done, reloadVars, diskVars, diverged, halted>>
 
 \* Rank r has a gathered spill it has not written.
 SpillToWrite(r) == Len(spill_done[r]) < spill_gathered[r]
@@ -1219,7 +1295,7 @@ SpillDone(r, ok) ==
     /\ spill_staged' = [spill_staged EXCEPT ![r] = Tail(@)]
     /\ spill_done' = [spill_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
-                   spills, spill_gathered, reloadVars, disk_ok, disk_faults, diverged>>
+                   spills, spill_gathered, reloadVars, disk_ok, disk_faults, diverged, halted>>
 
 \* The ops every rank has gathered, and those every rank has written.
 SpillsGathered == Min({spill_gathered[r] : r \in Ranks})
@@ -1259,7 +1335,7 @@ SpillAckTo(s) ==
     /\ spill_gathered' = s.spill_gathered
     /\ spill_done' = s.spill_done
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
-                   spill_queue, spill_staged, reloadVars, diskVars, diverged>>
+                   spill_queue, spill_staged, reloadVars, diskVars, diverged, halted>>
 
 (* The agreement of spills: the MIN over ranks of the ops gathered releases
    their pins; the MIN of the ops written, and the AND of their ok bits, marks
@@ -1289,7 +1365,7 @@ ReloadMark(rid) ==
     /\ reload_candidates' = (rid :> ReloadTarget(nodes, requests[rid])) @@ reload_candidates
     /\ requests' = [requests EXCEPT ![rid].tried = TRUE]
     /\ UNCHANGED <<treeVars, next_rid, prepared, deviceVars, hostVars, backupVars, loadVars,
-                   spill_queue, spillVars, reloads, reload_done, diskVars, diverged>>
+                   spill_queue, spillVars, reloads, reload_done, diskVars, diverged, halted>>
 
 \* A reload claims at least the pages a load-back would need.
 ReloadFloor == Max2(1, LoadBackThreshold \div P)
@@ -1336,6 +1412,7 @@ ReloadReserveTo(s) ==
     /\ reload_candidates' = s.reload_candidates
     /\ reloads' = s.reloads
     /\ diverged' = s.diverged
+    /\ halted' = halted
     /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
                    spillVars, reload_done, diskVars>>
 
@@ -1370,7 +1447,7 @@ ReloadDone(r, ok) ==
           /\ l2_free' = l2_free \cup gone
     /\ reload_done' = [reload_done EXCEPT ![r] = Append(@, ok)]
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars,
-                   spill_queue, spillVars, reload_candidates, reloads, diskVars, diverged>>
+                   spill_queue, spillVars, reload_candidates, reloads, diskVars, diverged, halted>>
 
 \* Every rank has read the reload at the head of `reloads`.
 HeadReloadRead == reloads # <<>> /\ \A r \in Ranks : reload_done[r] # <<>>
@@ -1405,7 +1482,7 @@ ReloadAdmit ==
     /\ reloads' = Tail(reloads)
     /\ reload_done' = [r \in Ranks |-> Tail(reload_done[r])]
     /\ UNCHANGED <<requestVars, deviceVars, backupVars, loadVars, spill_queue, spillVars,
-                   reload_candidates, diskVars, diverged>>
+                   reload_candidates, diskVars, diverged, halted>>
 
 \* Some reload holds a request: the reload clock has something to release.
 SomeReloadHolds == {j \in DOMAIN reloads : reloads[j].waiters # <<>>} # {}
@@ -1428,7 +1505,7 @@ ReloadExpire ==
        IN /\ l2_free' = l2_free \cup gone
           /\ host_content' = [h \in gone |-> NoContent] @@ host_content
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, objects, backupVars, loadVars, spill_queue,
-                   spillVars, reload_candidates, reload_done, diskVars, diverged>>
+                   spillVars, reload_candidates, reload_done, diskVars, diverged, halted>>
 
 (* Faults: a rank's disk starts or stops failing. While it fails, that rank's
    spill writes and reload reads are not ok. *)
@@ -1445,7 +1522,7 @@ DiskFail(r) ==
     /\ disk_ok' = [disk_ok EXCEPT ![r] = FALSE]
     /\ disk_faults' = disk_faults + 1
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
-                   spillVars, reloadVars, l3, diverged>>
+                   spillVars, reloadVars, l3, diverged, halted>>
 
 DiskRecover(r) ==
     /\ L3 > 0
@@ -1453,7 +1530,7 @@ DiskRecover(r) ==
     /\ ~disk_ok[r]
     /\ disk_ok' = [disk_ok EXCEPT ![r] = TRUE]
     /\ UNCHANGED <<treeVars, requestVars, deviceVars, hostVars, backupVars, loadVars, spill_queue,
-                   spillVars, reloadVars, disk_faults, l3, diverged>>
+                   spillVars, reloadVars, disk_faults, l3, diverged, halted>>
 
 -----------------------------------------------------------------------------
 (* Next quantifies over id spaces: request ids are bounded by the arrivals,
@@ -1475,6 +1552,7 @@ Next ==
     \/ \E n \in NodeIds, fits \in BOOLEAN : Reserve(n, fits)
     \/ \E rid \in RequestIds, fits \in BOOLEAN : Prepare(rid, fits)
     \/ \E r \in Ranks : AckAppend(r)
+    \/ AckAppendAll
     \/ \E r \in Ranks : WriteDone(r)
     \/ \E r \in Ranks : CommitCall(r)
     \/ Commit
@@ -1503,7 +1581,7 @@ PreparedSettles(rid) ==
     /\ Insert(rid) \/ Abort(rid)
 
 (* The rank steps are fair: a rank appends the ack of each submitted write
-   (AckTiming = "reference"), a rank with a write to finish finishes it (strongly:
+   (AckTiming = "reference"; every rank at once under "lockstep"), a rank with a write to finish finishes it (strongly:
    a rank waiting in a round of the commit collective cannot, so a write is
    enabled only between rounds, as often as they end), every rank enters the
    commit collective while a backup is in flight, and what every rank finished
@@ -1524,6 +1602,8 @@ Fairness == /\ \A r \in Ranks : SF_vars(WriteDone(r))
             /\ IF AckTiming = "reference"
                THEN \A r \in Ranks : WF_vars(AckAppend(r))
                ELSE TRUE
+               \* (strongly: it waits while a round of the commit collective is open)
+            /\ IF AckTiming = "lockstep" THEN SF_vars(AckAppendAll) ELSE TRUE
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -1599,7 +1679,7 @@ Pending ==
           /\ ~objects[n].committed
           /\ objects[n].length = Len(nodes[n].key)
     /\ \A r \in Ranks : write_done[r] \in 0 .. Len(writes)
-    /\ \A r \in Ranks : IF AckTiming = "reference" THEN acked[r] \in write_done[r] .. Len(writes)
+    /\ \A r \in Ranks : IF AckTiming # "fixed" THEN acked[r] \in write_done[r] .. Len(writes)
                                                    ELSE acked[r] = 0
 
 \* 5. The device pages of the nodes, of the requests and the free set partition
@@ -1727,11 +1807,17 @@ Collectives ==
 \*     OwnDiskDurable = "reference", lets a rank decide otherwise).
 Agreement == diverged = <<>>
 
+\* 14. The reference never stops at a raise or an assert (its scheduler process would
+\*     die): `halted` names the action at which a path modelled at the reference's
+\*     value reaches one (WriteBackEvict = "deferred": a load-back's re-check of a
+\*     planned victim finds a child it deferred for its write-back still on L1).
+Running == halted = ""
+
 \* The invariants the Python model checks of a state (kvsm.invariants.violations;
 \* TypeOK is the spec's own), in an order that keeps each one's operators defined
 \* (Tree first); `kvsm conform --bug` takes no step out of a state where it is false.
 Healthy == Tree /\ Residency /\ Locks /\ Pending /\ DevicePages /\ HostPages
-           /\ Content /\ Durable /\ Reload /\ Counts /\ Collectives /\ Agreement
+           /\ Content /\ Durable /\ Reload /\ Counts /\ Collectives /\ Agreement /\ Running
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)

@@ -46,7 +46,7 @@ NoContent == <<>>   \* a poisoned page
 Ranks == 0 .. R - 1
 WriteThrough == Policy = "write_through"
 \* A load-back writes its unbacked device victims back synchronously, in its own step.
-SyncWriteBack == Policy = "write_back" /\ WriteBackEvict = "sync"
+SyncWriteBack == Policy = "write_back" /\ WriteBackEvict \in {"sync", "deferred", "deferred_fixed"}
 
 \* Device page p belongs to the lane of rank p mod R.
 Lane(p) == p % R

@@ -41,5 +41,5 @@ StampView ==
          IN <<[n \in DOMAIN nodes |-> [nodes[n] EXCEPT !.touched = Rank(@),
                                                     !.hits = IF @ > HitCap THEN HitCap ELSE @]],
               next_id, Rank(clock), requestVars, deviceVars, hostVars, backupVars, loadVars,
-              spill_queue, l3Vars, diverged>>
+              spill_queue, l3Vars, diverged, halted>>
 =============================================================================

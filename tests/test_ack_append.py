@@ -162,3 +162,72 @@ def test_a_rollback_between_the_appends_and_the_next_min_keeps_the_replicas_toge
     assert res.exit_code == 0, res.output
     log = (tmp_path / "s.jsonl").read_text()
     assert '"AckAppend"' in log and '"Rollback"' in log  # the run still takes both
+
+
+# ---- `ack_append = "lockstep"`: the reading under which the reference's comment holds ----
+
+
+def test_lockstep_appends_every_rank_s_ack_in_one_step_and_never_inside_an_open_round():
+    s = run(serve(fresh(ack_append="lockstep", commit_call="reference"), 0, [1, 2]), T("Reserve", node=1, fits=True))
+    assert "AckAppendAll" in names_for(s.config) and "AckAppend" not in names_for(s.config)
+    with pytest.raises(Rejected, match="AckAppendAll"):
+        apply(s, T("AckAppend", rank=0))
+    # no ack appended yet: every rank's queue is empty, every rank returns early
+    s = run(s, T("CommitCall", rank=0))
+    assert s.commit_round == (Round.SKIPPED, Round.IDLE)
+    with pytest.raises(Rejected, match="at the commit collective's call"):
+        apply(s, T("AckAppendAll"))
+    s = run(s, T("CommitCall", rank=1))
+    assert s.commit_round == (Round.IDLE, Round.IDLE)
+    s = run(s, T("AckAppendAll"))
+    assert s.acked == (1, 1)
+    with pytest.raises(Rejected, match="appended the acks of all 1"):
+        apply(s, T("AckAppendAll"))
+    # every queue holds the ack: every rank enters, and the calls pair up
+    s = run(s, T("WriteDone", rank=0), T("CommitCall", rank=0), T("CommitCall", rank=1), T("Commit"))
+    assert s.writes == (1,) and s.acked == (1, 1)
+    s = run(s, T("WriteDone", rank=1), T("CommitCall", rank=1), T("CommitCall", rank=0), T("Commit"))
+    assert s.writes == () and s.nodes[1].host == 1 and s.acked == (0, 0)
+    with pytest.raises(Rejected, match="only under ack_append = lockstep"):
+        apply(backed_up(), T("AckAppendAll"))
+
+
+def test_lockstep_with_the_reference_entry_exhausts_the_ack_append_model_clean():
+    """Finding 1's assumption: with acks appended at the same point of every rank's
+    program the reference's early return is uniform, and invariant 12 holds."""
+    cfg = replace(load_model(str(MC), properties=False).config, ack_append="lockstep", commit_call="reference")
+    res = explore(cfg)
+    assert not res.violations and len(res.states) == 94
+    assert "AckAppendAll" in {name for _, name, _ in res.edges}
+    assert all(len(set(s.acked)) == 1 for s in res.states.values())
+
+
+@pytest.mark.tlc
+def test_tlc_and_the_model_agree_on_the_ack_append_model_in_lockstep_with_the_reference_entry(tmp_path):
+    import shutil
+
+    from kvsm.tla.conform import conform
+
+    for f in spec_dir().glob("KV*.tla"):
+        shutil.copy(f, tmp_path / f.name)
+    (tmp_path / "MC_lockstep.tla").write_text(MC.with_suffix(".tla").read_text().replace("MODULE MC_ack_append", "MODULE MC_lockstep"))
+    text = MC.read_text().replace('AckTiming = "reference"', 'AckTiming = "lockstep"').replace('CommitEntry = "fixed"', 'CommitEntry = "reference"')
+    (tmp_path / "MC_lockstep.cfg").write_text(text)
+    res = conform(str(tmp_path / "MC_lockstep.cfg"))
+    assert res.equal and res.tlc_states == res.model_states == 94, res.to_json()
+
+
+def test_the_simulator_under_lockstep_appends_with_one_replicated_step_and_pairs_the_reference_calls(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    toml = _builtin_with(tmp_path, "default", 'ack_append = "lockstep"\ncommit_call = "reference"\n')
+    log = tmp_path / "s.jsonl"
+    for schedule in ("timed", "random"):
+        r = CliRunner().invoke(app, ["sim", "-c", str(toml), "-n", "40", "-s", "1", "--schedule", schedule, "--check", "-o", str(log)])
+        assert r.exit_code == 0, r.output
+        text = log.read_text()
+        assert '"name":"AckAppendAll"' in text and '"name":"AckAppend"' not in text and '"name":"Commit"' in text
+        r = CliRunner().invoke(app, ["replay", str(log), "--check"])
+        assert r.exit_code == 0 and "every invariant held" in r.output, r.output

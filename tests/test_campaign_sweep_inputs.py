@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.config import REFERENCE_KNOBS
+from kvsm.config import CASE_KNOBS
 from tests.test_campaign import _lines
 from tests.test_sweep import _sim_json, _without_wall_time
 
@@ -175,7 +175,7 @@ def test_corpus_verify_of_a_folder_without_a_case_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--knob", "foo"], f"error: --knob foo: not a fidelity knob (the fidelity knobs: {', '.join(REFERENCE_KNOBS)})"),
+    (["--knob", "foo"], f"error: --knob foo: not a fidelity knob (the fidelity knobs: {', '.join(CASE_KNOBS)})"),
     (["--bug", "foo"], "error: --bug foo: not an injected defect (the defects: "),
     (["--bug", "double_free", "--knob", "commit_call"], "error: give --bug or --knob, not both"),
 ])

@@ -136,11 +136,11 @@ def add(
     from ..log import LogError
     from ..output import OutputError, check_output_file, write_atomic
 
-    from ..config import BUGS, REFERENCE_KNOBS
+    from ..config import BUGS, CASE_KNOBS
 
     refused = None
-    if knob is not None and knob not in REFERENCE_KNOBS:
-        refused = f"--knob {knob}: not a fidelity knob (the fidelity knobs: {', '.join(REFERENCE_KNOBS)})"
+    if knob is not None and knob not in CASE_KNOBS:
+        refused = f"--knob {knob}: not a fidelity knob (the fidelity knobs: {', '.join(CASE_KNOBS)})"
     elif bug is not None and (bug not in BUGS or bug == "none"):
         refused = f"--bug {bug}: not an injected defect (the defects: {', '.join(b for b in BUGS if b != 'none')})"
     elif bug is not None and knob is not None:

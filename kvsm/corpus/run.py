@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import REFERENCE_KNOBS, Config, ConfigError
+from ..config import CASE_KNOBS, Config, ConfigError, knob_readings
 from ..invariants import violations as check_invariants
 from ..log import Header, LogWriter, read_log
 from ..render import Names, View, build, render, render_diff
@@ -186,8 +186,8 @@ def verify_case(case: Case, tlc: bool = False) -> tuple[list[Failure], dict[int,
         cfg_clean, without = case.config, f"without bug {case.bug}"
     else:
         assert case.knob is not None
-        ref, fixed = REFERENCE_KNOBS[case.knob]
-        what, head_line = f"with {case.knob} = {ref!r}", case.lines.get("knob", 1)
+        fixed = CASE_KNOBS[case.knob][1]
+        what, head_line = f"with {case.knob} = {getattr(case.config, case.knob)!r}", case.lines.get("knob", 1)
         cfg_bad, cfg_clean = case.config, replace(case.config, **{case.knob: fixed})
         without = f"with {case.knob} = {fixed!r}"
     if cfg_bad is not None:
@@ -377,8 +377,8 @@ def case_from_log(
     if bug is not None:
         case.bug = bug
     if knob is not None:
-        if knob not in REFERENCE_KNOBS or getattr(case.config, knob) != REFERENCE_KNOBS[knob][0]:
-            raise CaseError(p, 0, f"--knob {knob}: the log's config must have that fidelity knob at the reference's value")
+        if knob not in CASE_KNOBS or getattr(case.config, knob) not in knob_readings(knob):
+            raise CaseError(p, 0, f"--knob {knob}: the log's config must have that fidelity knob at the reference's value (or another reading of it)")
         case.knob = knob
     cfg = case.config if case.bug is None else config_with_bug(case.config, case.bug)
     replayed = run_steps(cfg, ((ln, t, d) for ln, _, t, d in read_log(p)[1]), p, header.initial_digest)

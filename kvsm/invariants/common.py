@@ -23,6 +23,7 @@ NAMES = {
     11: "Ownership",
     12: "Collectives",
     13: "Agreement",
+    14: "Running",
 }
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
 # the invariants of a state (every one but 11, Ownership, which is of a transition)

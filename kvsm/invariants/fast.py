@@ -29,7 +29,7 @@ from ..digest import MOD, free_page_hash, memo_hash
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
 from ..state import MATCHED, PHASES, QUEUED, ROOT_ID, ClusterState
 from ..victims import backup_candidate, dev_victim_key, host_victim_key
-from . import agreement, collectives, content, counts, device_pages, durable, host_pages, pending, reload
+from . import agreement, collectives, content, counts, device_pages, durable, host_pages, pending, reload, running
 from .common import contract, copying, prepared_ids
 from .facts import DEV, DEV_EXP, GET_DEV, GET_DEV_EXP, GET_DURABLE, HOST, HOST_EXP
 from .mirror import Disks, Pages
@@ -280,7 +280,7 @@ def _locks_hold(s: ClusterState) -> bool:
 
 
 def holds(s: ClusterState, cache: Cache | None = None) -> bool:
-    """Whether invariants 1-10, 12 and 13 all hold in `s`: exactly `violations(s) == []`.
+    """Whether invariants 1-10 and 12-14 all hold in `s`: exactly `violations(s) == []`.
     `cache` remembers what helps the next state's check (a fresh one when None)."""
     if cache is None:
         cache = Cache()
@@ -288,7 +288,7 @@ def holds(s: ClusterState, cache: Cache | None = None) -> bool:
     if root is None or root.key or root.dev or root.host is not None:
         return False
     disks = cache.disks.update(s.l3)
-    if not agreement.holds(s):
+    if not agreement.holds(s) or not running.holds(s):
         return False
     facts = _nodes_hold(s, cache)
     if facts is None or not _pages_hold(s, facts, cache):

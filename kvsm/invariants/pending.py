@@ -64,7 +64,7 @@ def _write_done(r: Any, s: ClusterState) -> None:
     for rank, d in enumerate(s.write_done):
         if not 0 <= d <= len(s.writes):
             r.bad(I, f"rank {rank} has finished {d} of {len(s.writes)} writes")
-    reference = s.config.ack_append == "reference"
+    reference = s.config.ack_append != "fixed"
     for rank, a in enumerate(s.acked):
         # a copy's end is asked of an appended ack only; under "fixed" nothing is appended apart
         if not (s.write_done[rank] <= a <= len(s.writes) if reference else a == 0):
@@ -99,7 +99,7 @@ def holds(s: ClusterState, prepared: set[int], bare: Any) -> bool:
     for d in s.write_done:
         if not 0 <= d <= n_writes:
             return False
-    if s.config.ack_append == "reference":
+    if s.config.ack_append != "fixed":
         return all(d <= a <= n_writes for d, a in zip(s.write_done, s.acked))
     return not any(s.acked)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .. import effects as fx
 from ..state import QUEUED, ROOT_ID, ClusterState
-from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, tree
+from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, running, tree
 from .common import Report, contract, copying, prepared_ids
 
 
@@ -229,7 +229,7 @@ def _node_rules(d: Step) -> None:
 
 
 def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...], sh: Shadow, chain: Callable, stats: Any = None) -> list[str]:
-    """Invariants 1-10, 12 and 13 over what one transition from `B` to `A` wrote
+    """Invariants 1-10 and 12-14 over what one transition from `B` to `A` wrote
     (`written`, per map of `kvsm.digest_sums.MAP_COMPONENTS`); updates `sh`. `chain` is
     `kvsm.content.chain` or a remembered form of it."""
     if stats is not None:
@@ -265,4 +265,6 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
         collectives.whole(d)  # (the round, when it or the writes changed)
     if A.diverged is not None:
         agreement.whole(d)  # (the state's record: the same rule as the whole state's)
+    if A.halted is not None:
+        running.whole(d)  # (likewise)
     return d.out

@@ -141,8 +141,8 @@ def _writes(s: ClusterState) -> Section:
     # the open round of the commit collective: who has entered its call, who returned early
     entered = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == Round.IN) or "-"
     early = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == Round.SKIPPED) or "-"
-    # under ack_append = "reference" a rank's ack is appended before its copy ends
-    acks = tuple(Field(f"r{r} acked", str(a)) for r, a in enumerate(s.acked)) if s.config.ack_append == "reference" else ()
+    # under ack_append = "reference" (or "lockstep") a rank's ack is appended before its copy ends
+    acks = tuple(Field(f"r{r} acked", str(a)) for r, a in enumerate(s.acked)) if s.config.ack_append != "fixed" else ()
     items = [Item("writes", "", tuple(Field(f"r{r} done", str(d)) for r, d in enumerate(s.write_done)) + acks
                   + (Field("in the commit call", entered, "-"), Field("returned early", early, "-")))]
     for i, nid in enumerate(s.writes):

@@ -84,6 +84,12 @@ class View:
         return after
 
 
+def _append_all(v: View) -> None:
+    """Every rank appends the final ack of each submitted write, in one step a write."""
+    while min(v.state.acked) < len(v.state.writes):
+        v.apply(Transition.make("AckAppendAll"))
+
+
 class Cluster:
     def __init__(self, cfg: Config, on_apply: OnApply | None = None, replicas: str = "every") -> None:
         if replicas not in REPLICAS:
@@ -403,7 +409,11 @@ class Cluster:
         submitted write, before its copy finishes. The simulator appends them when the
         writes are handed to the copy engines, on every rank at once, as the reference
         says it does ("a deterministic layer-end / post-forward point across CP
-        ranks"); the model also lets ranks append at different times."""
+        ranks"); the model also lets ranks append at different times. Under
+        `ack_append = lockstep` the appends are the replicated step `AckAppendAll`."""
+        if self.cfg.ack_append == "lockstep":
+            self.run(_append_all)
+            return
         if self.cfg.ack_append != "reference":
             return
         for r in range(self.R):

@@ -45,6 +45,7 @@ SPEC_VARIABLES = (
     "acked",
     "prepared",
     "diverged",
+    "halted",
 )
 
 NO_OBJECT = -1  # the spec's `host` of a node with no committed L2 copy
@@ -166,6 +167,7 @@ class Canon(NamedTuple):
     acked: tuple  # per rank: writes at the head of `writes` whose final ack it appended
     prepared: frozenset  # (rid, node id of its prepared backup, or None when its reserve did not fit)
     diverged: tuple | None  # (transition name, ranks ascending) or None
+    halted: str | None  # the step at which the reference stops, or None
 
 
 assert Canon._fields == SPEC_VARIABLES
@@ -251,6 +253,8 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         out["prepared"] = {str(r): n for r, n in sorted(c.prepared)}
     if c.diverged is not None:
         out["diverged"] = {"action": c.diverged[0], "ranks": list(c.diverged[1])}
+    if c.halted is not None:
+        out["halted"] = c.halted
     if c.spill_queue or c.spills or c.reload_candidates or c.reloads or c.l3 or c.disk_faults or not all(c.disk_ok) \
             or any(c.spill_gathered) or any(c.spill_done) or any(c.reload_done) or any(c.spill_staged):
         hs = lambda xs: [names.show(h) for h in xs]  # noqa: E731

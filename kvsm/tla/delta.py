@@ -136,6 +136,8 @@ class DeltaEncoder(Encoder):
             d["prepared"] = self.prepared(b)
         if a.diverged != b.diverged:
             d["diverged"] = self.diverged(b)
+        if a.halted != b.halted:
+            d["halted"] = self.halted(b)
         return d
 
     def map_delta(self, a: Any, b: Any, whole: Any, mod: Any) -> str | None:

@@ -170,7 +170,13 @@ class Encoder:
             "acked": self.per_rank(s.acked),
             "prepared": self.prepared(s),
             "diverged": self.diverged(s),
+            "halted": self.halted(s),
         }
+
+    @staticmethod
+    def halted(s: ClusterState) -> str:
+        """The step at which the reference stops (a raise or an assert): `""` while none."""
+        return '""' if s.halted is None else f'"{s.halted}"'
 
     @staticmethod
     def diverged(s: ClusterState) -> str:

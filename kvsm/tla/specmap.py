@@ -90,6 +90,7 @@ def canon_model(s: ClusterState) -> Canon:
         acked=tuple(s.acked),
         prepared=frozenset(s.prepared.items()),
         diverged=None if s.diverged is None else (s.diverged[0], tuple(sorted(s.diverged[1]))),
+        halted=s.halted,
     )
 
 
@@ -204,6 +205,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         if v == ():
             return None
         return (v["action"], tuple(sorted(v["ranks"])))
+    if name == "halted":
+        return None if v == "" else v
     raise MappingError(f"the spec has no variable '{name}'")
 
 
@@ -309,4 +312,5 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "acked": Fcn({r: x for r, x in enumerate(s.acked)}),
         "prepared": Fcn({rid: NO_NODE if nid is None else nid for rid, nid in s.prepared.items()}),
         "diverged": () if s.diverged is None else Record(action=s.diverged[0], ranks=frozenset(s.diverged[1])),
+        "halted": "" if s.halted is None else s.halted,
     }

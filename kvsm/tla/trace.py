@@ -50,6 +50,7 @@ SPEC_PARAMS: dict[str, tuple[str, ...]] = {
     "Reserve": ("node", "fits"),
     "Prepare": ("rid", "fits"),
     "AckAppend": ("rank",),
+    "AckAppendAll": (),
     "WriteDone": ("rank",),
     "CommitCall": ("rank",),
     "Commit": (),
@@ -104,6 +105,7 @@ APPLY: dict[str, str | None] = {
     "acked": None,
     "prepared": None,
     "diverged": None,
+    "halted": None,
 }
 assert tuple(APPLY) == SPEC_VARIABLES
 

@@ -29,6 +29,7 @@ NAMES = (
     "Reserve",
     "Prepare",
     "AckAppend",
+    "AckAppendAll",
     "WriteDone",
     "CommitCall",
     "Commit",
@@ -55,12 +56,13 @@ L3_FAMILIES = ("spill", "reload", "fault")
 
 def names_for(cfg: "Config") -> tuple[str, ...]:
     """The transitions a config can ever enable (the L3 families need an L3 tier,
-    `Prepare` needs `prepared_backups`, `AckAppend` needs `ack_append = "reference"` and
+    `Prepare` needs `prepared_backups`, `AckAppend` needs `ack_append = "reference"`, `AckAppendAll` `"lockstep"`, and
     `PruneStaleTail` a `stale_prune` other than `off`)."""
     return tuple(
         n for n in NAMES
         if (cfg.L3 or REGISTRY[n].family not in L3_FAMILIES) and (cfg.prepared_backups or n != "Prepare")
         and (cfg.ack_append == "reference" or n != "AckAppend")
+        and (cfg.ack_append == "lockstep" or n != "AckAppendAll")
         and (cfg.stale_prune != "off" or n != "PruneStaleTail")
     )
 

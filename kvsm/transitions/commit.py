@@ -1,4 +1,5 @@
-"""The commit family: `WriteDone(r)`, `CommitCall(r)`, `Commit`, `Rollback(node)`.
+"""The commit family: `WriteDone(r)`, `AckAppend(r)`, `AckAppendAll`, `CommitCall(r)`,
+`Commit`, `Rollback(node)`.
 
 Backups are written by every rank: rank `r` copies the pages of the node that sit in
 its device lane into the shared slab, one write at a time in `writes` order, and
@@ -27,7 +28,12 @@ the head of `writes` whose ack rank `r` appended, `write_done[r] <= acked[r]`. T
 count a rank enters the MIN with is still `write_done[r]`, the finished acks at the head
 of its queue (the reference's count stops at the first unfinished one), so a commit
 takes only finished copies; what changes is the early return of `commit_call =
-"reference"`, which reads the queue's length, `acked[r]`.
+"reference"`, which reads the queue's length, `acked[r]`. Under `"lockstep"` the ack is
+appended before the copy finishes as under `"reference"`, but at the same point of every
+rank's program (`AckAppendAll`: every rank at once, never while a round of the commit
+collective is open), the reading under which the reference's comment ("a deterministic
+layer-end / post-forward point across CP ranks") holds: every rank's queue then has the
+same length at each call, and the early return is uniform.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
         # its count went into the collective when it entered; a copy that completes
         # meanwhile counts in the next round (as if it had completed after this one)
         raise Rejected(f"rank {r} waits in the commit collective with its count of finished writes")
-    reference = cfg.ack_append == "reference"
+    reference = cfg.ack_append != "fixed"
     if reference and done >= s.acked[r]:
         # the finish query is asked of an appended ack only
         raise Rejected(f"rank {r} has not appended the ack of its next write (node {nid}) yet")
@@ -79,7 +85,7 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
 
 
 def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
-    bound = s.acked if s.config.ack_append == "reference" else (len(s.writes),) * s.config.R
+    bound = s.acked if s.config.ack_append != "fixed" else (len(s.writes),) * s.config.R
     for r in range(s.config.R):
         if s.write_done[r] < bound[r] and s.writes[s.write_done[r]] in s.pending and s.commit_round[r] != Round.IN:
             yield Transition.make("WriteDone", rank=r)
@@ -88,7 +94,10 @@ def write_done_candidates(s: ClusterState) -> Iterable[Transition]:
 def ack_append(s: ClusterState, t: Transition) -> ClusterState:
     r = rank_of(s, t)
     if s.config.ack_append != "reference":
-        raise Rejected("a rank's ack enters its queue with its copy's end (WriteDone) under ack_append = fixed")
+        raise Rejected(
+            "a rank's ack enters its queue with its copy's end (WriteDone) under ack_append = fixed"
+            if s.config.ack_append == "fixed" else "every rank appends at once (AckAppendAll) under ack_append = lockstep"
+        )
     if s.acked[r] >= len(s.writes):
         raise Rejected(f"rank {r} has appended the acks of all {len(s.writes)} submitted writes")
     # also while the rank waits in the commit collective: the forward pass appends it,
@@ -107,14 +116,33 @@ def ack_append_candidates(s: ClusterState) -> Iterable[Transition]:
                 yield Transition.make("AckAppend", rank=r)
 
 
+def ack_append_all(s: ClusterState, t: Transition) -> ClusterState:
+    if s.config.ack_append != "lockstep":
+        raise Rejected(f"ranks append their acks together only under ack_append = lockstep (here {s.config.ack_append})")
+    if min(s.acked) >= len(s.writes):
+        raise Rejected(f"every rank has appended the acks of all {len(s.writes)} submitted writes")
+    # a replicated step: like every one, never while a round of the commit collective is
+    # open (`registry._after_round`), as the append is a point of every rank's program
+    # before or after its call, never between two ranks' calls of one round
+    tx = Tx(s)
+    n = len(s.writes)
+    tx.acked = [a + 1 if a < n else a for a in s.acked]
+    return tx.commit()
+
+
+def ack_append_all_candidates(s: ClusterState) -> Iterable[Transition]:
+    if s.config.ack_append == "lockstep" and min(s.acked) < len(s.writes) and all(c == Round.IDLE for c in s.commit_round):
+        yield Transition.make("AckAppendAll")
+
+
 def ack_queue_empty(s: ClusterState, r: int) -> bool:
     """Whether rank `r`'s own queue of write acks is empty, as its writing_check reads it
     under `commit_call = "reference"`. Under `ack_append = "fixed"` a rank's final ack of
     a backup enters its queue with its copy of it (`WriteDone(r)`, one step per rank and
     write), so the queue holds `write_done[r]` acks; under `"reference"` it holds the
     `acked[r]` acks the rank appended, finished or not. Either way ranks whose progress
-    differs read different lengths."""
-    if s.config.ack_append == "reference":
+    differs read different lengths (under `"lockstep"` every rank has the same `acked`)."""
+    if s.config.ack_append != "fixed":
         return s.acked[r] == 0
     return s.write_done[r] == 0
 
@@ -127,7 +155,7 @@ def commit_due(s: ClusterState) -> bool:
     send one rank into a collective that no rank of the reference makes; under
     `"fixed"` any write in `writes` (a superset: the extra rounds commit nothing, as no
     rank finishes an unattached write)."""
-    return bool(s.pending) if s.config.ack_append == "reference" else bool(s.writes)
+    return bool(s.pending) if s.config.ack_append != "fixed" else bool(s.writes)
 
 
 def commit_call(s: ClusterState, t: Transition) -> ClusterState:
@@ -177,7 +205,7 @@ def commit(s: ClusterState, t: Transition) -> ClusterState:
         enqueue_spill(tx, nid)
     tx.writes = s.writes[m:]
     tx.write_done = [d - m for d in s.write_done]
-    if s.config.ack_append == "reference":
+    if s.config.ack_append != "fixed":
         # the committed acks leave every rank's queue (each had appended them: m <= acked)
         tx.acked = [a - m for a in s.acked]
     return tx.commit()
@@ -220,6 +248,7 @@ def rollback_candidates(s: ClusterState) -> Iterable[Transition]:
 
 register(Spec(name="WriteDone", family="commit", apply=write_done, candidates=write_done_candidates, args={}, per_rank=True))
 register(Spec(name="AckAppend", family="commit", apply=ack_append, candidates=ack_append_candidates, args={}, per_rank=True))
+register(Spec(name="AckAppendAll", family="commit", apply=ack_append_all, candidates=ack_append_all_candidates, args={}))
 register(Spec(name="CommitCall", family="commit", apply=commit_call, candidates=commit_call_candidates, args={}, per_rank=True))
 register(Spec(name="Commit", family="commit", apply=commit, candidates=commit_candidates, args={}, agreement=True, in_round=True))
 register(Spec(name="Rollback", family="commit", apply=rollback, candidates=rollback_candidates, args={"node": "int"}))

@@ -13,6 +13,7 @@ the loaded KV. The load's lock is released once every rank's copy is done.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 from ..planner import TreeView, plan
@@ -141,7 +142,14 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         # the load's own host copies are protected from the host eviction of its
         # write-backs; under loadback_evicts_own_host they are not (sglang PR 27631)
         keep = frozenset() if cfg.bug == "loadback_evicts_own_host" else frozenset(run)
+        deferring = sync and cfg.write_back_evict in ("deferred", "deferred_fixed")
+        recheck = cfg.write_back_evict == "deferred"  # (the fix counts deferred victims as evicted)
+        later: list[int] = []  # victims written back, evicted after the loop (deferred)
         for victim in p.victims:
+            if recheck and any(tx.node(c).dev for c in tx.node(victim).children.values()):
+                # the reference re-checks each victim before it takes it: a child it
+                # deferred is still on L1, so it raises (the scheduler process dies)
+                return replace(s, halted="LoadBack", effects=(), _digest=None)
             if sync and tx.node(victim).host is None:
                 if not write_back(tx, victim, view, keep):
                     if cfg.bug != "write_back_fail_evict":
@@ -152,6 +160,11 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
                     tx.set_dev(victim, ())
                     continue
                 enqueue_spill(tx, victim)
+                if deferring:
+                    later.append(victim)
+                    continue
+            evict_device_node(tx, victim)
+        for victim in later:
             evict_device_node(tx, victim)
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0

@@ -15,7 +15,9 @@ maintainer's shortcut: an entry whose pages the deciding rank's own disk already
 is a replicated decision taken from a rank-local fact, with no MIN: each rank decides
 from its own disk, the state follows rank 0, and a rank that decides otherwise (it
 pins and submits what rank 0 marked durable, or the reverse) is recorded in
-`diverged` (invariant 13).
+`diverged` (invariant 13). Under `own_disk_durable = "shared"` the shortcut reads a
+shared index instead (a page counts as held when any rank's disk holds its hash): every
+rank reads the same answer, so the decision is replicated (`shared_index_holds`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,24 @@ def own_disk_holds(s: ClusterState, r: int, hashes: tuple[int, ...]) -> bool:
     return all((r, h) in s.l3 for i, h in enumerate(hashes) if lane_of(i, R) == r)
 
 
+def shared_index_holds(s: ClusterState, hashes: tuple[int, ...]) -> bool:
+    """Whether every page of a node with these page hashes is on some rank's disk, as a
+    shared index of the disks' contents answers `exists_prefix` (the same on every
+    rank), whichever rank owns the page now."""
+    l3, ranks = s.l3, range(s.config.R)
+    return all(any((q, h) in l3 for q in ranks) for h in hashes)
+
+
+def _shortcut(s: ClusterState, view: int | None, hashes: tuple[int, ...]) -> bool:
+    """Whether the maintainer's shortcut marks a node with these hashes durable, as rank
+    `view` decides (None: the replicated decision, which takes the shortcut only from
+    the shared index)."""
+    knob = s.config.own_disk_durable
+    if knob == "shared":
+        return shared_index_holds(s, hashes)
+    return knob == "reference" and view is not None and own_disk_holds(s, view, hashes)
+
+
 def spill_submit(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     """Drop the queue's head entries that are no longer spillable and submit the first
     spillable one; under `own_disk_durable = "reference"`, rank `view` marks durable
@@ -75,7 +95,7 @@ def spill_submit(s: ClusterState, t: Transition, view: int | None = None) -> Clu
         nid, tx.spill_queue = tx.spill_queue[0], tx.spill_queue[1:]
         if _spillable(tx, nid):
             n = tx.node(nid)
-            if view is not None and s.config.own_disk_durable == "reference" and own_disk_holds(s, view, n.hashes):
+            if s.config.own_disk_durable != "fixed" and _shortcut(s, view, n.hashes):
                 tx.put(n.with_(durable=True))
                 continue
             tx.put(n.with_(pin=n.pin + 1))

@@ -122,7 +122,7 @@ def drop_write(tx: Tx, nid: int, keep_object: bool = False) -> None:
     j = tx.writes.index(nid)
     tx.writes = tx.writes[:j] + tx.writes[j + 1 :]
     tx.write_done = [d - 1 if d > j else d for d in tx.write_done]
-    if tx.cfg.ack_append == "reference":
+    if tx.cfg.ack_append != "fixed":
         # its ack, where a rank appended it, is scrubbed from that rank's queue
         # (`_remove_undrained_write_acks`)
         tx.acked = [a - 1 if a > j else a for a in tx.acked]
