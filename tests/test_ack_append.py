@@ -105,20 +105,33 @@ def _builtin_with(tmp_path, name: str, lines: str):
     return toml
 
 
-def test_the_simulator_appends_acks_in_lockstep_so_the_reference_entry_pairs_its_calls(tmp_path):
+def test_the_simulator_appends_each_rank_s_acks_at_its_engine_s_start_and_the_log_replays(tmp_path):
     from kvsm.cli import app
 
     from typer.testing import CliRunner
 
-    toml = _builtin_with(tmp_path, "default", 'ack_append = "reference"\ncommit_call = "reference"\n')
+    toml = _builtin_with(tmp_path, "default", 'ack_append = "reference"\n')
     log = tmp_path / "s.jsonl"
-    r = CliRunner().invoke(app, ["sim", "-c", str(toml), "-n", "40", "-s", "1", "-o", str(log)])
+    r = CliRunner().invoke(app, ["sim", "-c", str(toml), "-n", "40", "-s", "1", "--faults", "stall:0.3", "-o", str(log)])
     assert r.exit_code == 0, r.output
     names = [line.split('"name":"')[1].split('"')[0] for line in log.read_text().splitlines() if '"name":"' in line]
-    assert "AckAppend" in names and "Commit" in names
+    assert "AckAppend" in names and "AckAppendAll" not in names and "Commit" in names
     # every ack is appended before its copy's end on that rank: the log replays cleanly
     r = CliRunner().invoke(app, ["replay", str(log), "--check"])
     assert r.exit_code == 0 and "every invariant held" in r.output, r.output
+
+
+def test_the_simulator_reaches_the_early_return_where_ranks_append_at_times_of_their_own(tmp_path):
+    """Finding 1 in the simulator: under the per-rank reading (`ack_append =
+    "reference"`) a random schedule lets one rank reach the commit call with its ack
+    appended and another without; under `"lockstep"` the same run pairs its calls."""
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.sim.stops import SimInvariantError
+
+    opts = dict(config="reference-default", seed=3, requests=100, tiers="l1,l2,l3", schedule="random", check=True)
+    with pytest.raises(SimInvariantError, match="12 Collectives"):
+        simulate(SimOptions(**opts, settings=(("own_disk_durable", "fixed"),)))
+    simulate(SimOptions(**opts, settings=(("own_disk_durable", "fixed"), ("durable_split", "fixed"), ("ack_append", "lockstep"))))
 
 
 @pytest.mark.tlc

@@ -424,6 +424,15 @@ class Cluster:
         # of the write it drops) then finds every replica's queues as the log has them
         self._learn(self._acks_unseen, "ack append", local=True)
 
+    def append_ack(self, rank: int) -> None:
+        """Under `ack_append = reference`, as the copy engines time it: rank `rank` appends
+        the final ack of its next write, at a point of its own. The other ranks' replicas
+        learn it at once (an ack changes nothing another rank decides by; a replicated
+        step before the next MIN, a rollback that scrubs it, then finds every replica's
+        queues as the log has them)."""
+        self.rank_step(rank, Transition.make("AckAppend", rank=rank))
+        self._learn(self._acks_unseen, "ack append", local=True)
+
     def learn_l3(self) -> None:
         """The L3 collective: every rank's spill, reload and disk progress since the last
         one reaches every other rank's replica, in that rank's order."""

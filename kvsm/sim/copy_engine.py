@@ -7,10 +7,12 @@ the copy ends. A prepared backup (`Prepare`, before the forward pass) joins the 
 then, but its `WriteDone(r)` waits until the insert attaches it, and so does every
 write behind it on that rank (the reference's `writing_check` defers an unattached
 ack); one rolled back leaves the FIFO. Each write of each rank asks for the `stall` and
-`slow` faults (`FaultDraws`). Under
-`ack_append = reference` every rank appends a write's final ack when the write is
-handed to the engines (`Cluster.append_acks`), and its `WriteDone(r)` is the ack's
-finish query turning true at the copy's end. A backup pending longer than the write timeout is overdue (the
+`slow` faults (`FaultDraws`). Under `ack_append = reference` (each rank appends at a
+point of its own) rank `r` appends a write's final ack (`AckAppend(r)`) when its engine
+starts the write, at a time of its own (and no later than the copy's end), and its
+`WriteDone(r)` is the ack's finish query turning true at the copy's end; under
+`"lockstep"` every rank appends it when the write is handed to the engines, in one step
+(`Cluster.append_acks`). A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
 it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
 pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
@@ -40,6 +42,19 @@ class Job:
     node: int
     cancelled: bool = False
     finished: bool = False  # its copy ended (its WriteDone may wait for an attach)
+    acked: bool = False  # its rank appended its final ack (ack_append = reference)
+
+
+@dataclass
+class Ack:
+    """The moment rank `job.rank` appends the final ack of write `job` (ack_append =
+    reference): when its engine starts the copy."""
+
+    job: Job
+
+    @property
+    def rank(self) -> int:
+        return self.job.rank
 
 
 class CopyEngine:
@@ -63,6 +78,8 @@ class CopyEngine:
         self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
         self.reserved_at: dict[int, int] = {}  # node -> tick of its Reserve
         self.loads_started = 0  # load-backs handed to the load streams
+        # ack_append = reference: each rank appends its acks at times of its own
+        self.per_rank_acks = cluster.cfg.ack_append == "reference"
 
     def start_load(self, tick: int) -> float:
         """The load-back the model just issued (the newest of its `loads`) goes to every
@@ -98,7 +115,12 @@ class CopyEngine:
             for p in s.nodes[nid].dev:
                 lanes[lane_of(p, self.R)] += 1
             self._enqueue(nid, lanes, tick)
-        self.cluster.append_acks()
+        self._lockstep_acks()
+
+    def _lockstep_acks(self) -> None:
+        """Under `ack_append = lockstep` every rank appends the new writes' acks now."""
+        if self.cluster.cfg.ack_append == "lockstep":
+            self.cluster.append_acks()
 
     def submit_prepared(self, nid: int, positions: range, tick: int) -> None:
         """Hand a prepared backup to every rank's copy engine: the pages at `positions` of
@@ -107,7 +129,7 @@ class CopyEngine:
         for k in positions:
             lanes[lane_of(k, self.R)] += 1
         self._enqueue(nid, lanes, tick)
-        self.cluster.append_acks()
+        self._lockstep_acks()
 
     def attach(self, nid: int, tick: int) -> None:
         """The insert attached prepared backup `nid`: its timeout counts from now, and the
@@ -129,14 +151,32 @@ class CopyEngine:
             self.busy_ms[r] = start + ms
             job = Job(rank=r, node=nid)
             self.jobs[r].append(job)
+            if self.per_rank_acks:
+                self.events.push(tm.after(tick, start), WRITE, Ack(job))
             self.events.push(tm.after(tick, start + ms), WRITE, job)
 
-    def write_done(self, job: Job) -> None:
-        """Rank `job.rank`'s write `job` ended (unless it was cancelled meanwhile)."""
+    def write_done(self, job: Job | Ack) -> None:
+        """Rank `job.rank`'s write `job` ended (unless it was cancelled meanwhile), or, for
+        an `Ack`, its engine started it and the rank appends its ack."""
+        if isinstance(job, Ack):
+            self._ack(job.job)
+            return
         if job.cancelled:
             return
         job.finished = True
         self._drain(job.rank)
+
+    def _ack(self, job: Job) -> None:
+        """Rank `job.rank` appends the acks of its writes up to `job`, in its FIFO's order
+        (a cancelled write's ack is never appended)."""
+        if job.cancelled or job.acked:
+            return
+        for j in self.jobs[job.rank]:
+            if not j.acked:
+                self.cluster.append_ack(job.rank)
+                j.acked = True
+            if j is job:
+                return
 
     def _drain(self, r: int) -> None:
         """Rank `r`'s `WriteDone`s for the finished writes at the head of its FIFO, up to
@@ -154,6 +194,8 @@ class CopyEngine:
                     r, f"its copy engine finished the write of node {job.node}, but its model's count of finished writes "
                     f"({k}) has the next write of rank {r} at {next_write}"
                 )
+            if self.per_rank_acks and not job.acked:
+                self._ack(job)  # an ack is appended no later than its copy ends
             q.popleft()
             self.cluster.rank_step(r, Transition.make("WriteDone", rank=r))
 
