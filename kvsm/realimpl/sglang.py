@@ -42,10 +42,11 @@ class Divergence:
     field: str
     real: Any
     model: Any
+    events: tuple[str, ...] = ()  # the real events of the request, up to the divergence
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "request": self.request, "event": self.event, "field": self.field,
-                "real": self.real, "model": self.model}
+                "real": self.real, "model": self.model, "events": list(self.events)}
 
     def __str__(self) -> str:
         return (f"step {self.step} (request {self.request}), real event {self.event}: "
@@ -159,9 +160,10 @@ class RealCache:
         return self.cache.match_prefix(self.sg.params.MatchPrefixParams(key=self.key(pages[:-1])))
 
     def load_back(self, m: Any) -> tuple[Any, Any]:
-        """The scheduler's load-back of a host hit (`init_load_back`), then its copies
-        started and checked (`ready_to_load_host_cache`, `loading_check`). Returns the
-        device indices of the whole match and the node the request locks."""
+        """The scheduler's load-back of a host hit (`init_load_back`) and its copies
+        started (`ready_to_load_host_cache`), then the request's lock on what it matched
+        (`inc_lock_ref`). Returns the device indices of the whole match and the node the
+        request locks."""
         torch = self.sg.torch
         dev, last = m.device_indices, m.last_device_node
         if m.host_hit_length > 0:
@@ -169,14 +171,14 @@ class RealCache:
                 best_match_node=m.best_match_node, mem_quota=None, host_hit_length=m.host_hit_length))
             dev = torch.cat([dev, loaded])
             self.cache.ready_to_load_host_cache()
+        self.cache.inc_lock_ref(last)  # the request holds its prefix from its admission on
         return dev, last
 
     def insert(self, pages: list[int], dev: Any, last: Any) -> Any:
-        """Lock the matched prefix, allocate the rest (evicting first when the allocator
+        """Allocate the rest of the prompt (evicting first when the allocator
         is short), fill it, insert the prompt, free what the tree already held. Returns
         the node whose lock the request holds, the prompt's last node."""
         torch = self.sg.torch
-        self.cache.inc_lock_ref(last)
         need = len(pages) * self.P - len(dev)
         if self.alloc.available_size() < need:
             self.cache.evict(self.sg.params.EvictParams(num_tokens=need - self.alloc.available_size()))
@@ -239,6 +241,27 @@ class RealCache:
 # ---- the model's side --------------------------------------------------------------------------
 
 
+def show(pages: Any) -> str:
+    """A key for a message: its pages, or its first and last pages and its length."""
+    pages = list(pages)
+    if len(pages) <= 4:
+        return str(pages)
+    return f"[{pages[0]}..{pages[-1]}] ({len(pages)} pages)"
+
+
+def show_event(ev: dict[str, Any], sym: Callable[[tuple[int, ...]], tuple[int, ...]]) -> str:
+    args = []
+    for k, v in ev.items():
+        if k == "ev":
+            continue
+        if k in ("node", "last", "upper"):
+            v = show(sym(tuple(v)))
+        elif k == "removed":
+            v = "[" + ", ".join(show(sym(tuple(x))) for x in v) + "]"
+        args.append(f"{k}={v}")
+    return f"{ev['ev']}({', '.join(args)})"
+
+
 def model_path(s: ClusterState, nid: int) -> tuple[int, ...]:
     parts = []
     while nid != ROOT_ID:
@@ -263,12 +286,20 @@ def model_node(s: ClusterState, path: tuple[int, ...]) -> int | None:
 
 
 def model_projection(s: ClusterState, sym_index: Callable[[int], int]) -> dict[tuple[int, ...], tuple[bool, bool, bool, int]]:
+    # A pending backup locks its node alone in the model and its whole path in SGLang
+    # (`inc_lock_ref` walks to the root): an ancestor's count there includes one per
+    # pending backup below it. Either way the ancestor is no victim (it has a child on
+    # the device), so the projection counts the model's locks as SGLang does.
+    below: dict[int, int] = {}
+    for nid in s.pending:
+        for anc in s.path_to_root(nid)[1:]:
+            below[anc] = below.get(anc, 0) + 1
     out = {}
     for nid, n in s.nodes.items():
         if nid == ROOT_ID:
             continue
         path = tuple(sym_index(x) for x in model_path(s, nid))
-        out[path] = (bool(n.dev), n.host is not None, nid in s.pending, n.lock)
+        out[path] = (bool(n.dev), n.host is not None, nid in s.pending, n.lock + below.get(nid, 0))
     return out
 
 
@@ -305,6 +336,7 @@ class Lockstep:
         self.index = {s: i for i, s in enumerate(symbols)}
         self.result = Result(config=cfg)
         self.rid: int | None = None
+        self.seen: list[dict[str, Any]] = []  # the real events of the request being run
         self.projection = compare or (lambda real, model: None)
 
     def sym(self, path: tuple[int, ...]) -> tuple[int, ...]:
@@ -313,20 +345,20 @@ class Lockstep:
     def node_id(self, path: tuple[int, ...], event: str) -> int:
         nid = model_node(self.state, self.sym(path))
         if nid is None:
-            self.diverge(event, "node", list(path), None)
+            self.diverge(event, "node", show(self.sym(path)), "absent")
         return nid  # type: ignore[return-value]
 
-    def diverge(self, event: str, fieldname: str, real: Any, model: Any) -> None:
-        self.result.divergences.append(Divergence(len(self.result.transitions), self.rid, event, fieldname, real, model))
+    def diverge(self, event: str, fieldname: str, real: Any, model: Any, step: int | None = None) -> None:
+        evs = tuple(show_event(e, self.sym) for e in self.seen)
+        at = len(self.result.transitions) if step is None else step
+        self.result.divergences.append(Divergence(at, self.rid, event, fieldname, real, model, evs))
         raise Stop
 
     def step(self, t: Transition, event: str) -> None:
         try:
             nxt = apply(self.state, t)
         except Rejected as e:
-            self.result.divergences.append(Divergence(len(self.result.transitions) + 1, self.rid, event, "guard",
-                                                      str(t), f"refused: {e}"))
-            raise Stop from None
+            self.diverge(event, "guard", str(t), f"refused: {e}", step=len(self.result.transitions) + 1)
         self.state = nxt
         self.result.transitions.append((t, nxt))
 
@@ -341,13 +373,18 @@ class Lockstep:
                     r, m = real.get(k), model.get(k)
                     names = ("on_device", "backed", "write_pending", "lock")
                     if r is None or m is None:
-                        self.diverge(event, f"node {list(self.sym(k))}", "present" if r else "absent", "present" if m else "absent")
+                        self.diverge(event, f"node {show(self.sym(k))}", "present" if r else "absent", "present" if m else "absent")
                     i = next(j for j in range(4) if r[j] != m[j])  # type: ignore[index]
-                    self.diverge(event, f"{names[i]} of node {list(self.sym(k))}", r[i], m[i])  # type: ignore[index]
+                    self.diverge(event, f"{names[i]} of node {show(self.sym(k))}", r[i], m[i])  # type: ignore[index]
         rv, mv = self.real.next_device_victim(), model_next_victim(self.state, self.index.__getitem__)
         if rv != mv:
-            self.diverge(event, "next device victim", None if rv is None else list(self.sym(rv)),
-                         None if mv is None else list(self.sym(mv)))
+            self.diverge(event, "next device victim", None if rv is None else show(self.sym(rv)),
+                         None if mv is None else show(self.sym(mv)))
+
+    def take(self) -> list[dict[str, Any]]:
+        evs = self.real.take()
+        self.seen.extend(evs)
+        return evs
 
     # -- events to transitions -----------------------------------------------------------------
     def evictions(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -355,11 +392,11 @@ class Lockstep:
         rest = []
         for ev in events:
             if ev["ev"] in ("_evict_backuped", "_evict_regular"):
-                self.step(T("EvictDevice", node=self.node_id(ev["node"], ev["ev"])), f"{ev['ev']}({list(self.sym(ev['node']))})")
+                self.step(T("EvictDevice", node=self.node_id(ev["node"], ev["ev"])), f"{ev['ev']}({show(self.sym(ev['node']))})")
             elif ev["ev"] == "evict_host":
                 for path in ev["removed"]:
                     # host victims leave the tree: their ids are read before each step
-                    self.step(T("EvictHost", node=self.node_id(tuple(path), "evict_host")), f"evict_host({list(self.sym(tuple(path)))})")
+                    self.step(T("EvictHost", node=self.node_id(tuple(path), "evict_host")), f"evict_host({show(self.sym(tuple(path)))})")
             else:
                 rest.append(ev)
         return rest
@@ -367,19 +404,19 @@ class Lockstep:
     def request(self, rid: int, pages: list[int]) -> None:
         real = self.real
         self.rid = rid
+        self.seen = []
         syms = [self.symbols[d] for d in pages]
         self.step(T("Arrive", rid=rid, tokens=syms, out_pages=0), "arrival")
         m = real.match(pages)
-        real.take()
+        self.take()
         self.step(T("Match", rid=rid), "match_prefix")
-        self.compare("match_prefix")
         dev, last = real.load_back(m)
-        evs = self.evictions(real.take())
+        evs = self.evictions(self.take())
         if any(e["ev"] == "load_back" and e["pages"] for e in evs):
             self.step(T("LoadBack", rid=rid), "load_back")
         self.compare("load_back")
         real.cache.loading_check()
-        for ev in real.take():
+        for ev in self.take():
             if ev["ev"] == "loading_check":
                 for _ in range(ev["done"]):
                     self.step(T("LoadDone", rank=0), "loading_check")
@@ -387,12 +424,12 @@ class Lockstep:
         held = real.insert(pages, dev, last)
         if held is None:
             self.result.uncached += 1
-            self.evictions(real.take())
+            self.evictions(self.take())
             self.step(T("Abort", rid=rid), "insert: no device room")
             self.compare("insert: no device room")
             self.result.requests += 1
             return
-        evs = real.take()
+        evs = self.take()
         # the evictions of `evict` come before the insert; inside it, host evictions (a
         # backup making room) and backups, in the order they happened
         self.evictions([e for e in evs if e["ev"] in ("_evict_backuped", "_evict_regular")])
@@ -401,13 +438,13 @@ class Lockstep:
             if ev["ev"] == "evict_host":
                 self.evictions([ev])
             elif ev["ev"] == "write_backup" and ev["pages"]:
-                self.step(T("Reserve", node=self.node_id(ev["node"], "write_backup"), fits=True), f"write_backup({list(self.sym(ev['node']))})")
+                self.step(T("Reserve", node=self.node_id(ev["node"], "write_backup"), fits=True), f"write_backup({show(self.sym(ev['node']))})")
         self.compare("insert")
         real.finish(held)
         self.step(T("Finish", rid=rid), "cache_finished_req")
         self.compare("cache_finished_req")
         real.check_events()
-        for ev in real.take():
+        for ev in self.take():
             if ev["ev"] == "writing_check" and ev["done"]:
                 for _ in range(ev["done"]):
                     self.step(T("WriteDone", rank=0), "writing_check")
