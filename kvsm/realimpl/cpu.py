@@ -24,10 +24,12 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import itertools
+import logging
 import os
 import sys
 import time as _time
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +214,10 @@ def load() -> Loaded:
         pkg.__path__ = list(spec.submodule_search_locations)
         sys.modules["sglang"] = pkg
     _hide_torchvision_from_transformers()
+    # SGLang's import-time notes about CUDA-only features and CPU event timing are not
+    # this run's output
+    warnings.filterwarnings("ignore", module=r"sglang(\.|$)")
+    logging.getLogger("sglang").setLevel(logging.ERROR)
 
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
