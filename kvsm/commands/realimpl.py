@@ -107,18 +107,14 @@ def _run(cfg: Any, w: Any, output: Path | None, validate: bool) -> dict[str, Any
     import os  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
-    from ..log import Header, LogWriter
     from ..output import OutputError
     from ..realimpl import sglang as adapter
     from ..replay import replay
-    from ..state import initial_state
 
     t0 = time.perf_counter()
     with busy("realimpl: importing SGLang and running its HiRadixCache"):
         res = adapter.run(cfg, [r.hash_ids for r in w.requests])
     run_s = time.perf_counter() - t0
-    header = Header(config=cfg, seed=None, source="realimpl", initial_digest=initial_state(cfg).digest(),
-                    extra={"workload": w.info(), "implementation": "sglang 0.5.20 HiRadixCache (CPU)"})
     tmpdir = None
     path = output
     if path is None:
@@ -126,9 +122,7 @@ def _run(cfg: Any, w: Any, output: Path | None, validate: bool) -> dict[str, Any
         path = Path(tmpdir) / "sglang.jsonl"
     try:
         try:
-            with LogWriter(path, header) as lw:
-                for t, s in res.transitions:
-                    lw.write(t, s)
+            adapter.write_log(res, path, {"workload": w.info()})
         except OutputError as e:
             raise fail(str(e)) from None
         rep = replay(path, check=True)

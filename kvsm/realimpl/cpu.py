@@ -223,9 +223,8 @@ def load() -> Loaded:
     import torch.distributed as dist  # noqa: PLC0415
 
     if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        # one rank: an in-process store, no port to listen on
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
     import sglang.srt.mem_cache.hiradix_cache as hr  # noqa: PLC0415
     import sglang.srt.mem_cache.radix_cache as rc  # noqa: PLC0415

@@ -8,7 +8,7 @@ instance. `run` drives it request by request the way SGLang's scheduler does
 (`match_prefix`, `init_load_back` and `loading_check`, `inc_lock_ref`, `evict` when the
 allocator is short, `insert`, `dec_lock_ref`, `writing_check`), turns the recorded
 events of each call into the model transitions they imply, applies those to the model,
-and after every transition compares a projection of the real tree with the model's.
+and after the transitions of each real call compares a projection of the real tree with the model's.
 A transition the model refuses, or a projection that differs, is a divergence: it names
 the step, the real event and the field, and the run stops there (the two sides are no
 longer the same cache).
@@ -327,9 +327,9 @@ class Result:
 
 
 class Lockstep:
-    """The model driven by the transitions the real events imply, compared after each."""
+    """The model driven by the transitions the real events imply, compared after each real call."""
 
-    def __init__(self, real: RealCache, cfg: Config, symbols: list[int], compare: Callable[..., Any] | None = None) -> None:
+    def __init__(self, real: RealCache, cfg: Config, symbols: list[int]) -> None:
         self.real = real
         self.state = initial_state(cfg)
         self.symbols = symbols  # dense page index -> page symbol
@@ -337,7 +337,6 @@ class Lockstep:
         self.result = Result(config=cfg)
         self.rid: int | None = None
         self.seen: list[dict[str, Any]] = []  # the real events of the request being run
-        self.projection = compare or (lambda real, model: None)
 
     def sym(self, path: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.symbols[d] for d in path)
@@ -365,7 +364,6 @@ class Lockstep:
     def compare(self, event: str) -> None:
         real = self.real.projection()
         model = model_projection(self.state, self.index.__getitem__)
-        self.projection(real, model)
         if real != model:
             keys = sorted(set(real) | set(model))
             for k in keys:
@@ -484,10 +482,11 @@ def dense_pages(requests: list[tuple[int, ...]]) -> tuple[list[int], list[list[i
     return symbols, out
 
 
-def run(cfg: Config, requests: list[tuple[int, ...]], compare: Callable[..., Any] | None = None) -> Result:
+def run(cfg: Config, requests: list[tuple[int, ...]], tamper: Callable[[RealCache], None] | None = None) -> Result:
     """Drive a new real cache with `requests` (page symbols each) in lockstep with the
     model under `cfg` (R = 1; its L1 and L2 size the real pools). Stops at the first
-    divergence; the result holds the transitions applied up to it."""
+    divergence; the result holds the transitions applied up to it. `tamper(real)` runs
+    on the real cache once it is built (tests change it there to see a divergence)."""
     if cfg.R != 1:
         raise ValueError(f"config '{cfg.name}': R = {cfg.R}; SGLang's HiRadixCache is one rank (R = 1)")
     if cfg.L2 < 2:
@@ -496,11 +495,29 @@ def run(cfg: Config, requests: list[tuple[int, ...]], compare: Callable[..., Any
     if (real.l1_pages, real.l2_pages) != (cfg.L1, cfg.L2):
         raise ValueError(f"config '{cfg.name}': the real pools have {real.l1_pages} device and {real.l2_pages} host pages, "
                          f"not the config's L1 = {cfg.L1} and L2 = {cfg.L2}")
+    if tamper is not None:
+        tamper(real)
     symbols, rows = dense_pages(requests)
-    ls = Lockstep(real, cfg, symbols, compare)
+    ls = Lockstep(real, cfg, symbols)
     try:
         for rid, pages in enumerate(rows):
             ls.request(rid, pages)
     except Stop:
         pass
     return ls.result
+
+
+def write_log(result: Result, path: Any, extra: dict[str, Any]) -> Any:
+    """Write the run's transitions as a kvsm log (atomically; `kvsm.log.LogWriter`)."""
+    from ..log import Header, LogWriter  # noqa: PLC0415
+
+    cfg = result.config
+    header = Header(config=cfg, seed=None, source="realimpl", initial_digest=initial_state(cfg).digest(),
+                    extra={"implementation": IMPLEMENTATION, **extra})
+    with LogWriter(path, header) as lw:
+        for t, s in result.transitions:
+            lw.write(t, s)
+    return path
+
+
+IMPLEMENTATION = "sglang 0.5.20 HiRadixCache (CPU)"
