@@ -81,6 +81,7 @@ def register(app: typer.Typer) -> None:
     def install(
         what: str = typer.Argument(..., help="sglang"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print the pip commands, run nothing"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="pass -q to pip"),
     ) -> None:
         """Install what the SGLang adapter needs into the environment kvsm runs in, with its
         own pip: the pinned requirements (kvsm/realimpl/sglang_requirements.txt: torch
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
             return
         t0 = time.perf_counter()
         try:
-            inst.run()
+            inst.run(quiet=quiet)
         except inst.InstallError as e:
             raise fail(f"install sglang: {e}", EXIT_ENVIRONMENT) from None
         console.print(f"installed SGLang {inst.installed()} and its pinned requirements in {time.perf_counter() - t0:.0f}s", highlight=False)
