@@ -145,6 +145,7 @@ def _run(cfg: Any, w: Any, output: Path | None, validate: bool) -> dict[str, Any
         "uncached": res.uncached,
         "transitions": len(res.transitions),
         "taken": dict(sorted(Counter(t.name for t, _ in res.transitions).items())),
+        "real_events": dict(sorted(res.events.items())),
         "divergences": [d.to_json() for d in res.divergences],
         "replay": {"ok": rep.ok, "transitions": rep.transitions, "violations": rep.violations, "first_mismatch": rep.first_mismatch},
         "validation": validation,

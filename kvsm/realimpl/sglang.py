@@ -382,6 +382,14 @@ class Lockstep:
     def take(self) -> list[dict[str, Any]]:
         evs = self.real.take()
         self.seen.extend(evs)
+        counts = self.result.events
+        for e in evs:
+            name = e["ev"]
+            if name == "write_backup" and not e["pages"]:
+                name = "write_backup (skipped)"  # its parent not backed, or no host room
+            elif name == "load_back" and not e["pages"]:
+                name = "load_back (declined)"
+            counts[name] = counts.get(name, 0) + 1
         return evs
 
     # -- events to transitions -----------------------------------------------------------------
