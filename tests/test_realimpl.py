@@ -86,7 +86,7 @@ def test_a_wrong_projection_is_a_divergence_naming_step_event_and_field() -> Non
     assert len(res.divergences) == 1
     d = res.divergences[0]
     assert d.field.startswith("lock of node ") and d.real == d.model + 1
-    assert d.step == len(res.transitions) and d.request is not None and d.event
+    assert d.step == len(res.transitions) and d.request is not None and d.event and d.kind == "untriaged"
 
 
 def test_a_real_eviction_order_the_model_does_not_have_is_refused() -> None:
@@ -113,6 +113,7 @@ def test_the_default_config_meets_the_host_pools_fragmentation() -> None:
     assert len(res.divergences) == 1
     d = res.divergences[0]
     assert d.event == "insert" and d.field.startswith("node ") and (d.real, d.model) == ("present", "absent")
+    assert d.kind == "host-contiguous"
     assert any(e.startswith("write_backup(") for e in d.events)
     # the model's own Reserve took it: its last transition is the Reserve of that backup
     assert res.transitions[-1][0].name == "Reserve"

@@ -169,8 +169,8 @@ def _validate(path: Path) -> dict[str, Any]:
 
 def _print(s: dict[str, Any]) -> None:
     for d in s["divergences"]:
-        print_error(f"step {d['step']} (request {d['request']}), real event {d['event']}: {d['field']}: real {d['real']}, model {d['model']}",
-                    "divergence")
+        print_error(f"step {d['step']} (request {d['request']}), real event {d['event']}: {d['field']}: real {d['real']}, model {d['model']} "
+                    f"[{d['kind']}{': docs/realimpl.md' if d['kind'] != 'untriaged' else ''}]", "divergence")
         for e in d["events"]:
             err.print(f"  real: {e}", highlight=False, soft_wrap=True)
     for v in s["replay"]["violations"]:

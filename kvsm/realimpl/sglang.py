@@ -43,10 +43,11 @@ class Divergence:
     real: Any
     model: Any
     events: tuple[str, ...] = ()  # the real events of the request, up to the divergence
+    kind: str = "untriaged"  # a kind docs/realimpl.md triages, or "untriaged"
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "request": self.request, "event": self.event, "field": self.field,
-                "real": self.real, "model": self.model, "events": list(self.events)}
+                "real": self.real, "model": self.model, "kind": self.kind, "events": list(self.events)}
 
     def __str__(self) -> str:
         return (f"step {self.step} (request {self.request}), real event {self.event}: "
@@ -337,6 +338,7 @@ class Lockstep:
         self.result = Result(config=cfg)
         self.rid: int | None = None
         self.seen: list[dict[str, Any]] = []  # the real events of the request being run
+        self.reserve_removed: set[tuple[int, ...]] = set()  # host leaves the model's Reserve evicted, this request
 
     def sym(self, path: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.symbols[d] for d in path)
@@ -347,10 +349,10 @@ class Lockstep:
             self.diverge(event, "node", show(self.sym(path)), "absent")
         return nid  # type: ignore[return-value]
 
-    def diverge(self, event: str, fieldname: str, real: Any, model: Any, step: int | None = None) -> None:
+    def diverge(self, event: str, fieldname: str, real: Any, model: Any, step: int | None = None, kind: str = "untriaged") -> None:
         evs = tuple(show_event(e, self.sym) for e in self.seen)
         at = len(self.result.transitions) if step is None else step
-        self.result.divergences.append(Divergence(at, self.rid, event, fieldname, real, model, evs))
+        self.result.divergences.append(Divergence(at, self.rid, event, fieldname, real, model, evs, kind))
         raise Stop
 
     def step(self, t: Transition, event: str) -> None:
@@ -358,6 +360,9 @@ class Lockstep:
             nxt = apply(self.state, t)
         except Rejected as e:
             self.diverge(event, "guard", str(t), f"refused: {e}", step=len(self.result.transitions) + 1)
+        if t.name == "Reserve":
+            for nid in set(self.state.nodes.keys()) - set(nxt.nodes.keys()):
+                self.reserve_removed.add(tuple(self.index[x] for x in model_path(self.state, nid)))
         self.state = nxt
         self.result.transitions.append((t, nxt))
 
@@ -371,7 +376,11 @@ class Lockstep:
                     r, m = real.get(k), model.get(k)
                     names = ("on_device", "backed", "write_pending", "lock")
                     if r is None or m is None:
-                        self.diverge(event, f"node {show(self.sym(k))}", "present" if r else "absent", "present" if m else "absent")
+                        # a host leaf the model's evict-to-fit took (no contiguous run for a
+                        # backup) while the real pool placed it in scattered free pages
+                        kind = "host-contiguous" if m is None and k in self.reserve_removed else "untriaged"
+                        self.diverge(event, f"node {show(self.sym(k))}", "present" if r else "absent", "present" if m else "absent",
+                                     kind=kind)
                     i = next(j for j in range(4) if r[j] != m[j])  # type: ignore[index]
                     self.diverge(event, f"{names[i]} of node {show(self.sym(k))}", r[i], m[i])  # type: ignore[index]
         rv, mv = self.real.next_device_victim(), model_next_victim(self.state, self.index.__getitem__)
@@ -411,6 +420,7 @@ class Lockstep:
         real = self.real
         self.rid = rid
         self.seen = []
+        self.reserve_removed = set()
         syms = [self.symbols[d] for d in pages]
         self.step(T("Arrive", rid=rid, tokens=syms, out_pages=0), "arrival")
         m = real.match(pages)
