@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, busy, console, emit_json, err, fail, print_error
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, busy, console, emit_json, err, fail, print_error
 
 L3_BLOCKER = (
     "--tiers l1,l2,l3: not mapped yet. SGLang's file storage backend (backup to storage, prefetch) "
@@ -75,6 +75,9 @@ def register(app: typer.Typer) -> None:
         else:
             _print(summary)
         if summary["divergences"] or not summary["replay"]["ok"] or (summary["validation"] and not summary["validation"]["ok"]):
+            v = summary["validation"]
+            if v and v.get("unavailable") and not summary["divergences"] and summary["replay"]["ok"]:
+                raise typer.Exit(EXIT_ENVIRONMENT)  # TLC could not run here (no Java): --no-validate skips it
             raise typer.Exit(EXIT_FAILED)
 
     @realimpl.command("install")
@@ -162,7 +165,9 @@ def _validate(path: Path) -> dict[str, Any]:
     try:
         with busy(f"realimpl: TLC validates {path}"):
             v = do_validate(path)
-    except (TLCError, TLCUnavailable) as e:
+    except TLCUnavailable as e:
+        return {"ok": False, "error": str(e), "unavailable": True}
+    except TLCError as e:
         return {"ok": False, "error": str(e)}
     return {"ok": v.ok, "steps": v.steps, "matched": v.matched, "first_rejected": v.first_rejected, "seconds": round(v.seconds, 2)}
 
