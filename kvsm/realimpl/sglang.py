@@ -85,6 +85,8 @@ class RealCache:
         self.l1_pages = self.alloc.available_size() // P
         self.l2_pages = self.host.available_size() // P
         self.events: list[dict[str, Any]] = []
+        self._host_owner: dict[int, Any] | None = None  # during evict_host: host_value's id -> node
+        self._host_order: list[tuple[int, ...]] = []
         self._wrap()
 
     # -- recording -------------------------------------------------------------------------
@@ -115,8 +117,17 @@ class RealCache:
                      before=lambda ack_id, release_lock: path(c.ongoing_write_through[ack_id][0]))
         self._record("_evict_backuped", lambda r, pre, node: {"node": pre}, before=lambda node: path(node))
         self._record("_evict_regular", lambda r, pre, node: {"node": pre}, before=lambda node: path(node))
-        self._record("evict_host", lambda r, pre, n: {"removed": sorted(pre - {path(x) for x in self.nodes()})},
-                     before=lambda n: {path(x) for x in self.nodes()})
+        self._record("evict_host", lambda r, pre, n: {"removed": self._host_removed()}, before=lambda n: self._host_watch())
+        controller = c.cache_controller
+        free_host = controller.evict_host
+
+        def evict_host_pages(host_value: Any, *a: Any, **k: Any) -> Any:
+            node = self._host_owner.get(id(host_value)) if self._host_owner is not None else None
+            if node is not None:
+                self._host_order.append(path(node))
+            return free_host(host_value, *a, **k)
+
+        controller.evict_host = evict_host_pages
         self._record("load_back", lambda r, pre, node, mem_quota=None: {"node": pre, "pages": 0 if r is None else len(r) // self.P},
                      before=lambda node, mem_quota=None: path(node))
         self._record("loading_check", lambda r, pre, finish_count=None: {"done": pre - len(c.cache_controller.ack_load_queue)},
@@ -124,6 +135,19 @@ class RealCache:
         self._record("writing_check", lambda r, pre, write_back=False, finish_count=None:
                      {"done": pre - len(c.cache_controller.ack_write_queue)},
                      before=lambda write_back=False, finish_count=None: len(c.cache_controller.ack_write_queue))
+
+    def _host_watch(self) -> None:
+        """Before `evict_host`: which node holds each host copy, so that the pages it
+        frees name their node, in the order it frees them."""
+        self._host_owner = {id(n.host_value): n for n in self.nodes() if n.host_value is not None}
+        self._host_order = []
+
+    def _host_removed(self) -> list[tuple[int, ...]]:
+        """After `evict_host`: the nodes it removed, in its order (each freed its host
+        copy and left the tree)."""
+        gone = self._host_order
+        self._host_owner, self._host_order = None, []
+        return gone
 
     def take(self) -> list[dict[str, Any]]:
         evs = list(self.events)
@@ -403,7 +427,8 @@ class Lockstep:
 
     # -- events to transitions -----------------------------------------------------------------
     def evictions(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Apply the device and host evictions at the head of `events`; return the rest."""
+        """Apply the device and host evictions among `events`, in their order; return the
+        other events."""
         rest = []
         for ev in events:
             if ev["ev"] in ("_evict_backuped", "_evict_regular"):
@@ -472,12 +497,6 @@ class Lockstep:
         self.compare("writing_check")
         self.result.requests += 1
 
-
-def _first(evs: list[dict[str, Any]], name: str) -> int:
-    for i, e in enumerate(evs):
-        if e["ev"] == name:
-            return i
-    return len(evs)
 
 
 # ---- a run -------------------------------------------------------------------------------------
