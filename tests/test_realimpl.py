@@ -131,3 +131,8 @@ def test_the_command_writes_a_log_that_replays_and_tlc_validates(tmp_path: Path)
     assert s["replay"]["ok"] and s["validation"]["ok"] and s["validation"]["steps"] == s["transitions"]
     header = json.loads(out.read_text().splitlines()[0])
     assert header["source"] == "realimpl" and header["config"]["R"] == 1
+    # the same run in this process writes the same bytes: nothing of a process (object
+    # ids, set order, wall time) reaches the log
+    w = load_workload("synthetic", requests=25, device_pages=CFG.L1, config=CFG)
+    here = adapter.write_log(adapter.run(CFG, [r.hash_ids for r in w.requests]), tmp_path / "here.jsonl", {"workload": w.info()})
+    assert here.read_bytes() == out.read_bytes()
