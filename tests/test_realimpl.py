@@ -117,6 +117,9 @@ def test_the_default_config_meets_the_host_pools_fragmentation() -> None:
     assert any(e.startswith("write_backup(") for e in d.events)
     # the model's own Reserve took it: its last transition is the Reserve of that backup
     assert res.transitions[-1][0].name == "Reserve"
+    # before it, the real host evictions (backups making room) were the model's host
+    # victims, in SGLang's order
+    assert sum(t.name == "EvictHost" for t, _ in res.transitions) >= 5
 
 
 @pytest.mark.tlc
