@@ -19,6 +19,7 @@ from .bounds import available_memory
 from .commands import campaign as campaign_commands
 from .commands import corpus as corpus_commands
 from .commands import gpu as gpu_commands
+from .commands import realimpl as realimpl_commands
 from .commands import show as show_commands
 from .commands import sim as sim_commands
 from .commands import sweep as sweep_commands
@@ -402,6 +403,7 @@ def main() -> None:  # pragma: no cover - console entry point
 campaign_commands.register(app)  # campaign
 corpus_commands.register(app)  # corpus verify, corpus add
 gpu_commands.register(app)  # gpu replay
+realimpl_commands.register(app)  # realimpl sglang, realimpl install
 show_commands.register(app)  # show
 sim_commands.register(app)  # sim
 sweep_commands.register(app)  # sweep

@@ -34,7 +34,7 @@ from .transitions import REGISTRY, Transition
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
 
-SOURCES = ("walk", "sim", "tlc", "hand", "gpu")
+SOURCES = ("walk", "sim", "tlc", "hand", "gpu", "realimpl")
 
 
 # Bounds on the integers of a log line (kvsm/bounds.py, docs/log-format.md): JSON allows

@@ -23,6 +23,11 @@ FORBIDDEN = [
     (("kvsm.sim",), ("kvsm.gpu", "kvsm.cli", "kvsm.commands")),
     # the renderer is below the corpus, which prints with it (the step syntax both use is kvsm.steptext)
     (("kvsm.render", "kvsm.steptext"), ("kvsm.corpus", "kvsm.cli", "kvsm.commands")),
+    # the real-implementation adapters are a backend: nothing of kvsm but the command line
+    # imports them (they import SGLang and torch when they run)
+    (PURE + ("kvsm.log", "kvsm.digest", "kvsm.replay", "kvsm.checking", "kvsm.tla", "kvsm.sim", "kvsm.render", "kvsm.corpus",
+             "kvsm.gpu", "kvsm.campaign", "kvsm.sweep"), ("kvsm.realimpl",)),
+    (("kvsm.realimpl",), ("kvsm.cli", "kvsm.commands")),
 ]
 ENTRY_POINT = "kvsm.cli"  # run by the `kvsm` script and `python -m kvsm.cli`, imported by no module
 
@@ -113,7 +118,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("layer,forbidden", FORBIDDEN, ids=["pure-model", "sim", "render"])
+@pytest.mark.parametrize("layer,forbidden", FORBIDDEN, ids=["pure-model", "sim", "render", "below-realimpl", "realimpl"])
 def test_a_layer_imports_nothing_from_the_layers_above_it(graph, layer, forbidden):
     bad = sorted(
         f"{m} imports {n}" for m, targets in graph.items() if _under(m, layer) for n in targets if _under(n, forbidden)
