@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, progress as make_progress
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, output_option, progress as make_progress
 
 # PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
 _ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
@@ -136,10 +136,10 @@ def register(app: typer.Typer) -> None:
         bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
-        outdir: Path = typer.Option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        outdir: Path = output_option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
         resume: bool = typer.Option(False, "--resume", help="continue the campaign in -o: run only the seeds without a result"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for coverage.png and failures.png"),
+        plot: Optional[Path] = output_option(None, "--plot", help="directory for coverage.png and failures.png"),
         requests: str = typer.Option("8..48", "--requests", help="requests per run, drawn in MIN..MAX"),
         run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, callback=_finite, help="a run's time budget (0: none)"),
         run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),

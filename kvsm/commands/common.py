@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator, Sequence
 
@@ -88,6 +89,25 @@ def fail(message: str, code: int = EXIT_INPUT, label: str = "error") -> typer.Ex
     """Print the error line and return the exit to raise: `raise fail("...")`."""
     print_error(message, label)
     return typer.Exit(code)
+
+
+EMPTY_PATH = "is empty, which would be the current directory; give a path"
+
+
+def output_path(text: Any) -> Path:
+    """The parser of every option that names an output (a file or a directory): `''`
+    is refused (a usage error, exit 2), since `Path('')` is `.`, the current directory,
+    which `kvsm sweep -o ''` would then fill. A default (already a Path) passes."""
+    if isinstance(text, Path):
+        return text
+    if not str(text):
+        raise typer.BadParameter(EMPTY_PATH)
+    return Path(text)
+
+
+def output_option(default: Any, *names: str, help: str) -> Any:
+    """An option that names an output file or directory: a path, never empty (`output_path`)."""
+    return typer.Option(default, *names, help=help, parser=output_path, metavar="PATH")
 
 
 BUG_HELP = f"inject a defect (docs/defects.md): {', '.join(b for b in BUGS if b != 'none')}"

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from .campaign import check_scheduler, run_on_dask
-from .common import EXIT_FAILED, console, emit_json, fail
+from .common import EXIT_FAILED, console, emit_json, fail, output_option
 
 STATUSES = ("ok", "stopped", "killed", "error")
 
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
-        outdir: Path = typer.Option(Path("sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
+        outdir: Path = output_option(Path("out/sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
         resume: bool = typer.Option(False, "--resume", help="continue the sweep in -o: run only the points without a result (the grid may have grown)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
     ) -> None:
