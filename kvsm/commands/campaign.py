@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from ..bounds import MAX_CAMPAIGN_RUNS
 from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, output_option, progress as make_progress
 
 # PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
@@ -137,6 +138,7 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
         outdir: Path = output_option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        max_runs: int = typer.Option(MAX_CAMPAIGN_RUNS, "--max-runs", min=1, metavar="N", help=f"the most runs the campaign may have (default {MAX_CAMPAIGN_RUNS:,}); more --runs or --seeds are refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the campaign in -o: run only the seeds without a result"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
         plot: Optional[Path] = output_option(None, "--plot", help="directory for coverage.png and failures.png"),
@@ -158,6 +160,9 @@ def register(app: typer.Typer) -> None:
             _fail("give --workers or --scheduler, not both")
         try:
             numbers = seeds_of(runs, seeds)
+            if len(numbers) > max_runs:
+                given = f"--seeds {seeds}" if seeds is not None else f"--runs {runs}"
+                _fail(f"{given}: {len(numbers):,} runs, more than the ceiling {max_runs:,}; --max-runs lifts it")
             space = make_space(_configs(configs), tiers, faults, bug, _range(requests, "--requests"), schedule=schedule, knobs=knobs)
         except SpaceError as e:
             _fail(str(e))
