@@ -123,3 +123,22 @@ def test_a_campaign_takes_the_bounds_themselves(tmp_path, monkeypatch):
         _one_error(res, "error: --scheduler nowhere: not a scheduler address")
     _nothing_written(tmp_path)
 
+
+# ---- $KVSM_PROGRESS_SECONDS ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, reason", [("abc", "not a number"), ("-1", "negative"), ("nan", "not a finite number"), ("inf", "not a finite number")])
+def test_a_bad_progress_seconds_is_refused_before_anything_runs(tmp_path, monkeypatch, value, reason):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KVSM_PROGRESS_SECONDS", value)
+    res = runner.invoke(app, ["walk", "-n", "3", "-o", "w.jsonl"])
+    _one_error(res, f"error: environment variable KVSM_PROGRESS_SECONDS={value!r}: {reason}; give the seconds between two progress lines, a number >= 0 such as 5 or 0.5")
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("value, seconds", [("", 5.0), ("  ", 5.0), ("0", 0.0), ("0.5", 0.5), (" 2 ", 2.0)])
+def test_a_good_or_empty_progress_seconds_is_taken(monkeypatch, value, seconds):
+    from kvsm.commands.common import progress_interval
+
+    monkeypatch.setenv("KVSM_PROGRESS_SECONDS", value)
+    assert progress_interval() == seconds
