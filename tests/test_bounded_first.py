@@ -6,6 +6,8 @@ is written."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from typer.testing import CliRunner
 
@@ -54,8 +56,6 @@ def test_a_sweep_writes_under_out_by_default():
     from kvsm.commands.common import output_path
 
     sweep = next(c for c in app.registered_commands if c.name == "sweep")
-    import inspect
-
     default = inspect.signature(sweep.callback).parameters["outdir"].default
     assert default.default == output_path("out/sweep") and default.parser is output_path
 

@@ -13,8 +13,8 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from .campaign import check_scheduler, run_on_dask
 from ..bounds import MAX_SWEEP_POINTS
+from .campaign import check_scheduler, run_on_dask
 from .common import EXIT_FAILED, console, emit_json, err, fail, output_option, progress
 
 STATUSES = ("ok", "stopped", "killed", "error")
@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
         outdir: Path = output_option(Path("out/sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
-        max_points: int = typer.Option(MAX_SWEEP_POINTS, "--max-points", min=1, metavar="N", help=f"the most points the grid may have (default {MAX_SWEEP_POINTS:,}); a larger grid is refused before anything runs"),
+        max_points: int = typer.Option(MAX_SWEEP_POINTS, "--max-points", min=1, metavar="N", help="the most points the grid may have; a larger grid is refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the sweep in -o: run only the points without a result (the grid may have grown)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
     ) -> None:
