@@ -32,6 +32,13 @@ MAX_SEGMENTS = 64  # --segments: each segment is a TLC process (a JVM, a second 
 # ---- generated workloads (kvsm/sim/generators.py) -----------------------------------------
 MAX_GENERATED_REQUESTS = 100_000  # `kvsm sim -w GENERATOR -n N`: the requests are made in memory
 
+# ---- many runs (kvsm sweep, kvsm campaign) ------------------------------------------------
+# Ceilings on how many runs one command starts, each lifted by an option: a grid or a run
+# count typed a digit too long would otherwise sit for days (a point is prepared before
+# any runs, tens of milliseconds each, and a run takes seconds).
+MAX_SWEEP_POINTS = 10_000  # `kvsm sweep`: the grid's points; --max-points lifts it
+MAX_CAMPAIGN_RUNS = 1_000_000  # `kvsm campaign`: --runs or --seeds A..B; --max-runs lifts it
+
 # ---- logs (kvsm/log.py) -------------------------------------------------------------------
 # A longer line is not a kvsm log line (an Arrive of a 1M-page prompt is ~10 MiB); reading
 # stops there instead of taking all memory for one line.

@@ -35,6 +35,7 @@ from .commands.common import (
     emit_json,
     err,
     fail,
+    output_option,
     print_error,
     progress,
     unwrap_help,
@@ -84,7 +85,7 @@ def walk(
     config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
     steps: int = typer.Option(1000, "--steps", "-n", min=0, max=10**9, help="transitions to take"),
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the walk"),
-    output: Path = typer.Option(..., "-o", "--output", help="log file to write (atomically)"),
+    output: Path = output_option(..., "-o", "--output", help="log file to write (atomically)"),
     check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
     bounded: bool = typer.Option(
         False,
@@ -251,7 +252,7 @@ def _step_line(k: int, what: str) -> None:
 def run(
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the simulation (its timing and faults); the same seed writes the same log"),
     requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993; a larger N runs all of them, with a note on stderr)"),
-    outdir: Path = typer.Option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
+    outdir: Path = output_option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
 ) -> None:
     """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed."""

@@ -19,6 +19,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..bounds import MAX_GENERATED_REQUESTS
 from ..config import KNOB_VALUES, KNOBS, REFERENCE_KNOBS, Config, ConfigError, load_config
 from ..sim import FaultSpecError, Faults, SimError, SimOptions, load_workload
 from ..sim.faults import KINDS
@@ -161,6 +162,8 @@ def make_space(
     lo, hi = requests
     if not 1 <= lo <= hi:
         raise SpaceError(f"--requests {lo}..{hi}: need 1 <= MIN <= MAX")
+    if hi > MAX_GENERATED_REQUESTS:  # kvsm sim -n's bound, which each run's workload has
+        raise SpaceError(f"--requests {lo}..{hi}: MAX is more than {MAX_GENERATED_REQUESTS}, the most requests a run makes (kvsm sim -n's bound)")
     for w in workloads or WORKLOADS:
         if w not in WORKLOADS:
             raise SpaceError(f"workload {w!r}: must be one of {', '.join(WORKLOADS)}")
@@ -182,7 +185,12 @@ def make_space(
         if not ok:
             raise SpaceError(f"config '{c}' can run none of the tier sets {', '.join(tiers)}")
         tiers_for.append((c, tuple(ok)))
-    return Space(tuple(configs), tuple(tiers), tuple(faults), bug, tuple(workloads or WORKLOADS), (lo, hi), tuple(tiers_for), schedule, knobs)
+    space = Space(tuple(configs), tuple(tiers), tuple(faults), bug, tuple(workloads or WORKLOADS), (lo, hi), tuple(tiers_for), schedule, knobs)
+    walked = walk_models(space) if schedule == SWARM_SCHEDULE else ()
+    if walked and hi * WALK_REQUESTS > MAX_GENERATED_REQUESTS:
+        raise SpaceError(f"--requests {lo}..{hi}: a walk run of --schedule {SWARM_SCHEDULE} (configs {', '.join(walked)}) makes {WALK_REQUESTS} times MAX, "
+                         f"{hi * WALK_REQUESTS} requests, more than {MAX_GENERATED_REQUESTS} (kvsm sim -n's bound); MAX is at most {MAX_GENERATED_REQUESTS // WALK_REQUESTS} here")
+    return space
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, progress as make_progress
+from ..bounds import MAX_CAMPAIGN_RUNS
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, output_option, progress as make_progress
 
 # PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
 _ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
@@ -136,10 +137,11 @@ def register(app: typer.Typer) -> None:
         bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
-        outdir: Path = typer.Option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        outdir: Path = output_option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        max_runs: int = typer.Option(MAX_CAMPAIGN_RUNS, "--max-runs", min=1, metavar="N", help="the most runs the campaign may have; more --runs or --seeds are refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the campaign in -o: run only the seeds without a result"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for coverage.png and failures.png"),
+        plot: Optional[Path] = output_option(None, "--plot", help="directory for coverage.png and failures.png"),
         requests: str = typer.Option("8..48", "--requests", help="requests per run, drawn in MIN..MAX"),
         run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, callback=_finite, help="a run's time budget (0: none)"),
         run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),
@@ -158,6 +160,9 @@ def register(app: typer.Typer) -> None:
             _fail("give --workers or --scheduler, not both")
         try:
             numbers = seeds_of(runs, seeds)
+            if len(numbers) > max_runs:
+                given = f"--seeds {seeds}" if seeds is not None else f"--runs {runs}"
+                _fail(f"{given}: {len(numbers):,} runs, more than the ceiling {max_runs:,}; --max-runs lifts it")
             space = make_space(_configs(configs), tiers, faults, bug, _range(requests, "--requests"), schedule=schedule, knobs=knobs)
         except SpaceError as e:
             _fail(str(e))

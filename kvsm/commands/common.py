@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator, Sequence
 
@@ -90,6 +92,25 @@ def fail(message: str, code: int = EXIT_INPUT, label: str = "error") -> typer.Ex
     return typer.Exit(code)
 
 
+EMPTY_PATH = "is empty, which would be the current directory; give a path"
+
+
+def output_path(text: Any) -> Path:
+    """The parser of every option that names an output (a file or a directory): `''`
+    is refused (a usage error, exit 2), since `Path('')` is `.`, the current directory,
+    which `kvsm sweep -o ''` would then fill. A default (already a Path) passes."""
+    if isinstance(text, Path):
+        return text
+    if not str(text):
+        raise typer.BadParameter(EMPTY_PATH)
+    return Path(text)
+
+
+def output_option(default: Any, *names: str, help: str) -> Any:
+    """An option that names an output file or directory: a path, never empty (`output_path`)."""
+    return typer.Option(default, *names, help=help, parser=output_path, metavar="PATH")
+
+
 BUG_HELP = f"inject a defect (docs/defects.md): {', '.join(b for b in BUGS if b != 'none')}"
 
 
@@ -137,13 +158,39 @@ def warn_old_log(path: Any) -> None:
 # ---- progress -----------------------------------------------------------------------------------
 
 
+PROGRESS_SECONDS = "KVSM_PROGRESS_SECONDS"
+PROGRESS_SECONDS_DEFAULT = 5.0
+
+
+class EnvironmentValueError(ValueError):
+    """An environment variable kvsm reads holds a value it cannot use; the message names
+    the variable, the value and the reason."""
+
+
 def progress_interval() -> float:
     """Seconds between two progress lines when stderr is not a terminal
-    ($KVSM_PROGRESS_SECONDS, default 5)."""
+    ($KVSM_PROGRESS_SECONDS, default 5; unset or empty: the default); a value that is
+    not a finite number >= 0 is an `EnvironmentValueError`."""
+    text = os.environ.get(PROGRESS_SECONDS, "")
+    if not text.strip():
+        return PROGRESS_SECONDS_DEFAULT
+    place = f"environment variable {PROGRESS_SECONDS}={text!r}"
+    want = "give the seconds between two progress lines, a number >= 0 such as 5 or 0.5"
     try:
-        return max(0.0, float(os.environ.get("KVSM_PROGRESS_SECONDS", "5")))
+        value = float(text)
     except ValueError:
-        return 5.0
+        raise EnvironmentValueError(f"{place}: not a number; {want}") from None
+    if not math.isfinite(value):
+        raise EnvironmentValueError(f"{place}: not a finite number; {want}")
+    if value < 0:
+        raise EnvironmentValueError(f"{place}: negative; {want}")
+    return value
+
+
+def check_environment() -> None:
+    """Every environment variable kvsm reads itself, checked before a command runs (an
+    `EnvironmentValueError` for the first bad one)."""
+    progress_interval()
 
 
 class LineProgress:
@@ -298,8 +345,12 @@ class KvsmGroup(TyperGroup):
         code: Any
         _flags_without_type(self)
         try:
+            check_environment()  # before anything is parsed or runs: a bad value is refused, not taken
             with _Handlers():
                 code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except EnvironmentValueError as e:
+            print_error(str(e))
+            code = EXIT_INPUT
         except _NoArgsIsHelp as e:
             # the help is printed; no args is the usage error it always was
             code = getattr(e, "exit_code", EXIT_INPUT)

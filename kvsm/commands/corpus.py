@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .common import progress
+from .common import output_option, progress
 
 console = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
@@ -126,7 +126,7 @@ def add(
     bug: Optional[str] = typer.Option(None, "--bug", help="the injected defect that produces the log's violation"),
     knob: Optional[str] = typer.Option(None, "--knob", help="the fidelity knob (at the reference's value in the log's config) whose behaviour the log's violation is"),
     shows: Optional[str] = typer.Option(None, "--shows", help="one sentence: what the case shows"),
-    directory: Path = typer.Option(Path("traces"), "--dir", help="the corpus folder"),
+    directory: Path = output_option(Path("traces"), "--dir", help="the corpus folder"),
     seconds: float = typer.Option(120.0, "--seconds", min=0, help="time budget for shrinking"),
 ) -> None:
     """Turn a log into a case, a failing one shrunk to the fewest steps that fail the same way."""

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from .common import output_option
+
 console = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
 
@@ -42,7 +44,7 @@ def register(app: typer.Typer) -> None:
         at: Optional[int] = typer.Option(None, "--at", min=0, help="the state after step N (0: the initial state; default: the last)"),
         every: bool = typer.Option(False, "--all", help="every step as a story: its transition, then what it changed"),
         as_diff: bool = typer.Option(False, "--diff", help="only what changed: step N's changes (with --at), or the story without full states (with --all)"),
-        html: Optional[Path] = typer.Option(None, "--html", help="write a one-file HTML viewer that steps through the log (opens at FILE#step=N)"),
+        html: Optional[Path] = output_option(None, "--html", help="write a one-file HTML viewer that steps through the log (opens at FILE#step=N)"),
         check: bool = typer.Option(True, "--check/--no-check", help="check every invariant of every state shown (--all and --html: of every step; costs about 10 ms a step on a large state)"),
         sections: Optional[str] = typer.Option(None, "--sections", help="comma-separated sections to print (tree, lanes, host, writes, disks, spill-queue, spills, reload-candidates, reloads, requests, content)"),
     ) -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.markup import escape
 
 from ..bounds import MAX_DEVICE_PAGES, MAX_GENERATED_REQUESTS, MAX_RANKS
-from .common import EXIT_FAILED, bug_option, console, emit_json, err, fail, progress, warn
+from .common import EXIT_FAILED, bug_option, console, emit_json, err, fail, output_option, progress, warn
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -178,10 +178,10 @@ def register(app: typer.Typer) -> None:
         faults: str = typer.Option("none", "--faults", help="e.g. slow:0.1,stall:0.01,abort:0.05,burst:0.02,disk:0.001 (docs/sim.md)"),
         schedule: str = typer.Option("auto", "--schedule", help="auto | serial | timed | random | random:B | walk; auto = serial for --tiers l1 --ranks 1; random takes any order the reference leaves open, with bias B (default: drawn from the seed); walk takes any enabled transition of the model at each step, as kvsm walk does, the workload's requests as its arrivals (docs/sim.md)"),
         settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE: set a config field (repeat), e.g. --set prepared_backups=true"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="transition log to write (atomically)"),
+        output: Optional[Path] = output_option(None, "-o", "--output", help="transition log to write (atomically)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
-        report: Optional[Path] = typer.Option(None, "--report", help="self-contained HTML report to write"),
+        plot: Optional[Path] = output_option(None, "--plot", help="directory for hit_rate.png, occupancy.png and lanes.png"),
+        report: Optional[Path] = output_option(None, "--report", help="self-contained HTML report to write"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
         replicas: str = typer.Option("every", "--replicas", help="how the ranks' replicas are kept and compared: every (each replica runs every step, compared after each); agreement (a replica that equals the log's state shares its steps, the others run their own, compared at every collective; about 4 times as fast with 4 ranks, a sweep's default); off (none: no rank divergence detected, invariants with --check still are). The log is the same at every level (docs/sim.md, Ranks and divergence)"),
         bug: Optional[str] = bug_option(),

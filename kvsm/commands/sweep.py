@@ -13,10 +13,14 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
+from ..bounds import MAX_SWEEP_POINTS
 from .campaign import check_scheduler, run_on_dask
-from .common import EXIT_FAILED, console, emit_json, fail
+from .common import EXIT_FAILED, console, emit_json, err, fail, output_option, progress
 
 STATUSES = ("ok", "stopped", "killed", "error")
+# a grid of more points than this is announced on stderr while its points are prepared
+# (each is prepared as `kvsm sim` would before any runs: tens of milliseconds a point)
+ANNOUNCE_POINTS = 100
 
 
 def _list(option: str, example: str, sim_help: str = "") -> Any:
@@ -44,7 +48,8 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
-        outdir: Path = typer.Option(Path("sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
+        outdir: Path = output_option(Path("out/sweep"), "-o", "--output", help="directory of results.jsonl, results.csv, the plots and report.html"),
+        max_points: int = typer.Option(MAX_SWEEP_POINTS, "--max-points", min=1, metavar="N", help="the most points the grid may have; a larger grid is refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the sweep in -o: run only the points without a result (the grid may have grown)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
     ) -> None:
@@ -55,7 +60,7 @@ def register(app: typer.Typer) -> None:
         from ..campaign.execute import run_all
         from ..campaign.store import StoreError
         from ..output import OutputError, check_output_file
-        from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, parse_axes, run_point
+        from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, check_size, parse_axes, run_point
         from ..sweep.report import CSV, REPORT, knees, write_outputs
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
@@ -65,8 +70,14 @@ def register(app: typer.Typer) -> None:
             raise fail("give --workers or --scheduler, not both")
         try:
             axes = parse_axes(given, check)
+            check_size(axes, max_points)  # before a point is made
             points = axes.points()
-            check_points(points)
+            if len(points) > ANNOUNCE_POINTS:
+                err.print(f"kvsm: sweep: preparing {len(points):,} points (each checked as kvsm sim would, before any runs)", highlight=False, soft_wrap=True)
+            bar = progress()
+            with bar:
+                task = bar.add_task("sweep: points prepared", total=len(points))
+                check_points(points, lambda: bar.advance(task))
         except GridError as e:
             raise fail(str(e)) from None
         check_scheduler(scheduler)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..bounds import MAX_SEGMENTS
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, bug_or_exit, busy, console, emit_json, err, fail, warn_old_log
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, output_option, bug_or_exit, busy, console, emit_json, err, fail, warn_old_log
 
 MODEL_HELP = (
     "model: ci, deep, l3, l3-small, reference, a path to a TLC .cfg (its module is the .tla beside it), or a kvsm config "
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
     def check(
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
         workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
-        log: Optional[Path] = typer.Option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
+        log: Optional[Path] = output_option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
         simulate: bool = typer.Option(False, "--simulate", help="TLC's random simulation instead of an exhaustive check (for configs too large to exhaust)"),
         depth: int = typer.Option(100, "--depth", min=1, help="with --simulate: states per behaviour at most"),
         traces: int = typer.Option(100, "--traces", min=1, help="with --simulate: behaviours to generate"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import shlex
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -201,6 +202,16 @@ class Axes:
         """The options with more than one value."""
         return [name for name, vs in self.values if len(vs) > 1]
 
+    def shape(self) -> list[tuple[str, int]]:
+        """The options with more than one value and how many each has: the grid is their
+        product (before the points a tier set has no tier for are merged)."""
+        return [(OPTION[name], len(vs)) for name, vs in self.values if len(vs) > 1]
+
+    def size(self) -> int:
+        """How many points the grid has at most: the product of `shape()`, counted
+        without making the points."""
+        return math.prod(n for _, n in self.shape())
+
     def points(self) -> list[Point]:
         """Every combination of the values, without the axes a tier set has no tier for;
         each point once, in the order of the options in `AXES` (the last varies fastest)."""
@@ -243,14 +254,29 @@ def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
     return axes
 
 
-def check_points(points: list[Point]) -> None:
+def check_size(axes: Axes, ceiling: int) -> None:
+    """A `GridError` naming the grid's product when it has more points than `ceiling`
+    (`--max-points`), before any point is made."""
+    shape, size = axes.shape(), axes.size()
+    if size <= ceiling:
+        return
+    counts = " x ".join(f"{n:,}" for _, n in shape)
+    product = f"{counts} = {size:,}" if len(shape) > 1 else counts
+    options = " x ".join(option for option, _ in shape)
+    raise GridError(f"the grid is {product} points ({options}), more than the ceiling {ceiling:,}; --max-points lifts it")
+
+
+def check_points(points: list[Point], on_each: Callable[[], None] | None = None) -> None:
     """Prepare every point as `kvsm sim` would (config, workload, overrides) before any
-    runs; the first that cannot run is a `GridError` naming it and why."""
+    runs; the first that cannot run is a `GridError` naming it and why. `on_each()` is
+    called after each point (progress)."""
     for p in points:
         try:
             prepare(p.options())
         except (SimError, ConfigError, WorkloadError, FaultSpecError) as e:
             raise GridError(f"the point {label(p)}: {e}") from None
+        if on_each is not None:
+            on_each()
 
 
 def show(name: str, v: Any) -> str:
