@@ -99,3 +99,14 @@ def command_paths(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str,
             yield from command_paths(cmd, (*path, name))
         else:
             yield (*path, name)
+
+
+def one_error(res: Any, message: str) -> str:
+    """A CLI result refused as bad input: exit 2, one `error: ` line holding `message`, no
+    traceback; returns the line."""
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert message in lines[0], lines[0]
+    return lines[0]

@@ -13,16 +13,11 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 
+from .helpers import one_error
+
 runner = CliRunner()
 
 
-def _one_error(res, message: str) -> str:
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert message in lines[0], lines[0]
-    return lines[0]
 
 
 def _nothing_written(where) -> None:
@@ -47,7 +42,7 @@ def _nothing_written(where) -> None:
 ])
 def test_an_empty_output_path_is_refused_everywhere(tmp_path, monkeypatch, args, option):
     monkeypatch.chdir(tmp_path)  # an empty path is the current directory: nothing lands here
-    line = _one_error(runner.invoke(app, args), f"Invalid value for {option}: is empty, which would be the current directory; give a path")
+    line = one_error(runner.invoke(app, args), f"Invalid value for {option}: is empty, which would be the current directory; give a path")
     assert f" {args[0]}" in line.split(":")[1]  # the command named
     _nothing_written(tmp_path)
 
@@ -72,11 +67,11 @@ def test_a_sweep_grid_over_the_ceiling_names_its_product_and_the_option(tmp_path
 
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["sweep", "-n", "5", "--seed", _list(2001), "--l1-pages", _list(200, 1)])
-    _one_error(res, f"error: the grid is 2,001 x 200 = 400,200 points (--seed x --l1-pages), more than the ceiling {MAX_SWEEP_POINTS:,}; --max-points lifts it")
+    one_error(res, f"error: the grid is 2,001 x 200 = 400,200 points (--seed x --l1-pages), more than the ceiling {MAX_SWEEP_POINTS:,}; --max-points lifts it")
     res = runner.invoke(app, ["sweep", "-n", "5", "--seed", _list(MAX_SWEEP_POINTS + 1)])
-    _one_error(res, f"error: the grid is {MAX_SWEEP_POINTS + 1:,} points (--seed), more than the ceiling {MAX_SWEEP_POINTS:,}; --max-points lifts it")
+    one_error(res, f"error: the grid is {MAX_SWEEP_POINTS + 1:,} points (--seed), more than the ceiling {MAX_SWEEP_POINTS:,}; --max-points lifts it")
     res = runner.invoke(app, ["sweep", "-n", "5", "--seed", "0,1,2", "--l1-pages", "8,16", "--max-points", "5", "-o", "s"])
-    _one_error(res, "error: the grid is 3 x 2 = 6 points (--seed x --l1-pages), more than the ceiling 5; --max-points lifts it")
+    one_error(res, "error: the grid is 3 x 2 = 6 points (--seed x --l1-pages), more than the ceiling 5; --max-points lifts it")
     _nothing_written(tmp_path)
 
 
@@ -110,7 +105,7 @@ def test_a_campaign_is_bounded_before_anything_runs(tmp_path, monkeypatch, args,
 
     assert MAX_CAMPAIGN_RUNS == 1_000_000
     monkeypatch.chdir(tmp_path)
-    _one_error(runner.invoke(app, ["campaign", "--configs", "small", "--workers", "1", *args, "-o", "c"]), message)
+    one_error(runner.invoke(app, ["campaign", "--configs", "small", "--workers", "1", *args, "-o", "c"]), message)
     _nothing_written(tmp_path)
 
 
@@ -120,7 +115,7 @@ def test_a_campaign_takes_the_bounds_themselves(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for args in (["--runs", "2", "--max-runs", "2"], ["--requests", "1..100000", "--schedule", "random"], ["--requests", "1..6250"]):
         res = runner.invoke(app, ["campaign", "--configs", "small", *args, "--scheduler", "nowhere", "-o", "c"])
-        _one_error(res, "error: --scheduler nowhere: not a scheduler address")
+        one_error(res, "error: --scheduler nowhere: not a scheduler address")
     _nothing_written(tmp_path)
 
 
@@ -132,7 +127,7 @@ def test_a_bad_progress_seconds_is_refused_before_anything_runs(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KVSM_PROGRESS_SECONDS", value)
     res = runner.invoke(app, ["walk", "-n", "3", "-o", "w.jsonl"])
-    _one_error(res, f"error: environment variable KVSM_PROGRESS_SECONDS={value!r}: {reason}; give the seconds between two progress lines, a number >= 0 such as 5 or 0.5")
+    one_error(res, f"error: environment variable KVSM_PROGRESS_SECONDS={value!r}: {reason}; give the seconds between two progress lines, a number >= 0 such as 5 or 0.5")
     _nothing_written(tmp_path)
 
 

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from kvsm.cli import app
 from kvsm.config import CASE_KNOBS
+
+from .helpers import one_error
 from tests.test_campaign import _lines
 from tests.test_sweep import _sim_json, _without_wall_time
 
@@ -23,12 +25,6 @@ def _invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
-def _one_error(res, message: str) -> None:
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert message in lines[0], lines[0]
 
 
 def _walk_log(path: Path) -> Path:
@@ -49,14 +45,14 @@ def _walk_log(path: Path) -> Path:
 ])
 def test_a_campaign_refuses_a_budget_that_is_not_a_finite_number(tmp_path, args, message):
     out = tmp_path / "c"
-    _one_error(_invoke("campaign", "--workers", "1", "--configs", "small", "--runs", "1", *args, "-o", str(out)), message)
+    one_error(_invoke("campaign", "--workers", "1", "--configs", "small", "--runs", "1", *args, "-o", str(out)), message)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("configs", ["small,,l3", "", "small,", ",small"])
 def test_a_campaign_refuses_an_empty_item_of_configs(tmp_path, configs):
     out = tmp_path / "c"
-    _one_error(_invoke("campaign", "--workers", "1", "--configs", configs, "--runs", "1", "-o", str(out)),
+    one_error(_invoke("campaign", "--workers", "1", "--configs", configs, "--runs", "1", "-o", str(out)),
                f"--configs {configs!r}: an empty value in the list")
     assert not out.exists()
 
@@ -65,7 +61,7 @@ def test_a_campaign_names_an_output_it_cannot_write_once(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     res = _invoke("campaign", "--configs", "small", "--runs", "1", "-o", str(f / "c"))
-    _one_error(res, f"error: -o {f / 'c'}: cannot write here: ")
+    one_error(res, f"error: -o {f / 'c'}: cannot write here: ")
     assert res.output.count(str(f / "c")) == 1
     assert f.read_text() == "x"
 
@@ -102,7 +98,7 @@ def test_a_sweep_takes_every_kvsm_sim_schedule_and_its_point_equals_the_kvsm_sim
 def test_a_bad_sweep_value_is_named_once(tmp_path, args, message):
     out = tmp_path / "s"
     res = _invoke("sweep", "-n", "5", *args, "-o", str(out))
-    _one_error(res, message)
+    one_error(res, message)
     assert res.output.count(args[1].split(",")[-1]) == 1, "the option and its value are said once"
     assert not out.exists()
 
@@ -170,7 +166,7 @@ def test_corpus_verify_of_a_folder_without_a_case_is_an_error(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     res = _invoke("corpus", "verify", "--no-tlc", str(empty))
-    _one_error(res, f"error: {empty}: no case here")
+    one_error(res, f"error: {empty}: no case here")
     assert "every case passes" not in res.output
 
 
@@ -182,7 +178,7 @@ def test_corpus_verify_of_a_folder_without_a_case_is_an_error(tmp_path):
 def test_corpus_add_names_a_bad_knob_or_bug(tmp_path, args, message):
     log = _walk_log(tmp_path / "w.jsonl")
     res = _invoke("corpus", "add", str(log), "--name", "x", "--dir", str(tmp_path / "t"), *args)
-    _one_error(res, message)
+    one_error(res, message)
     assert not (tmp_path / "t").exists()
 
 
@@ -193,9 +189,9 @@ def test_corpus_add_names_a_bad_knob_or_bug(tmp_path, args, message):
 def test_gpu_replay_says_a_missing_directory_does_not_exist(tmp_path, option):
     log = _walk_log(tmp_path / "w.jsonl")
     res = _invoke("gpu", "replay", str(log), "--device", "cpu", option, str(tmp_path / "missing"))
-    _one_error(res, f"error: {option} {tmp_path / 'missing'}: does not exist")
+    one_error(res, f"error: {option} {tmp_path / 'missing'}: does not exist")
     res = _invoke("gpu", "replay", str(log), "--device", "cpu", option, str(log))
-    _one_error(res, f"error: {option} {log}: not a directory")
+    one_error(res, f"error: {option} {log}: not a directory")
 
 
 @pytest.mark.parametrize("command", [["sweep", "-n", "5"], ["campaign", "--runs", "1", "--configs", "small"]])
