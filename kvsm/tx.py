@@ -431,6 +431,8 @@ class Tx:
         new.effects = tuple(self.effects)
         # what this transaction wrote, on its result beside the effects (`kvsm.writes`)
         new.written = committed(s, tuple(written))
+        if "halted" in d:  # (a ghost scalar, set only where the reference would stop)
+            new.halted = d["halted"]
         new.__class__ = ClusterState
         return new
 

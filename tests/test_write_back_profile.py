@@ -123,3 +123,18 @@ def test_tlc_finds_finding_1_then_finding_5_on_the_write_back_profile(tmp_path):
     cfg = _profile_variant(tmp_path, "MC_wb_commit_fixed", {"CommitEntry": "fixed"})
     res = check(str(cfg), log_path=tmp_path / "b.jsonl")
     assert res.tlc.violation is not None and res.tlc.violation.property == "Running"
+
+
+def test_invariant_14_s_three_forms_agree_on_the_halting_step():
+    """The whole-state rule, the rule over what the step wrote and the fast form all
+    refuse the state the re-check's raise leaves, and none refuses the state before."""
+    from kvsm.invariants import Cache, Shadow, holds, local_violations, violations
+    from kvsm.writes import written_between
+
+    s = _two_unbacked_on_l1("deferred")
+    after = apply(s, T("LoadBack", rid=3))
+    w = written_between(s.written, after.written)
+    assert w is not None
+    local = local_violations(s, after, w, Shadow(s), Cache().chain)
+    assert [v.split(":")[0] for v in local] == [v.split(":")[0] for v in violations(after)] == ["14 Running"]
+    assert holds(s) and not holds(after)

@@ -13,7 +13,6 @@ the loaded KV. The load's lock is released once every rank's copy is done.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 from ..planner import TreeView, plan
@@ -149,7 +148,9 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
             if recheck and any(tx.node(c).dev for c in tx.node(victim).children.values()):
                 # the reference re-checks each victim before it takes it: a child it
                 # deferred is still on L1, so it raises (the scheduler process dies)
-                return replace(s, halted="LoadBack", effects=(), _digest=None)
+                stop = Tx(s)
+                stop.halted = "LoadBack"
+                return stop.commit()
             if sync and tx.node(victim).host is None:
                 if not write_back(tx, victim, view, keep):
                     if cfg.bug != "write_back_fail_evict":
