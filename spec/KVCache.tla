@@ -516,8 +516,7 @@ InsertTo(s) ==
     /\ spill_queue' = s.spill_queue
     /\ prepared' = s.prepared
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_rid, commit_round, loadVars, l3Vars>>
+    /\ UNCHANGED <<halted, next_rid, commit_round, loadVars, l3Vars>>
 
 (* Insert with the cluster's layout `lay`: the layout (the key's walk and the room
    it needs) is the costly part, so it is an argument, which TLC evaluates once
@@ -705,8 +704,7 @@ ReserveTo(s) ==
     /\ writes' = s.writes
     /\ host_content' = s.host_content
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, write_done, commit_round, acked, loadVars,
+    /\ UNCHANGED <<halted, next_id, clock, requestVars, deviceVars, write_done, commit_round, acked, loadVars,
                    spill_queue, l3Vars>>
 
 Reserve(n, fits) ==
@@ -755,8 +753,7 @@ PrepareTo(s) ==
     /\ host_content' = s.host_content
     /\ prepared' = s.prepared
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
+    /\ UNCHANGED <<halted, clock, next_rid, requests, deviceVars, pending, write_done, commit_round,
                    acked, loadVars, spill_queue, l3Vars>>
 
 Prepare(rid, fits) ==
@@ -931,8 +928,7 @@ EvictDeviceTo(s) ==
     /\ dev_free' = s.dev_free
     /\ dev_content' = s.dev_content
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_id, clock, requestVars, hostVars, backupVars, loadVars, spill_queue,
+    /\ UNCHANGED <<halted, next_id, clock, requestVars, hostVars, backupVars, loadVars, spill_queue,
                    l3Vars>>
 
 EvictDevice(n) ==
@@ -949,8 +945,7 @@ EvictHostTo(s) ==
     /\ objects' = s.objects
     /\ host_content' = s.host_content
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
+    /\ UNCHANGED <<halted, next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
                    l3Vars>>
 
 EvictHost(n) ==
@@ -1104,12 +1099,11 @@ LoadBackTo(s) ==
     /\ dev_content' = s.dev_content
     /\ loads' = s.loads
     /\ diverged' = s.diverged
-    /\ halted' = halted
     /\ l2_free' = s.l2_free
     /\ objects' = s.objects
     /\ host_content' = s.host_content
     /\ spill_queue' = s.spill_queue
-    /\ UNCHANGED <<next_id, clock, next_rid, prepared, backupVars, load_done, l3Vars>>
+    /\ UNCHANGED <<halted, next_id, clock, next_rid, prepared, backupVars, load_done, l3Vars>>
 
 (* LoadBack with the cluster's plan `plan`: the plan is the costly part, so it is
    an argument, which TLC evaluates once (it evaluates a LET of an action at every
@@ -1120,6 +1114,9 @@ LoadBackAlong(rid, plan) ==
                                                                ELSE WithEvictions(State, LoadBackPlan(State, requests[rid], v))
                                                        IN IF LoadBackFits(lp) THEN LoadedBackHit(State, rid, lp)
                                                           ELSE NoOutcome]))
+
+\* The load-back along the plan, or (WriteBackEvict = "deferred") the reference's stop.
+LoadBackWith(rid, plan) == LoadBackHalts(plan) \/ LoadBackAlong(rid, plan)
 
 (* Load the L2-only nodes below a matched request's lock back to L1, all or
    nothing, when they cover at least LoadBackThreshold tokens: page i of the
@@ -1132,8 +1129,7 @@ LoadBack(rid) ==
     /\ CarryHostHit => requests[rid].hit \in DOMAIN nodes
     /\ HostHit(rid) > 0
     /\ HostHit(rid) * P >= LoadBackThreshold
-    /\ LET plan == WithEvictions(State, LoadBackPlan(State, requests[rid], ClusterView))
-       IN LoadBackHalts(plan) \/ LoadBackAlong(rid, plan)
+    /\ LoadBackWith(rid, WithEvictions(State, LoadBackPlan(State, requests[rid], ClusterView)))
 
 \* Rank r has a load-back in flight whose copies it has not done.
 LoadLeft(r) == load_done[r] < Len(loads)
@@ -1236,8 +1232,7 @@ SpillSubmitTo(s) ==
     /\ spill_queue' = s.spill_queue
     /\ spills' = s.spills
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
+    /\ UNCHANGED <<halted, next_id, clock, requestVars, deviceVars, hostVars, backupVars, loadVars,
                    spill_gathered, spill_done, spill_staged, reloadVars, diskVars>>
 
 SpillSubmit ==
@@ -1412,8 +1407,7 @@ ReloadReserveTo(s) ==
     /\ reload_candidates' = s.reload_candidates
     /\ reloads' = s.reloads
     /\ diverged' = s.diverged
-    /\ halted' = halted
-    /\ UNCHANGED <<next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
+    /\ UNCHANGED <<halted, next_id, clock, requestVars, deviceVars, backupVars, loadVars, spill_queue,
                    spillVars, reload_done, diskVars>>
 
 ReloadReserve(rid) ==

@@ -24,9 +24,11 @@ The reading is conservative, so that the sets it gives are never too large: only
 conjuncts of the definition's top-level conjunction list count (a conjunct at the
 column of the list's first `/\\`), and a conjunct that applies an operator whose own
 definition is such a list counts with that operator's frame (CommitFirst in Commit,
-MatchTo(Matched(State, rid)) in Match). An UNCHANGED inside an IF, a CASE, a LET, a
-disjunction or a quantifier says nothing about every step of the action and is not
-read.
+MatchTo(Matched(State, rid)) in Match). An operator whose whole body is a disjunction
+of operator applications (`LoadBackWith`: the load-back, or where the reference stops)
+leaves unchanged what every disjunct leaves unchanged. Any other UNCHANGED inside an IF,
+a CASE, a LET, a disjunction or a quantifier says nothing about every step of the action
+and is not read.
 """
 
 from __future__ import annotations
@@ -132,7 +134,10 @@ def unchanged(name: str, defs: dict[str, str], variables: frozenset[str], seen: 
         return frozenset()
     parts = conjuncts(defs[name])
     if parts is None:
-        return frozenset()
+        ops = _disjuncts(defs[name])
+        if ops is None or not all(op in defs for op in ops):
+            return frozenset()
+        return frozenset.intersection(*(unchanged(op, defs, variables, seen | {name}) for op in ops))
     out: set[str] = set()
     for part in parts:
         part = part.strip()
@@ -147,6 +152,29 @@ def unchanged(name: str, defs: dict[str, str], variables: frozenset[str], seen: 
         if op is not None and op in defs:
             out |= unchanged(op, defs, variables, seen | {name})
     return frozenset(out)
+
+
+def _disjuncts(body: str) -> list[str] | None:
+    """The operators a body applies when it is a disjunction of whole applications,
+    `A(args) \\/ B(args)` (at no depth of parentheses), else None."""
+    parts, depth, start = [], 0, 0
+    text = " ".join(body.split())
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith("\\/", i):
+            parts.append(text[start:i])
+            start = i + 2
+            i += 2
+            continue
+        i += 1
+    parts.append(text[start:])
+    parts = [p.strip() for p in parts if p.strip()]
+    if len(parts) < 2:
+        return None
+    ops = [_applied(p) for p in parts]
+    return None if any(op is None for op in ops) else ops  # type: ignore[return-value]
 
 
 def _applied(part: str) -> str | None:
