@@ -60,7 +60,8 @@ STALE_PRUNES = ("off", "reference", "fixed")
 KNOB_VALUES = ("fixed", "reference")
 KNOBS = (
     # device eviction of an unbacked write-through node whose children are all L2-only:
-    # "reference" deletes it and orphans them (their L2 objects leak)
+    # "reference" takes it out of the tree and orphans them under a husk (no match
+    # reaches them; host eviction frees them)
     "unbacked_evict",
     # the durable flag of the lower part of a split and at a spill's ack: "reference"
     # keeps it on the lower part and sets it at the ack whatever the split offset

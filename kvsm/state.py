@@ -42,6 +42,9 @@ from .sortedset import PSortedSet, RunSet
 
 ROOT_ID = 0
 NO_PARENT = -1
+# The parent of a husk: what stays of an unbacked node that a device eviction took from
+# above L2-only children under `unbacked_evict = "reference"` (docs/model.md, "Orphans")
+GONE = -2
 
 QUEUED, MATCHED, DECODING = "queued", "matched", "decoding"
 PHASES = (QUEUED, MATCHED, DECODING)
@@ -405,9 +408,10 @@ class ClusterState:
         return frozenset(p for op in self.loads for p, _ in op.pages)
 
     def path_to_root(self, nid: int) -> list[int]:
-        """Ids from `nid` up to (excluding) the root."""
+        """Ids from `nid` up to (excluding) the root; for an orphan, up to (including) its
+        husk, whose key is its whole prefix."""
         out = []
-        while nid != ROOT_ID:
+        while nid != ROOT_ID and nid != GONE:
             out.append(nid)
             nid = self.nodes[nid].parent
         return out

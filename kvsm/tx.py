@@ -14,9 +14,10 @@ from typing import Any, Iterable
 
 from .digest import MOD, entry_hash, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
+from . import content
 from . import effects as fx
 from .maptx import MapTx
-from .state import NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of
+from .state import GONE, NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of
 from .victims import reindex
 from .writes import EMPTY, committed
 
@@ -123,12 +124,35 @@ class Tx:
         return self.put(node)
 
     def remove_leaf(self, nid: int) -> None:
-        """Delete a node that has no children, detaching it from its parent."""
+        """Delete a node that has no children, detaching it from its parent; a husk
+        (`GONE`) left with no orphan under it goes too."""
         n = self.nodes[nid]
         assert not len(n.children), "remove_leaf on a node with children"
         p = self.nodes[n.parent]
-        self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        if p.parent == GONE and len(p.children) == 1:
+            self.nodes.delete(p.id)
+        else:
+            self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
         self.nodes.delete(nid)
+
+    def orphan_below(self, nid: int) -> None:
+        """Take unbacked node `nid`, off L1 now, out of the tree and leave a husk in its
+        place for its (L2-only) children: it keeps its id and children, its parent is
+        `GONE` and its key is its whole prefix, so what its orphans' pages hold still
+        follows from their parent links; no match reaches it or them."""
+        n = self.nodes[nid]
+        path = []
+        cur = n.parent
+        while cur != ROOT_ID and cur != GONE:
+            path.append(cur)
+            cur = self.nodes[cur].parent
+        above = tuple(x for a in reversed(path) for x in self.nodes[a].key)
+        if cur == GONE:  # (never: a husk's children are off L1, so none is a device victim)
+            raise AssertionError("an orphan's parent evicted from L1")
+        p = self.nodes[n.parent]
+        self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        key = above + n.key
+        self.put(n.with_(parent=GONE, key=key, hashes=content.prefix_content(key), dev=()))
 
     def lock_path(self, nid: int, delta: int) -> None:
         if nid == ROOT_ID:

@@ -1604,18 +1604,28 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 -----------------------------------------------------------------------------
 (* Invariants (MODEL.md section 6), named as kvsm/invariants.py names them. *)
 
-RECURSIVE ReachesRoot(_, _)
-ReachesRoot(n, k) == n = Root \/ (k > 0 /\ n \in DOMAIN nodes /\ ReachesRoot(nodes[n].parent, k - 1))
+\* Whether n's parent chain reaches `top` (Root, or Gone through a husk).
+RECURSIVE ReachesTop(_, _, _)
+ReachesTop(n, top, k) == n = top \/ (k > 0 /\ n \in DOMAIN nodes /\ n # Root /\ ReachesTop(nodes[n].parent, top, k - 1))
 
-\* 1. Parent links form a tree rooted at 0; siblings differ in their first page;
-\*    keys are non-empty (whole pages).
+ReachesRoot(n, k) == ReachesTop(n, Root, k)
+
+\* A husk (UnbackedEvict = "reference", EvictDeviceNode): on no tier, with children.
+Husk(n) == /\ UnbackedEvict = "reference" /\ nodes[n].parent = Gone
+           /\ nodes[n].dev = <<>> /\ nodes[n].host = NoObject /\ Children(nodes, n) # {}
+
+\* 1. Parent links form a tree rooted at 0, but for the orphans: nodes off L1 whose
+\*    chain ends at a husk; siblings differ in their first page; keys are non-empty
+\*    (whole pages).
 Tree ==
     /\ nodes[Root].parent = NoParent /\ nodes[Root].key = <<>>
     /\ nodes[Root].dev = <<>> /\ nodes[Root].host = NoObject
     /\ \A n \in DOMAIN nodes \ {Root} :
           /\ nodes[n].key # <<>>
-          /\ nodes[n].parent \in DOMAIN nodes
-          /\ ReachesRoot(n, Cardinality(DOMAIN nodes))
+          /\ \/ nodes[n].parent \in DOMAIN nodes /\ ReachesRoot(n, Cardinality(DOMAIN nodes))
+             \/ Husk(n)
+             \/ /\ UnbackedEvict = "reference" /\ nodes[n].dev = <<>> /\ nodes[n].parent \in DOMAIN nodes
+                /\ ReachesTop(n, Gone, Cardinality(DOMAIN nodes))
     /\ \A a, b \in DOMAIN nodes \ {Root} :
           (a # b /\ nodes[a].parent = nodes[b].parent /\ nodes[a].key # <<>> /\ nodes[b].key # <<>>)
              => nodes[a].key[1] # nodes[b].key[1]
@@ -1626,7 +1636,7 @@ Residency ==
     \A n \in DOMAIN nodes \ {Root} :
         LET nd == nodes[n] IN
         /\ nd.dev # <<>> => Len(nd.dev) = Len(nd.key)
-        /\ nd.dev = <<>> => nd.host # NoObject /\ nd.host \in DOMAIN objects /\ objects[nd.host].committed
+        /\ (nd.dev = <<>> /\ nd.parent # Gone) => nd.host # NoObject /\ nd.host \in DOMAIN objects /\ objects[nd.host].committed
         /\ (nd.dev # <<>> /\ nd.parent # Root) => nodes[nd.parent].dev # <<>>
 
 \* 3. `lock` counts the holders (requests whose lock covers the node, its

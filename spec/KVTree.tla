@@ -40,6 +40,7 @@ CONSTANTS
 
 Root == 0
 NoParent == -1      \* the root's parent
+Gone == -2          \* a husk's parent (UnbackedEvict = "reference": EvictDeviceNode)
 NoObject == -1      \* `host` of a node with no committed L2 copy
 NoNode == -1
 NoContent == <<>>   \* a poisoned page
@@ -128,7 +129,7 @@ PathToRoot(ns, n) == IF n = Root THEN {} ELSE {n} \cup PathToRoot(ns, ns[n].pare
 
 \* The page symbols from the root through n.
 RECURSIVE Prefix(_, _)
-Prefix(ns, n) == IF n = Root THEN <<>> ELSE Prefix(ns, ns[n].parent) \o ns[n].key
+Prefix(ns, n) == IF n = Root THEN <<>> ELSE IF ns[n].parent = Gone THEN ns[n].key ELSE Prefix(ns, ns[n].parent) \o ns[n].key
 
 \* The page hashes (content identities) of n's pages: the prefix through each.
 NodeHashes(ns, n) ==
@@ -420,15 +421,22 @@ PruneSubtree(s, n) ==
 
 (* Drop a device victim: a backed node keeps its host copy, an unbacked one is
    deleted. An unbacked one with (L2-only) children is a victim only under
-   UnbackedEvict = "reference": the subtree below it becomes unreachable and
-   leaves the tree, its objects stay allocated and owned by no node (leaked). *)
+   UnbackedEvict = "reference": it leaves the tree and a husk stays in its place
+   (its parent Gone, its key its whole prefix, off L1), so that its children,
+   orphaned, still spell their prefixes; no match reaches them, and they are
+   host victims like any other. *)
 EvictDeviceNode(s, n) ==
     LET freed == FreeDev(s, s.nodes[n].dev)
     IN IF s.nodes[n].host # NoObject THEN [freed EXCEPT !.nodes[n].dev = <<>>]
-       ELSE [freed EXCEPT !.nodes = Remove(@, Subtree(s.nodes, n))]
+       ELSE IF Children(s.nodes, n) = {} THEN [freed EXCEPT !.nodes = Remove(@, {n})]
+       ELSE [freed EXCEPT !.nodes[n] = [@ EXCEPT !.parent = Gone, !.key = Prefix(s.nodes, n), !.dev = <<>>]]
 
-\* Drop a host victim: free its object and delete the node.
-EvictHostNode(s, n) == [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n})]
+\* Drop a host victim: free its object and delete the node (and the husk above
+\* it, if it was the husk's last orphan).
+EvictHostNode(s, n) ==
+    LET p == s.nodes[n].parent
+        husk == IF p # Root /\ s.nodes[p].parent = Gone /\ Children(s.nodes, p) = {n} THEN {p} ELSE {}
+    IN [FreeObject(s, s.nodes[n].host) EXCEPT !.nodes = Remove(@, {n} \cup husk)]
 
 (* Insert's room: evict device victims in victim order (rank v's; never one of
    `keep`; a parent that becomes evictable joins the order) until every lane has

@@ -31,7 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = {
     "commit_early_return": ("finding-commit-early-return", "commit_call", "12 Collectives", ()),
     "own_disk_durable": ("finding-own-disk-durable", "own_disk_durable", "13 Agreement", ("commit_call",)),
-    "orphan_eviction": ("finding-orphan-eviction", "unbacked_evict", "6 HostPages", ("commit_call", "own_disk_durable")),
     "durable_split": ("finding-durable-split", "durable_split", "8 Durable", ("commit_call", "own_disk_durable", "unbacked_evict")),
 }
 # the knobs of no finding: with every finding's knob fixed and these at the reference's
@@ -142,15 +141,32 @@ def test_tlc_the_fixed_knob_holds_its_invariant_with_every_other_knob_at_the_ref
     assert res.tlc.violation is None
 
 
-def test_the_orphan_model_is_clean_with_the_fixed_rule_and_not_with_the_reference():
+def test_the_orphan_model_is_clean_under_both_readings_and_the_reference_frees_its_orphans():
+    """Finding 3 as the reference pays it (docs/findings.md): no invariant breaks; under
+    the reference's rule the graph has husks whose orphans are host victims, and states
+    where host evictions freed them all again."""
+    from kvsm.state import GONE
     from kvsm.tla.location import model_paths
     from kvsm.tla.models import config_of_model
 
     ref = config_of_model(*model_paths(str(spec_dir() / "MC_orphan_eviction.cfg")))
     assert ref.unbacked_evict == "reference"
-    bad = explore(ref).violations
-    assert bad and all(v["violation"].startswith("6 HostPages") for v in bad)
-    assert explore(replace(ref, unbacked_evict="fixed")).violations == []
+    res = explore(ref)
+    assert res.violations == []
+    husked = [s for s in res.states.values() if any(n.parent == GONE for n in s.nodes.values())]
+    assert husked
+    assert any(s.host_index and any(s.nodes[k[2]].parent != 0 for k in s.host_index) for s in husked)
+    # a husk goes with its last orphan: every state's husks have orphans (invariant 1)
+    assert all(len(n.children) for s in husked for n in s.nodes.values() if n.parent == GONE)
+    fixed = explore(replace(ref, unbacked_evict="fixed"))
+    assert fixed.violations == [] and not any(n.parent == GONE for s in fixed.states.values() for n in s.nodes.values())
+
+
+def test_the_orphan_case_shows_the_waste_and_the_recovery():
+    case = read_case(str(ROOT / "traces" / "finding-orphan-eviction.txt"))
+    assert case.config.unbacked_evict == "reference" and not case.violations
+    fails, _ = verify_case(case)
+    assert fails == [], [f.why for f in fails]
 
 
 OWN_DISK_MODEL = "spec/MC_own_disk_durable.cfg"
@@ -179,7 +195,6 @@ def test_tlc_and_the_model_agree_on_the_own_disk_model():
 # the simulator's --check sees each finding too, on a workload that reaches it (its
 # config: tests/data/sim_l3.toml with the knob at "reference")
 SIM_CASES = {
-    "unbacked_evict": (dict(workload="multi-turn", tiers="l1,l2", requests=300, seed=1), "6 HostPages"),
     "durable_split": (dict(workload="thrash", tiers="l1,l2,l3", requests=120, seed=5), "8 Durable"),
     "own_disk_durable": (dict(workload="thrash", tiers="l1,l2,l3", requests=40, seed=5), "13 Agreement"),
 }
@@ -201,3 +216,28 @@ def test_the_simulator_s_check_catches_the_reference_behaviour_and_not_the_fixed
         else:
             with pytest.raises(SimInvariantError, match=invariant):
                 run()
+
+
+def test_the_simulator_orphans_under_the_reference_rule_every_invariant_holding_and_frees_them(tmp_path):
+    """Finding 3 in a checked simulation (the workload that reached it when the model
+    deleted the orphans): husks appear, every invariant holds, and host evictions free
+    orphans again."""
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.state import GONE
+
+    base = (ROOT / "tests" / "data" / "sim_l3.toml").read_text()
+    cfg = tmp_path / "orphans.toml"
+    cfg.write_text('unbacked_evict = "reference"\n' + base)
+    husks: set[int] = set()
+    seen = {"orphaned": 0, "freed": 0}
+
+    def watch(t, s):
+        now = {nid for nid, n in s.nodes.items() if n.parent == GONE}
+        seen["orphaned"] += len(now - husks)
+        seen["freed"] += len(husks - now)
+        husks.clear()
+        husks.update(now)
+
+    opts = SimOptions(config=str(cfg), ranks=2, l1_pages=64, l2_pages=160, check=True, workload="multi-turn", tiers="l1,l2", requests=300, seed=1)
+    simulate(opts, on_transition=watch)  # raises on any violation
+    assert seen["orphaned"] > 0 and seen["freed"] > 0

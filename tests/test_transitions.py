@@ -3,11 +3,13 @@ stories are cases of the corpus instead (traces/*.txt, checked by tests/test_cor
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvsm import content
 from kvsm.invariants import violations
-from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, Rejected, Round
+from kvsm.state import DECODING, GONE, MATCHED, QUEUED, ROOT_ID, Rejected, Round
 from kvsm.transitions import apply, enabled
 
 from .helpers import T, backup, commit_round, fresh, load_back, node_by_key, run, serve
@@ -330,16 +332,38 @@ def test_unbacked_node_with_host_children_is_not_evicted_from_l1():
     assert all(k[2] != parent for k in s.dev_index)
 
 
-def test_unbacked_evict_reference_orphans_the_l2_only_children_and_leaks_their_objects():
+def test_unbacked_evict_reference_orphans_the_l2_only_children_under_a_husk_until_host_eviction():
     s = serve(fresh(unbacked_evict="reference"), 0, [1])
     s = serve(s, 1, [1, 2])
     parent, child = node_by_key(s, (1,)), node_by_key(s, (2,))
     s = run(backup(s, child), T("EvictDevice", node=child))
     assert s.dev_index.first()[2] == parent  # the reference's `evict` takes it
-    s = run(s, T("EvictDevice", node=parent), check=False)
-    assert parent not in s.nodes and child not in s.nodes  # unreachable from the root
-    assert s.objects[child].committed  # its L2 pages stay allocated, owned by no node
-    assert [v for v in violations(s) if v.startswith("6 ")] == [f"6 HostPages: committed object {child} belongs to no node"]
+    s = run(s, T("EvictDevice", node=parent))  # every invariant holds (run checks them)
+    husk, orphan = s.nodes[parent], s.nodes[child]
+    # the parent left the tree: a husk with its whole prefix, on no tier, under no node
+    assert parent not in s.nodes[0].children.values()
+    assert husk.parent == GONE and husk.key == (1,) and husk.dev == () and husk.host is None
+    # the child keeps its object and its place under the husk; no match reaches it
+    assert orphan.parent == parent and s.objects[child].committed and s.objects[child].owner == child
+    assert orphan.hashes == content.prefix_content((1, 2))[1:]
+    s = run(s, T("Arrive", rid=2, tokens=[1, 2], out_pages=0), T("Match", rid=2))
+    assert s.requests[2].node == 0  # a miss: the content is on L2, unreachable
+    # a host victim like any other: its eviction frees its pages, and the husk goes with it
+    assert s.host_index.first()[2] == child
+    s = run(s, T("EvictHost", node=child))
+    assert child not in s.nodes and parent not in s.nodes and child not in s.objects
+
+
+def test_a_husk_is_refused_where_the_contract_has_no_orphans():
+    s = serve(fresh(unbacked_evict="reference"), 0, [1])
+    s = serve(s, 1, [1, 2])
+    child = node_by_key(s, (2,))
+    s = run(backup(s, child), T("EvictDevice", node=child), T("EvictDevice", node=node_by_key(s, (1,))))
+    fixed = replace(s, config=replace(s.config, unbacked_evict="fixed"))
+    assert [v for v in violations(fixed) if v.startswith("1 ")] == [
+        f"1 Tree: node {s.nodes[child].parent} has parent GONE (a husk) but unbacked_evict is not \"reference\"",
+        f"1 Tree: node {child} does not reach the root",
+    ]
 
 
 def test_evict_host_frees_the_object_and_removes_the_node():

@@ -27,7 +27,7 @@ from typing import Any
 from .. import content as prefixes
 from ..digest import MOD, free_page_hash, memo_hash
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
-from ..state import MATCHED, PHASES, QUEUED, ROOT_ID, ClusterState
+from ..state import GONE, MATCHED, PHASES, QUEUED, ROOT_ID, ClusterState
 from ..victims import backup_candidate, dev_victim_key, host_victim_key
 from . import agreement, collectives, content, counts, device_pages, durable, host_pages, pending, reload, running
 from .common import contract, copying, prepared_ids
@@ -149,8 +149,11 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any, cha
     if dev:
         if len(dev) != len(key) or min(dev) < 0 or max(dev) >= cfg.device_pages:
             return None
-    elif obj is None or not obj.committed:
-        return None  # neither on L1 nor backed (or backed by an uncommitted object)
+    elif obj is None:
+        if n.parent != GONE:  # (a husk is on no tier: `_nodes_hold` checked it is one)
+            return None  # neither on L1 nor backed
+    elif not obj.committed:
+        return None  # backed by an uncommitted object
     if n.lock and not dev:
         return None
     host: tuple = ()
@@ -180,6 +183,8 @@ def _nodes_hold(s: ClusterState, cache: Cache) -> list | None:
     memo = cache.nodes
     facts = []
     on_dev_parents = []
+    husks: list[int] = []  # (unbacked_evict = "reference": the orphans hang under them)
+    orphans = cfg.unbacked_evict == "reference"
     get = memo.get
     ROOT = prefixes.ROOT
     for nid, n in nodes.items():
@@ -188,11 +193,18 @@ def _nodes_hold(s: ClusterState, cache: Cache) -> list | None:
                 return None
             continue
         parent = n.parent
-        p = nodes.get(parent)
         key = n.key
-        if p is None or not key or p.children.get(key[0]) != nid:
-            return None
-        prev = ROOT if parent == ROOT_ID else p.last_content
+        if parent == GONE:
+            # a husk (invariant 1): on no tier, with children, its key its whole prefix
+            if not orphans or n.dev or n.host is not None or not len(n.children):
+                return None
+            husks.append(nid)
+            p, prev = None, ROOT
+        else:
+            p = nodes.get(parent)
+            if p is None or not key or p.children.get(key[0]) != nid:
+                return None
+            prev = ROOT if parent == ROOT_ID else p.last_content
         obj = objects.get(n.host) if n.host is not None else None
         pend = nid in pending_
         e = get(nid)
@@ -209,10 +221,10 @@ def _nodes_hold(s: ClusterState, cache: Cache) -> list | None:
     # every child entry is some node's (as many entries as non-root nodes, each node in its
     # own), so the nodes reached from the root through them are those that reach the root
     keys, vals = list(nodes.keys()), list(nodes.values())  # (in one order)
-    if sum(map(len, map(_CHILDREN, vals))) != len(nodes) - 1:
+    if sum(map(len, map(_CHILDREN, vals))) + len(husks) != len(nodes) - 1:
         return None
-    reached = 1
-    level = [root]
+    reached = 1 + len(husks)
+    level = [root] + list(map(nodes.__getitem__, husks))
     while level:
         ids = list(chain.from_iterable(map(_VALUES, map(_CHILDREN, level))))
         reached += len(ids)

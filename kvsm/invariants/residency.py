@@ -1,11 +1,12 @@
 """Invariant 2, Residency: a node holds a device page per page of its key or none; one
-with none is backed by a committed object; a node on L1 has its parent on L1."""
+with none is backed by a committed object (but a husk, `GONE`'s child: invariant 1 says
+what one is); a node on L1 has its parent on L1."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..state import ROOT_ID
+from ..state import GONE, ROOT_ID
 
 I = 2
 
@@ -35,7 +36,8 @@ def whole(w: Any) -> None:
             w.bad(I, _pages(nid, n))
         if not n.dev:
             if n.host is None:
-                w.bad(I, _unbacked(nid))
+                if n.parent != GONE:
+                    w.bad(I, _unbacked(nid))
             elif n.host not in s.objects or not s.objects[n.host].committed:
                 w.bad(I, _uncommitted(nid, n.host))
         if n.dev and n.parent != ROOT_ID and not nodes[n.parent].dev:
@@ -49,7 +51,8 @@ def step_node(d: Any, nid: int, a: Any, b: Any, p: Any, obj: Any) -> None:
         d.bad(I, _pages(nid, a))
     if not a.dev:
         if a.host is None:
-            d.bad(I, _unbacked(nid))
+            if a.parent != GONE:
+                d.bad(I, _unbacked(nid))
         elif obj is None or not obj.committed:
             d.bad(I, _uncommitted(nid, a.host))
         if b is not None and b.dev:

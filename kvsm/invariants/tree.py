@@ -1,12 +1,15 @@
 """Invariant 1, Tree: node 0 is an empty root; every node is stored under its id, has a
 key, is its parent's child under its first page, and reaches the root; every child
-entry names a node that is that child."""
+entry names a node that is that child. Under `unbacked_evict = "reference"` a node off
+L1 may reach a husk instead (docs/model.md, "Orphans"): a node whose parent is `GONE`,
+on no tier, with children, its key its whole prefix."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..state import ROOT_ID
+from ..content import ROOT as ROOT_CONTENT
+from ..state import GONE, ROOT_ID
 
 T = 1
 
@@ -31,12 +34,44 @@ def _child_ok(nodes: Any, nid: int, cid: int, sym: Any) -> bool:
     return not (c is None or c.parent != nid or not c.key or c.key[0] != sym)
 
 
-def _reaches_root(nodes: Any, nid: int) -> bool:
+def _chain_end(nodes: Any, nid: int) -> int | None:
+    """Where node `nid`'s parent chain ends: the root, `GONE` (through a husk), or None
+    (a missing node or a cycle)."""
     seen, cur = set(), nid
-    while cur != ROOT_ID and cur in nodes and cur not in seen:
+    while cur != ROOT_ID and cur != GONE and cur in nodes and cur not in seen:
         seen.add(cur)
         cur = nodes[cur].parent
-    return cur == ROOT_ID
+    return cur if cur in (ROOT_ID, GONE) else None
+
+
+def _reaches(nodes: Any, nid: int, n: Any, cfg: Any) -> bool:
+    """Whether the node reaches the root, or is an orphan (off L1, under a husk)."""
+    end = _chain_end(nodes, nid)
+    return end == ROOT_ID or (end == GONE and orphans_allowed(cfg) and not n.dev)
+
+
+def orphans_allowed(cfg: Any) -> bool:
+    return cfg.unbacked_evict == "reference"
+
+
+def husk_bad(nid: int, n: Any, cfg: Any) -> str | None:
+    """Why a node whose parent is `GONE` is no husk, or None."""
+    if not orphans_allowed(cfg):
+        return f"node {nid} has parent GONE (a husk) but unbacked_evict is not \"reference\""
+    if n.dev or n.host is not None or not len(n.children):
+        return f"node {nid} has parent GONE but is no husk: on L1 or backed, or without children"
+    return None
+
+
+class _HuskParent:
+    """What a husk's rules read of its parent: none on L1, and a prefix that starts at
+    the root (the husk's key is its whole prefix)."""
+
+    dev = ()
+    last_content = ROOT_CONTENT
+
+
+HUSK_PARENT = _HuskParent()
 
 
 def whole(w: Any) -> bool:
@@ -53,12 +88,17 @@ def whole(w: Any) -> bool:
             continue
         if not n.key:
             w.bad(T, f"node {nid} has an empty key")
+        if n.parent == GONE:
+            why = husk_bad(nid, n, w.cfg)
+            if why:
+                w.bad(T, why)
+            continue
         p = nodes.get(n.parent)
         if p is None:
             w.bad(T, f"node {nid} has missing parent {n.parent}")
         elif p.children.get(n.key[0] if n.key else None) != nid:
             w.bad(T, f"node {nid} is not its parent {n.parent}'s child for its first page")
-        if not _reaches_root(nodes, nid):
+        if not _reaches(nodes, nid, n, w.cfg):
             w.bad(T, f"node {nid} does not reach the root")
     for nid, n in nodes.items():
         for sym, cid in n.children.items():
@@ -82,7 +122,8 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
     """Node `nid` as the transition left it (`a`, None if gone) and found it (`b`): a
     node gone must be no child entry's; a node is stored under its id, its child
     entries name it, it has a key and is its parent's child, it reaches the root. The
-    node's parent when the rest of the node's rules can read it, else None."""
+    node's parent when the rest of the node's rules can read it (`HUSK_PARENT` for a
+    husk), else None."""
     An = d.An
     if a is None:
         if b is not None and nid != ROOT_ID:
@@ -101,6 +142,12 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
     if not a.key:
         d.bad(T, f"node {nid} has an empty key")
         return None
+    if a.parent == GONE:
+        why = husk_bad(nid, a, d.A.config)
+        if why:
+            d.bad(T, why)
+            return None
+        return HUSK_PARENT
     p = An.get(a.parent)
     if p is None:
         d.bad(T, f"node {nid} has missing parent {a.parent}")
@@ -111,7 +158,7 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
         q = An.get(b.parent)
         if q is not None and q.children.get(b.key[0]) == nid and (b.parent, b.key[0]) != (a.parent, a.key[0]):
             d.bad(T, _wrong_child(b.parent, nid, b.key[0]))
-    if not _reaches_root(An, nid):
+    if not _reaches(An, nid, a, d.A.config):
         d.bad(T, f"node {nid} does not reach the root")
         return None
     return p

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..state import ROOT_ID, ClusterState, Node, Round
+from ..state import GONE, ROOT_ID, ClusterState, Node, Round
 from .items import SECTIONS, Field, Item, Section, View
 from .names import Names, clip, host_range, names_of, node_label, page, page_list, ranges, symbols
 
@@ -91,6 +91,14 @@ def _tree(s: ClusterState, memo: dict) -> Section:
     root = nodes.get(ROOT_ID)
     if root is not None:
         visit(root, None)
+    # husks (unbacked_evict = "reference"), each with its orphans below it
+    for nid in sorted(nodes.keys()):
+        n = nodes[nid]
+        if n.parent == GONE and nid not in seen:
+            at = len(items)
+            visit(n, None)
+            it = items[at]
+            items[at] = Item(it.key, it.label, it.fields + (Field("husk", "left the tree: no match reaches it or the orphans below"),), None)
     # nodes whose parent chain does not reach the root (only in a broken state)
     for nid in sorted(nodes.keys()):
         if nid not in seen:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import heapq
 from typing import Any, Iterator
 
-import immutables
 
 from ..config import Config
 from ..state import ROOT_ID, Obj, lane_of
@@ -19,23 +18,17 @@ from ..victims import dev_victim_key, host_victim_key, in_rank_order, rank_order
 def evict_device_node(tx: Tx, nid: int) -> None:
     """Drop a device victim: a backed node keeps its host copy, an unbacked one is
     deleted. An unbacked one with (L2-only) children is a victim only under
-    `unbacked_evict = "reference"`: like the reference's `_delete_leaf`, it detaches
-    the node, and the subtree below it is unreachable from then on; it leaves the tree
-    while its L2 objects stay allocated, owned by no node (leaked)."""
+    `unbacked_evict = "reference"`: like the reference's `_delete_leaf`, it leaves its
+    parent's children and the tree, and the subtree below it stays as it is, orphaned
+    under a husk (`Tx.orphan_below`): no match reaches its nodes, which are host
+    victims like any other, so host evictions free them leaf by leaf (docs/model.md,
+    "Orphans")."""
     n = tx.node(nid)
     tx.free_dev(n.dev)
     if n.host is not None:
         tx.set_dev(nid, ())
     elif len(n.children):
-        orphans = [nid]
-        i = 0
-        while i < len(orphans):
-            orphans.extend(tx.node(orphans[i]).children.values())
-            i += 1
-        tx.put(n.with_(children=immutables.Map()))
-        tx.remove_leaf(nid)
-        for o in orphans[1:]:
-            tx.nodes.delete(o)
+        tx.orphan_below(nid)
     else:
         tx.remove_leaf(nid)
 

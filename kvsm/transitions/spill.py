@@ -178,7 +178,7 @@ def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
         op = spills[j]
         if op.pinned:
             n = tx.nodes.get(op.node)
-            if n is not None:  # gone only if orphaned (unbacked_evict = "reference")
+            if n is not None:  # (always there: no eviction or prune takes a pinned node)
                 tx.put(n.with_(pin=n.pin - 1))
             spills[j] = op.with_(pinned=False)
     for j in range(d):
