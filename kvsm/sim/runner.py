@@ -13,6 +13,7 @@ from ..transitions import Transition
 from .metrics import Sample
 from .options import CLOCKLESS, Prepared, SimOptions, prepare
 from .scheduler import Simulation
+from .shape import capacities, serving_summary
 from .watch import Watch
 
 
@@ -101,9 +102,15 @@ def simulate(
             "reload_inflight": cfg.reload_inflight,
             "spill_queue_cap": cfg.spill_queue_cap,
             "reload_ttl": cfg.reload_ttl,
+            # a reload's ttl counts ticks of the timed schedule's clock
+            "reload_ttl_s": round(cfg.reload_ttl * opts.timing.tick_ms / 1000, 6),
         },
         log=str(log) if log is not None else None,
     )
+    reqs = prep.workload.requests
+    per_request = [(reqs[i].input_length, h1, h2, h3, i) for i, h1, h2, h3 in sim.metrics.request_hits]
+    figures = serving_summary(per_request, summary["pages_moved"], cfg.P, cfg.R, prep.serving)
+    summary.update(figures, capacity=capacities(cfg, figures["serving"]["page_bytes"], prep.l2, prep.l3))
     return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
 
 
