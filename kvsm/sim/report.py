@@ -187,6 +187,21 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         ("hit on L3 (reloaded)", "pages_hit_l3"), ("recomputed", "pages_recomputed"), ("not cached (did not fit)", "pages_uncached"),
         ("prompt tokens", "tokens_total"), ("tokens hit", "tokens_hit"),
     ]),
+    ("Bytes and serving figures (estimates, docs/sim.md)", [
+        ("model", "serving.model.name"), ("model given (false: the default)", "serving.model.given"),
+        ("layers", "serving.model.layers"), ("KV heads", "serving.model.kv_heads"), ("head dim", "serving.model.head_dim"),
+        ("MLA kv_lora_rank", "serving.model.kv_lora_rank"), ("MLA rope head dim", "serving.model.rope_head_dim"),
+        ("dtype", "serving.model.dtype"), ("KV bytes per token", "serving.model.bytes_per_token"), ("bytes per page", "serving.page_bytes"),
+        *((f"{t.upper()} {what} ({unit})", f"capacity.{t}.{unit}") for t, what in (("l1", "per rank"), ("l2", "shared"), ("l3", "per rank"))
+          for unit in ("pages", "tokens", "bytes")),
+        *((f"prefill tokens saved, {t}", f"tokens_saved.{t}") for t in ("l1", "l2", "l3", "total")),
+        *((f"tokens recomputed per request, {q}", f"tokens_recomputed.{q}") for q in ("mean", "p50", "p99")),
+        ("tokens recomputed, all requests", "tokens_recomputed.total"),
+        *((f"TTFT estimate (ms), {q}", f"ttft_ms.{q}") for q in ("mean", "p50", "p99", "max")),
+        *((f"bytes moved {a} -> {b}", f"bytes_moved.{a.lower()}_to_{b.lower()}") for a, b in (("L1", "L2"), ("L2", "L1"), ("L2", "L3"), ("L3", "L2"))),
+        ("prefill tokens per second per rank", "serving.prefill_tps"), ("host-to-device GB/s per rank", "serving.l2_gbps"),
+        ("disk-to-host GB/s per rank", "serving.l3_gbps"), ("reload ttl (seconds)", "config.reload_ttl_s"),
+    ]),
     ("Requests", [
         ("finished", "requests_finished"), ("aborted by a fault", "requests_aborted"), ("not cached", "requests_uncached"),
         ("held for a reload", "requests_held"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -128,11 +128,13 @@ def main_job_log(outdir: str | Path, seed: int) -> Path:
     return Path(outdir) / f"sim-synthetic-{seed}.jsonl"
 
 
-def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4) -> SimOptions:
+def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4, model: str | None = None,
+                     l1_size: str | None = None, l2_size: str | None = None) -> SimOptions:
     """The simulation of `kvsm run`: a short multi-rank run (L1 and the shared L2) over
     the first `requests` requests of the bundled Mooncake synthetic trace, on the default
-    config, with a light fault mix."""
-    return SimOptions(
+    config, with a light fault mix. `model` is the shape of its byte and TTFT figures; a
+    size replaces its tier's pages."""
+    opts = SimOptions(
         workload="synthetic",
         config="default",
         ranks=ranks,
@@ -143,7 +145,13 @@ def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4) -> SimO
         l1_pages=256,
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
+        model=model,
     )
+    if l1_size is not None:
+        opts = replace(opts, l1_pages=None, l1_size=l1_size)
+    if l2_size is not None:
+        opts = replace(opts, l2_pages=None, l2_size=l2_size)
+    return opts
 
 
 def run_main_job(

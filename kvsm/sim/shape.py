@@ -221,11 +221,11 @@ def serving_summary(per_request: list[tuple[int, int, int, int, int]], pages_mov
 
 def capacities(cfg: Any, page_bytes: int, l2: bool, l3: bool) -> dict[str, Any]:
     """Each tier's capacity in pages, tokens and bytes (L1 and L3 per rank, L2 shared)."""
-    out = {"l1": {"per": "rank", "pages": cfg.L1}}
+    out = {"l1": {"pages": cfg.L1}}
     if l2:
-        out["l2"] = {"per": "instance", "pages": cfg.L2}
+        out["l2"] = {"pages": cfg.L2}
     if l3:
-        out["l3"] = {"per": "rank", "pages": cfg.L3}
+        out["l3"] = {"pages": cfg.L3}
     for v in out.values():
         v.update(tokens=v["pages"] * cfg.P, bytes=v["pages"] * page_bytes)
     return out
