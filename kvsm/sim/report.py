@@ -250,6 +250,17 @@ def grouped_tables(summary: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     return out
 
 
+def _serving_headline(s: dict[str, Any]) -> str:
+    """What the cache saved: prefill tokens per tier and the TTFT estimate (docs/sim.md,
+    "Bytes and serving figures"); empty for a summary without them."""
+    if "ttft_ms" not in s:
+        return ""
+    t, f, m = s["tokens_saved"], s["ttft_ms"], s["serving"]["model"]
+    return (f'<p class="headline">prefill tokens saved <b>{t["total"]:,}</b> of {s["tokens_total"]:,} (L1 {t["l1"]:,}, '
+            f'L2 {t["l2"]:,}, L3 {t["l3"]:,}); TTFT estimate <b>{f["mean"]:,.1f} ms</b> mean, {f["p99"]:,.1f} ms p99 '
+            f'({html.escape(m["name"])}{"" if m["given"] else ", the default model"}; an estimate from assumed rates)</p>')
+
+
 def render_html(result: SimResult, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> str:
     """The report: headline, plots, the summary's tables; with `steps` ((step, result,
     time) rows, as `kvsm run` has them), a table of them first."""
@@ -295,6 +306,7 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 <p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests on {s['config']['R']} ranks,
 {s['transitions']} transitions, {s['simulated_ms'] / 1000:.1f} s simulated in {s['seconds']} s.</p>
+{_serving_headline(s)}
 {step_table}
 <h2>Plots</h2>
 {imgs}
