@@ -265,7 +265,7 @@ def run(
     from .output import OutputError, check_output_file
     from .sim import simulate
     from .sim.report import write_report
-    from .sim.runner import main_job_log, main_job_options
+    from .sim.runner import main_job_log, main_job_options, with_shape
     from .commands.sim import note_short_trace
     from .sim import SimError
 
@@ -290,7 +290,7 @@ def run(
             prog.update(task, total=n)
 
         try:
-            result = simulate(main_job_options(seed, requests, 4, model, l1_size, l2_size), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
+            result = simulate(with_shape(main_job_options(seed, requests, 4), model, l1_size, l2_size), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
         except OutputError as e:
             raise fail(f"--outdir {outdir}: {e}") from None
         except SimError as e:  # a bad --model or size: before anything ran

@@ -225,3 +225,18 @@ def test_a_sweep_over_sizes_writes_tokens_saved_and_ttft_per_point_in_its_csv_an
     assert [r["l1_size"] for r in rows] == ["1GiB", "2GiB"]
     assert all(int(r["tokens_saved.total"]) == rec["sim"]["tokens_hit"] for r, rec in zip(rows, records))
     assert "--model qwen2.5-7b" in records[0]["command"] and "--l1-size 1GiB" in records[0]["command"]
+
+
+# ---- kvsm run -------------------------------------------------------------------------------
+
+
+def test_kvsm_run_takes_a_model_and_sizes_and_refuses_a_bad_one_before_anything_runs(tmp_path):
+    from kvsm.sim.runner import main_job_options, with_shape
+
+    s = simulate(with_shape(main_job_options(0, 20, 4), "qwen2.5-7b", "4GiB")).summary
+    assert s["config"]["L1"] == 4 * 2**30 // (57_344 * 512) and s["config"]["L2"] == 2048  # L2 as kvsm run's
+    assert s["serving"]["model"]["name"] == "qwen2.5-7b" and s["faults"] == "slow:0.05,stall:0.01,abort:0.02"
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["run", "-n", "5", "--l1-size", "1MiB", "--outdir", str(out)])
+    assert r.exit_code == 2 and "--l1-size 1MiB: smaller than one page" in r.output.replace("\n", "")
+    assert not out.exists()

@@ -243,6 +243,8 @@ def prepare(opts: SimOptions) -> Prepared:
     except ShapeError as e:
         raise SimError(str(e)) from None
     L1 = l1_given if l1_given is not None else base.L1
+    if opts.l1_size is not None and R * L1 > MAX_DEVICE_PAGES:
+        raise SimError(f"--l1-size {opts.l1_size}: {L1:,} pages per rank, {R * L1:,} on {R} ranks, more than the bound {MAX_DEVICE_PAGES:,} device pages")
     # a generator sizes itself by the device's blocks (pages of P tokens, P / block of a block each)
     workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=max(1, R * (L1 or base.L1) * P // block), config=base)
     if P != workload.block_tokens:

@@ -128,13 +128,11 @@ def main_job_log(outdir: str | Path, seed: int) -> Path:
     return Path(outdir) / f"sim-synthetic-{seed}.jsonl"
 
 
-def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4, model: str | None = None,
-                     l1_size: str | None = None, l2_size: str | None = None) -> SimOptions:
+def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4) -> SimOptions:
     """The simulation of `kvsm run`: a short multi-rank run (L1 and the shared L2) over
     the first `requests` requests of the bundled Mooncake synthetic trace, on the default
-    config, with a light fault mix. `model` is the shape of its byte and TTFT figures; a
-    size replaces its tier's pages."""
-    opts = SimOptions(
+    config, with a light fault mix."""
+    return SimOptions(
         workload="synthetic",
         config="default",
         ranks=ranks,
@@ -145,8 +143,13 @@ def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4, model: 
         l1_pages=256,
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
-        model=model,
     )
+
+
+def with_shape(opts: SimOptions, model: str | None = None, l1_size: str | None = None, l2_size: str | None = None) -> SimOptions:
+    """`opts` with the model of its byte and TTFT figures, and a size (when given) in place
+    of its tier's pages (`kvsm run --model --l1-size --l2-size`)."""
+    opts = replace(opts, model=model)
     if l1_size is not None:
         opts = replace(opts, l1_pages=None, l1_size=l1_size)
     if l2_size is not None:
