@@ -4,7 +4,7 @@ and than a bare block LRU.
 All three run over the whole bundled Mooncake synthetic trace in this one process, at
 the same capacity, after the trace is parsed (parsing is not timed for any):
 
-- sim: `kvsm sim --tiers l1 --ranks 1 --page-tokens 1 --eviction lru --l1-pages CAP`
+- sim: `kvsm sim --tiers l1 --ranks 1 --eviction lru --l1-pages CAP`
   (the serial schedule through the model: Arrive, Match, Insert, Finish per request,
   no log unless --log), timed around the simulator's loop;
 - radix: `RadixCache` below, a mutable radix tree over the hash ids with a dict of
@@ -410,7 +410,7 @@ def persistent_radix(traces: list[tuple[int, ...]], capacity: int) -> tuple[floa
 
 def reference_sim(capacity: int, log: bool) -> tuple[float, float, float]:
     """The simulator's loop alone, as `simulate` runs it (workload parsed beforehand)."""
-    opts = SimOptions(workload="synthetic", tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity)
+    opts = SimOptions(workload="synthetic", tiers="l1", ranks=1, eviction="lru", l1_pages=capacity)
     sim = Simulation(prepare(opts), opts.timing, opts.seed)
     with tempfile.TemporaryDirectory() as d:
         if log:

@@ -24,6 +24,7 @@ from .commands import show as show_commands
 from .commands import sim as sim_commands
 from .commands import sweep as sweep_commands
 from .commands import tla as tla_commands
+from .commands.serving import model_option, size_option
 from .commands.common import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -254,6 +255,9 @@ def run(
     requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993; a larger N runs all of them, with a note on stderr)"),
     outdir: Path = output_option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
+    model: Optional[str] = model_option(),
+    l1_size: Optional[str] = size_option("--l1-size", "device KV memory per rank, instead of the run's 256 pages"),
+    l2_size: Optional[str] = size_option("--l2-size", "the shared host pool, instead of the run's 2048 pages"),
 ) -> None:
     """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed."""
     from .explore import explore as do_explore
@@ -261,8 +265,9 @@ def run(
     from .output import OutputError, check_output_file
     from .sim import simulate
     from .sim.report import write_report
-    from .sim.runner import main_job_log, main_job_options
+    from .sim.runner import main_job_log, main_job_options, with_shape
     from .commands.sim import note_short_trace
+    from .sim import SimError
 
     log, report = main_job_log(outdir, seed), outdir / "report.html"
     try:  # before anything runs: the log is the first thing every later step needs
@@ -285,9 +290,11 @@ def run(
             prog.update(task, total=n)
 
         try:
-            result = simulate(main_job_options(seed, requests, 4), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
+            result = simulate(with_shape(main_job_options(seed, requests, 4), model, l1_size, l2_size), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
         except OutputError as e:
             raise fail(f"--outdir {outdir}: {e}") from None
+        except SimError as e:  # a bad --model or size: before anything ran
+            raise fail(str(e)) from None
     summary = result.summary
     rows.append((
         "sim (4 ranks, L1+L2)",

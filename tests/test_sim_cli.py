@@ -70,11 +70,11 @@ def test_bad_input_is_an_error_that_writes_nothing(tmp_path):
 def test_reference_mode_from_the_command_line(tmp_path):
     r = runner.invoke(
         app,
-        ["sim", "--workload", "synthetic", "--requests", "300", "--tiers", "l1", "--ranks", "1", "--page-tokens", "1", "--eviction", "lru", "--l1-pages", "200", "--json"],
+        ["sim", "--workload", "synthetic", "--requests", "300", "--tiers", "l1", "--ranks", "1", "--eviction", "lru", "--l1-pages", "200", "--json"],
     )
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["schedule"] == "serial" and s["config"]["eviction"] == "lru" and s["config"]["P"] == 1
+    assert s["schedule"] == "serial" and s["config"]["eviction"] == "lru" and s["config"]["P"] == 512
     assert s["pages_hit_l2"] == s["pages_hit_l3"] == 0
     assert s["pages_moved"] == {"l1_to_l2": 0, "l2_to_l1": 0, "l2_to_l3": 0, "l3_to_l2": 0}
     assert s["evictions"]["l1"] > 0

@@ -1,4 +1,4 @@
-"""The single-tier reference mode (`--tiers l1 --ranks 1 --page-tokens 1 --eviction lru`):
+"""The single-tier reference mode (`--tiers l1 --ranks 1 --eviction lru`):
 the rule docs/sim.md states, checked by hand on a small trace and against an
 independent implementation of that rule on random traces."""
 
@@ -20,7 +20,7 @@ def _trace(tmp_path: Path, prompts: list[list[int]]) -> Path:
 
 
 def _reference(path: Path, capacity: int):
-    return simulate(SimOptions(workload=str(path), tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity))
+    return simulate(SimOptions(workload=str(path), tiers="l1", ranks=1, eviction="lru", l1_pages=capacity))
 
 
 def test_hand_computed_hits_on_a_four_page_cache(tmp_path):
@@ -170,7 +170,7 @@ def test_unbounded_capacity_gives_the_files_own_hit_rate():
             k += 1
         hit, total = hit + k, total + len(req.hash_ids)
         seen.update(req.hash_ids)
-    r = simulate(SimOptions(workload="synthetic", tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=0))
+    r = simulate(SimOptions(workload="synthetic", tiers="l1", ranks=1, eviction="lru", l1_pages=0))
     s = r.summary
     assert (s["pages_total"], s["pages_hit_l1"]) == (total, hit)
     assert round(s["hit_rate_blocks"], 4) == 0.6379
@@ -202,7 +202,7 @@ def test_the_benchmarks_radix_cache_gives_every_request_the_simulators_hit():
         cache.insert(ids, node)
         cache.release(node)
         assert cache.used <= capacity
-    r = simulate(SimOptions(workload="synthetic", requests=n, tiers="l1", ranks=1, page_tokens=1, eviction="lru", l1_pages=capacity))
+    r = simulate(SimOptions(workload="synthetic", requests=n, tiers="l1", ranks=1, eviction="lru", l1_pages=capacity))
     assert r.summary["evictions"]["l1"] > 0  # the capacity is small enough to evict
     assert [h for _, h, _, _ in r.request_hits] == hits
 

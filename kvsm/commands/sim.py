@@ -11,7 +11,9 @@ from rich.table import Table
 from rich.markup import escape
 
 from ..bounds import MAX_DEVICE_PAGES, MAX_GENERATED_REQUESTS, MAX_RANKS
+from ..sim.shape import L2_GBPS, L3_GBPS, PREFILL_TPS
 from .common import EXIT_FAILED, bug_option, console, emit_json, err, fail, output_option, progress, warn
+from .serving import model_option, rate_option, size_option, ttl_option
 
 
 def _summary_table(s: dict[str, Any]) -> Table:
@@ -51,6 +53,9 @@ def _summary_table(s: dict[str, Any]) -> Table:
         ("transitions, sync points", f"{s['transitions']}, {s['sync_points']}"),
         ("wall time", f"{s['seconds']:.2f} s"),
     ]
+    from .serving import serving_rows
+
+    rows[2:2] = serving_rows(s)
     for k, v in rows:
         table.add_row(k, v)
     return table
@@ -185,6 +190,14 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition"),
         replicas: str = typer.Option("every", "--replicas", help="how the ranks' replicas are kept and compared: every (each replica runs every step, compared after each); agreement (a replica that equals the log's state shares its steps, the others run their own, compared at every collective; about 4 times as fast with 4 ranks, a sweep's default); off (none: no rank divergence detected, invariants with --check still are). The log is the same at every level (docs/sim.md, Ranks and divergence)"),
         bug: Optional[str] = bug_option(),
+        model: Optional[str] = model_option(),
+        l1_size: Optional[str] = size_option("--l1-size", "device KV memory per rank (GPU), e.g. 40GiB: whole pages of the model's shape, instead of --l1-pages"),
+        l2_size: Optional[str] = size_option("--l2-size", "the shared host pool, e.g. 256GiB, instead of --l2-pages"),
+        l3_size: Optional[str] = size_option("--l3-size", "disk per rank, e.g. 2TB, instead of --l3-pages"),
+        prefill_tps: Optional[float] = rate_option("--prefill-tps", PREFILL_TPS, "prefill tokens per second per rank, for the TTFT estimate"),
+        l2_gbps: Optional[float] = rate_option("--l2-gbps", L2_GBPS, "host-to-device GB/s per rank, for the TTFT estimate"),
+        l3_gbps: Optional[float] = rate_option("--l3-gbps", L3_GBPS, "disk-to-host GB/s per rank, for the TTFT estimate"),
+        reload_ttl_s: Optional[float] = ttl_option(),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
         from ..config import ConfigError, builtin_names
@@ -222,6 +235,14 @@ def register(app: typer.Typer) -> None:
             bug=bug,
             settings=sets,
             replicas=replicas,
+            model=model,
+            l1_size=l1_size,
+            l2_size=l2_size,
+            l3_size=l3_size,
+            prefill_tps=prefill_tps,
+            l2_gbps=l2_gbps,
+            l3_gbps=l3_gbps,
+            reload_ttl_s=reload_ttl_s,
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             # and no output replaces an input or another output (every file is left as it was)

@@ -15,7 +15,9 @@ from rich.table import Table
 
 from ..bounds import MAX_SWEEP_POINTS
 from .campaign import check_scheduler, run_on_dask
+from ..sim.shape import L2_GBPS, L3_GBPS, PREFILL_TPS
 from .common import EXIT_FAILED, console, emit_json, err, fail, output_option, progress
+from .serving import MODEL_HELP, model_option, size_option
 
 STATUSES = ("ok", "stopped", "killed", "error")
 # a grid of more points than this is announced on stderr while its points are prepared
@@ -52,6 +54,14 @@ def register(app: typer.Typer) -> None:
         max_points: int = typer.Option(MAX_SWEEP_POINTS, "--max-points", min=1, metavar="N", help="the most points the grid may have; a larger grid is refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the sweep in -o: run only the points without a result (the grid may have grown)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+        model: Optional[str] = model_option(MODEL_HELP.replace("the model", "models, comma-separated,", 1)),
+        l1_size: Optional[str] = size_option("--l1-size", "device KV memory per rank, comma-separated (e.g. 8GiB,16GiB), instead of --l1-pages"),
+        l2_size: Optional[str] = size_option("--l2-size", "shared host pool sizes, comma-separated, instead of --l2-pages"),
+        l3_size: Optional[str] = size_option("--l3-size", "disk sizes per rank, comma-separated, instead of --l3-pages"),
+        prefill_tps: Optional[str] = typer.Option(None, "--prefill-tps", metavar="RATES", help=f"prefill tokens per second per rank, comma-separated (default {PREFILL_TPS:g}, an assumption: docs/sim.md)"),
+        l2_gbps: Optional[str] = typer.Option(None, "--l2-gbps", metavar="RATES", help=f"host-to-device GB/s per rank, comma-separated (default {L2_GBPS:g})"),
+        l3_gbps: Optional[str] = typer.Option(None, "--l3-gbps", metavar="RATES", help=f"disk-to-host GB/s per rank, comma-separated (default {L3_GBPS:g})"),
+        reload_ttl_s: Optional[str] = typer.Option(None, "--reload-ttl-s", metavar="SECONDS", help="reload ttls in seconds, comma-separated, as kvsm sim --reload-ttl-s"),
     ) -> None:
         """Run a grid of simulations, one per combination of the values given (every kvsm
         sim option takes a comma-separated list), on Dask distributed; write the results
@@ -65,7 +75,9 @@ def register(app: typer.Typer) -> None:
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
                  "page_tokens": page_tokens, "l1_pages": l1_pages, "l2_pages": l2_pages, "l3_pages": l3_pages,
-                 "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug, "replicas": replicas}
+                 "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug, "replicas": replicas,
+                 "model": model, "l1_size": l1_size, "l2_size": l2_size, "l3_size": l3_size, "prefill_tps": prefill_tps,
+                 "l2_gbps": l2_gbps, "l3_gbps": l3_gbps, "reload_ttl_s": reload_ttl_s}
         if workers is not None and scheduler is not None:
             raise fail("give --workers or --scheduler, not both")
         try:
@@ -148,15 +160,17 @@ def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str])
     t = Table(title=f"kvsm sweep: {s['points']} points, {s['ran']} run now on {s['workers']} workers in {s['seconds']:.1f} s")
     for n in varying:
         t.add_column(OPTION[n])
-    for c in ("status", "block hit rate", "token hit rate", "hit L1 / L2 / L3 (blocks)"):
+    for c in ("status", "block hit rate", "token hit rate", "hit L1 / L2 / L3 (blocks)", "tokens saved", "TTFT ms mean / p99"):
         t.add_column(c, justify="right")
     for r in records:
         cells = [show(n, r["options"].get(n)) for n in varying]
         if r.get("status") == "ok":
             h = r["hit_rate"]
             cells += ["ok", f"{h['blocks']:.4f}", f"{h['tokens']:.4f}", " / ".join(f"{h[f'blocks_{x}']:.4f}" for x in ("l1", "l2", "l3"))]
+            sim = r["sim"]
+            cells += [f"{sim['tokens_saved']['total']:,}", f"{sim['ttft_ms']['mean']:,.1f} / {sim['ttft_ms']['p99']:,.1f}"] if "ttft_ms" in sim else ["-", "-"]
         else:
-            cells += [r.get("status", "?"), "-", "-", "-"]
+            cells += [r.get("status", "?"), "-", "-", "-", "-", "-"]
         t.add_row(*cells)
     for k in s["knees"]:
         t.caption = (t.caption + "\n" if t.caption else "") + f"knee of {k['axis']} ({k['curve']}, {k['measure']}): {k['knee_pages']} pages, {k['hit_rate']:.4f} (best {k['best']:.4f})"

@@ -11,7 +11,9 @@ from typing import Any
 from ..bounds import MAX_DEVICE_PAGES
 from ..config import EVICTIONS, Config, ConfigError, builtin_file, builtin_names, load_config
 from .faults import Faults
-from .trace import Workload
+from .generators import CONFIG_PROMPTS
+from .shape import DEFAULT_MODEL, PRESETS, L2_GBPS, L3_GBPS, PREFILL_TPS, Serving, ShapeError, check_rate, load_model, size_pages
+from .trace import MOONCAKE_BLOCK_TOKENS, Workload, split_pages
 from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
@@ -101,6 +103,15 @@ class SimOptions:
     # how often the ranks' replicas are kept and compared: every | agreement | off
     # (`kvsm.sim.cluster`, docs/sim.md); the log is the same at every level
     replicas: str = "every"
+    # bytes and serving figures (`kvsm.sim.shape`, docs/sim.md "Bytes and serving figures")
+    model: str | None = None  # a preset name or a TOML file; None: DEFAULT_MODEL stands in for the figures
+    l1_size: str | None = None  # a size with a unit per rank lane, instead of l1_pages
+    l2_size: str | None = None  # the shared host pool's size, instead of l2_pages
+    l3_size: str | None = None  # a size per rank disk, instead of l3_pages
+    prefill_tps: float | None = None  # prefill tokens per second per rank (default shape.PREFILL_TPS)
+    l2_gbps: float | None = None  # host -> device GB/s per rank (default shape.L2_GBPS)
+    l3_gbps: float | None = None  # disk -> host GB/s per rank (default shape.L3_GBPS)
+    reload_ttl_s: float | None = None  # the config's reload_ttl in seconds of simulated time
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,7 @@ class Prepared:
     l3: bool  # whether the disk tier is in use
     bias: float | None = None  # the random schedule's bias, when given (None: drawn from the seed)
     replicas: str = "every"  # SimOptions.replicas
+    serving: Serving = field(default_factory=lambda: Serving(PRESETS[DEFAULT_MODEL]))  # the shape and rates of the figures
 
 
 def config_file(name_or_path: str) -> Path | None:
@@ -196,10 +208,50 @@ def prepare(opts: SimOptions) -> Prepared:
         raise SimError(f"--l3-pages needs --tiers l1,l2,l3, got --tiers {opts.tiers}")
     if faults.disk and not l3:
         raise SimError(f"--faults disk:{faults.disk:g} needs --tiers l1,l2,l3 (there is no disk to fail)")
+    for tier in ("l1", "l2", "l3"):
+        if getattr(opts, f"{tier}_pages") is not None and getattr(opts, f"{tier}_size") is not None:
+            raise SimError(f"--{tier}-size {getattr(opts, f'{tier}_size')}: give --{tier}-pages or --{tier}-size, not both")
+    if opts.l2_size is not None and opts.tiers == "l1":
+        raise SimError("--l2-size needs an L2 tier (--tiers l1,l2 or l1,l2,l3), got --tiers l1")
+    if opts.l3_size is not None and not l3:
+        raise SimError(f"--l3-size needs --tiers l1,l2,l3, got --tiers {opts.tiers}")
     base = load_config(opts.config)
     R = opts.ranks if opts.ranks is not None else base.R
-    L1 = opts.l1_pages if opts.l1_pages is not None else base.L1
-    workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=R * (L1 or base.L1), config=base)
+    try:
+        for option in ("--prefill-tps", "--l2-gbps", "--l3-gbps"):
+            check_rate(option, getattr(opts, option[2:].replace("-", "_")))
+        shape = load_model(opts.model) if opts.model is not None else PRESETS[DEFAULT_MODEL]
+        serving = Serving(
+            shape,
+            given=opts.model is not None,
+            prefill_tps=opts.prefill_tps if opts.prefill_tps is not None else PREFILL_TPS,
+            l2_gbps=opts.l2_gbps if opts.l2_gbps is not None else L2_GBPS,
+            l3_gbps=opts.l3_gbps if opts.l3_gbps is not None else L3_GBPS,
+        )
+        # a trace's and a generator's blocks are 512 tokens, config-prompts' the config's P
+        block = base.P if opts.workload == CONFIG_PROMPTS else MOONCAKE_BLOCK_TOKENS
+        P = opts.page_tokens if opts.page_tokens is not None else block
+        if block % P:
+            raise SimError(f"--page-tokens {P}: must divide the workload's block size {block} (a page is a whole part of one block)")
+        page_bytes = shape.bytes_per_token * P
+
+        def pages(tier: str, given: int | None) -> int | None:
+            text = getattr(opts, f"{tier}_size")
+            return size_pages(f"--{tier}-size", text, page_bytes, shape, P) if text is not None else given
+
+        l1_given, l2_given, l3_given = pages("l1", opts.l1_pages), pages("l2", opts.l2_pages), pages("l3", opts.l3_pages)
+    except ShapeError as e:
+        raise SimError(str(e)) from None
+    L1 = l1_given if l1_given is not None else base.L1
+    if opts.l1_size is not None and R * L1 > MAX_DEVICE_PAGES:
+        raise SimError(f"--l1-size {opts.l1_size}: {L1:,} pages per rank, {R * L1:,} on {R} ranks, more than the bound {MAX_DEVICE_PAGES:,} device pages")
+    # a generator sizes itself by the device's blocks (pages of P tokens, P / block of a block each)
+    workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=max(1, R * (L1 or base.L1) * P // block), config=base)
+    if P != workload.block_tokens:
+        try:
+            workload = split_pages(workload, P)
+        except ValueError as e:
+            raise SimError(f"--page-tokens {P}: {e}") from None
     l2 = opts.tiers in ("l1,l2", "l1,l2,l3")
     if schedule == "auto":
         schedule = "serial" if (not l2 and R == 1) else "timed"
@@ -215,20 +267,20 @@ def prepare(opts: SimOptions) -> Prepared:
                 f"--l1-pages 0: the whole workload needs {L1} pages per lane, {R * L1} on {R} ranks, more than the bound "
                 f"{MAX_DEVICE_PAGES} device pages; give --l1-pages a number"
             )
-    L2 = opts.l2_pages if opts.l2_pages is not None else base.L2
+    L2 = l2_given if l2_given is not None else base.L2
     if L2 == 0:
         L2 = 1 + sum(len(r.hash_ids) for r in workload.requests)
     # without the tier the simulator never spills, so the config's L3 is switched off
     L3 = 0
     if l3:
-        L3 = opts.l3_pages if opts.l3_pages is not None else base.L3
+        L3 = l3_given if l3_given is not None else base.L3
         if L3 == 0:
             # every prompt page on every rank's disk: more than any rank can ever own
             L3 = 1 + sum(len(r.hash_ids) for r in workload.requests)
     data = base.to_json()
     data.update(
         R=R,
-        P=opts.page_tokens if opts.page_tokens is not None else workload.block_tokens,
+        P=P,
         L1=L1,
         L2=L2,
         L3=L3,
@@ -259,6 +311,13 @@ def prepare(opts: SimOptions) -> Prepared:
         data["bug"] = opts.bug
     for key, value in opts.settings:
         data[key] = value
+    if opts.reload_ttl_s is not None:
+        if any(k == "reload_ttl" for k, _ in opts.settings):
+            raise SimError(f"--reload-ttl-s {opts.reload_ttl_s:g}: give --reload-ttl-s or --set reload_ttl=TICKS, not both")
+        if not (math.isfinite(opts.reload_ttl_s) and opts.reload_ttl_s > 0):
+            raise SimError(f"--reload-ttl-s {opts.reload_ttl_s}: must be a positive number of seconds")
+        # a reload's ttl counts the ticks (Timing.tick_ms each) it holds its waiters
+        data["reload_ttl"] = max(1, math.ceil(opts.reload_ttl_s * 1000 / opts.timing.tick_ms))
     try:
         cfg = Config.from_json(data, where=f"config '{opts.config}' with the command's overrides")
     except ConfigError as e:
@@ -269,4 +328,4 @@ def prepare(opts: SimOptions) -> Prepared:
     # a walk steps the cluster's state alone: each step compares the ranks' own decisions
     # itself (invariant 13), and there is no per-rank event for a replica to apply
     replicas = "off" if schedule == "walk" else opts.replicas
-    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=replicas)
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=replicas, serving=serving)

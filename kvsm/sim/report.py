@@ -187,6 +187,21 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         ("hit on L3 (reloaded)", "pages_hit_l3"), ("recomputed", "pages_recomputed"), ("not cached (did not fit)", "pages_uncached"),
         ("prompt tokens", "tokens_total"), ("tokens hit", "tokens_hit"),
     ]),
+    ("Bytes and serving figures (estimates, docs/sim.md)", [
+        ("model", "serving.model.name"), ("model given (false: the default)", "serving.model.given"),
+        ("layers", "serving.model.layers"), ("KV heads", "serving.model.kv_heads"), ("head dim", "serving.model.head_dim"),
+        ("MLA kv_lora_rank", "serving.model.kv_lora_rank"), ("MLA rope head dim", "serving.model.rope_head_dim"),
+        ("dtype", "serving.model.dtype"), ("KV bytes per token", "serving.model.bytes_per_token"), ("bytes per page", "serving.page_bytes"),
+        *((f"{t.upper()} {what} ({unit})", f"capacity.{t}.{unit}") for t, what in (("l1", "per rank"), ("l2", "shared"), ("l3", "per rank"))
+          for unit in ("pages", "tokens", "bytes")),
+        *((f"prefill tokens saved, {t}", f"tokens_saved.{t}") for t in ("l1", "l2", "l3", "total")),
+        *((f"tokens recomputed per request, {q}", f"tokens_recomputed.{q}") for q in ("mean", "p50", "p99")),
+        ("tokens recomputed, all requests", "tokens_recomputed.total"),
+        *((f"TTFT estimate (ms), {q}", f"ttft_ms.{q}") for q in ("mean", "p50", "p99", "max")),
+        *((f"bytes moved {a} -> {b}", f"bytes_moved.{a.lower()}_to_{b.lower()}") for a, b in (("L1", "L2"), ("L2", "L1"), ("L2", "L3"), ("L3", "L2"))),
+        ("prefill tokens per second per rank", "serving.prefill_tps"), ("host-to-device GB/s per rank", "serving.l2_gbps"),
+        ("disk-to-host GB/s per rank", "serving.l3_gbps"), ("reload ttl (seconds)", "config.reload_ttl_s"),
+    ]),
     ("Requests", [
         ("finished", "requests_finished"), ("aborted by a fault", "requests_aborted"), ("not cached", "requests_uncached"),
         ("held for a reload", "requests_held"),
@@ -235,6 +250,17 @@ def grouped_tables(summary: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     return out
 
 
+def _serving_headline(s: dict[str, Any]) -> str:
+    """What the cache saved: prefill tokens per tier and the TTFT estimate (docs/sim.md,
+    "Bytes and serving figures"); empty for a summary without them."""
+    if "ttft_ms" not in s:
+        return ""
+    t, f, m = s["tokens_saved"], s["ttft_ms"], s["serving"]["model"]
+    return (f'<p class="headline">prefill tokens saved <b>{t["total"]:,}</b> of {s["tokens_total"]:,} (L1 {t["l1"]:,}, '
+            f'L2 {t["l2"]:,}, L3 {t["l3"]:,}); TTFT estimate <b>{f["mean"]:,.1f} ms</b> mean, {f["p99"]:,.1f} ms p99 '
+            f'({html.escape(m["name"])}{"" if m["given"] else ", the default model"}; an estimate from assumed rates)</p>')
+
+
 def render_html(result: SimResult, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> str:
     """The report: headline, plots, the summary's tables; with `steps` ((step, result,
     time) rows, as `kvsm run` has them), a table of them first."""
@@ -280,6 +306,7 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 <p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests on {s['config']['R']} ranks,
 {s['transitions']} transitions, {s['simulated_ms'] / 1000:.1f} s simulated in {s['seconds']} s.</p>
+{_serving_headline(s)}
 {step_table}
 <h2>Plots</h2>
 {imgs}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,6 +13,7 @@ from ..transitions import Transition
 from .metrics import Sample
 from .options import CLOCKLESS, Prepared, SimOptions, prepare
 from .scheduler import Simulation
+from .shape import capacities, serving_summary
 from .watch import Watch
 
 
@@ -101,9 +102,15 @@ def simulate(
             "reload_inflight": cfg.reload_inflight,
             "spill_queue_cap": cfg.spill_queue_cap,
             "reload_ttl": cfg.reload_ttl,
+            # a reload's ttl counts ticks of the timed schedule's clock
+            "reload_ttl_s": round(cfg.reload_ttl * opts.timing.tick_ms / 1000, 6),
         },
         log=str(log) if log is not None else None,
     )
+    reqs = prep.workload.requests
+    per_request = [(reqs[i].input_length, h1, h2, h3, i) for i, h1, h2, h3 in sim.metrics.request_hits]
+    figures = serving_summary(per_request, summary["pages_moved"], cfg.P, cfg.R, prep.serving)
+    summary.update(figures, capacity=capacities(cfg, figures["serving"]["page_bytes"], prep.l2, prep.l3))
     return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
 
 
@@ -137,6 +144,17 @@ def main_job_options(seed: int = 0, requests: int = 300, ranks: int = 4) -> SimO
         l2_pages=2048,
         faults="slow:0.05,stall:0.01,abort:0.02",
     )
+
+
+def with_shape(opts: SimOptions, model: str | None = None, l1_size: str | None = None, l2_size: str | None = None) -> SimOptions:
+    """`opts` with the model of its byte and TTFT figures, and a size (when given) in place
+    of its tier's pages (`kvsm run --model --l1-size --l2-size`)."""
+    opts = replace(opts, model=model)
+    if l1_size is not None:
+        opts = replace(opts, l1_pages=None, l1_size=l1_size)
+    if l2_size is not None:
+        opts = replace(opts, l2_pages=None, l2_size=l2_size)
+    return opts
 
 
 def run_main_job(

@@ -141,3 +141,29 @@ def read_trace(path: str | Path, limit: int | None = None, name: str | None = No
         lines.pop()  # the newline that ends the last line
     reqs = parse_lines(where, lines, limit)
     return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), hashlib.sha256(data).hexdigest())
+
+
+def split_pages(w: Workload, page_tokens: int) -> Workload:
+    """The workload in pages of `page_tokens` tokens, which must divide its block size: a
+    block of `t` tokens becomes `ceil(t / page_tokens)` pages, page `j` of block id `h` the
+    symbol `h x (block / page_tokens) + j`. Two prompts that share a block id share its
+    pages; one whose last block is partial shares that block's first pages only, down to
+    the page. A symbol past `MAX_HASH_ID` is a ValueError."""
+    bt = w.block_tokens
+    if page_tokens == bt:
+        return w
+    if page_tokens < 1 or bt % page_tokens:
+        raise ValueError(f"must divide the workload's block size {bt}")
+    k = bt // page_tokens
+    top = max((h for r in w.requests for h in r.hash_ids), default=0)
+    if top * k + k - 1 > MAX_HASH_ID:
+        raise ValueError(f"block id {top} x {k} pages per block is past the largest page symbol {MAX_HASH_ID}")
+    reqs = []
+    for r in w.requests:
+        ids: list[int] = []
+        last = len(r.hash_ids) - 1
+        for i, h in enumerate(r.hash_ids):
+            n = k if i < last else -(-(r.input_length - last * bt) // page_tokens)
+            ids.extend(range(h * k, h * k + n))
+        reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids)))
+    return Workload(w.name, w.source, page_tokens, tuple(reqs), w.sha256)

@@ -24,6 +24,7 @@ from ..campaign.store import Results
 from ..config import BUGS, EVICTIONS, ConfigError
 from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
 from ..sim.options import REPLICAS, TIERS, parse_schedule, prepare
+from ..sim.shape import ShapeError, check_rate, load_model, parse_size
 from ..sim.trace import Workload
 
 
@@ -93,6 +94,31 @@ def _schedule(option: str, text: str) -> str:
     return name if bias is None else f"{name}:{bias!r}"
 
 
+def _model(option: str, text: str) -> str:
+    try:
+        load_model(text)
+    except ShapeError as e:
+        raise GridError(str(e)) from None
+    return text
+
+
+def _size(option: str, text: str) -> str:
+    try:
+        parse_size(option, text)
+    except ShapeError as e:
+        raise GridError(str(e)) from None
+    return text
+
+
+def _rate(option: str, text: str) -> float:
+    try:
+        v = float(text)
+        check_rate(option, v)
+    except (ValueError, ShapeError):
+        raise GridError(f"{option} {text!r}: must be a positive number") from None
+    return v
+
+
 # (SimOptions field, option, parser), in the order the grid crosses them
 AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("workload", "--workload", _text),
@@ -104,19 +130,33 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("ranks", "--ranks", _int(1, MAX_RANKS)),
     ("requests", "--requests", _int(1)),
     ("page_tokens", "--page-tokens", _int(1)),
+    ("model", "--model", _model),
     ("eviction", "--eviction", _choice(EVICTIONS)),
     ("faults", "--faults", _faults),
+    ("prefill_tps", "--prefill-tps", _rate),
+    ("l2_gbps", "--l2-gbps", _rate),
+    ("l3_gbps", "--l3-gbps", _rate),
+    ("reload_ttl_s", "--reload-ttl-s", _rate),
     ("seed", "--seed", _int(0, 2**63 - 1)),
     ("l3_pages", "--l3-pages", _int(0)),
+    ("l3_size", "--l3-size", _size),
     ("l2_pages", "--l2-pages", _int(0)),
+    ("l2_size", "--l2-size", _size),
     ("l1_pages", "--l1-pages", _int(0)),
+    ("l1_size", "--l1-size", _size),
 )
+# options added after sweeps had named their points: left out of a point's name while
+# not given, so that a point keeps the name it had before them
+_NAMED_WHEN_GIVEN = ("model", "l1_size", "l2_size", "l3_size", "prefill_tps", "l2_gbps", "l3_gbps", "reload_ttl_s")
 OPTION = {name: option for name, option, _ in AXES}
 # the capacity axes a sweep plots against: (field, the resolved config's field, label)
 CAPACITIES = (
     ("l1_pages", "L1", "L1 pages per rank lane"),
     ("l2_pages", "L2", "L2 pages (shared host)"),
     ("l3_pages", "L3", "L3 pages per rank disk"),
+    ("l1_size", "L1", "L1 pages per rank lane (of --l1-size)"),
+    ("l2_size", "L2", "L2 pages, shared host (of --l2-size)"),
+    ("l3_size", "L3", "L3 pages per rank disk (of --l3-size)"),
 )
 
 
@@ -146,6 +186,14 @@ class Point:
     l2_pages: int | None = None
     l1_pages: int | None = None
     check: bool = False
+    model: str | None = None
+    l1_size: str | None = None
+    l2_size: str | None = None
+    l3_size: str | None = None
+    prefill_tps: float | None = None
+    l2_gbps: float | None = None
+    l3_gbps: float | None = None
+    reload_ttl_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -155,6 +203,9 @@ class Point:
             # every level): named only when not the default, so that points keep the
             # names they had before the option
             del d["replicas"]
+        for name in _NAMED_WHEN_GIVEN:
+            if d[name] is None:
+                del d[name]
         text = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -172,7 +223,7 @@ class Point:
     def command(self) -> str:
         """The `kvsm sim --json` command that runs this point alone."""
         args = ["kvsm", "sim", "--workload", self.workload, "--config", self.config, "--seed", str(self.seed), "--tiers", self.tiers]
-        for name in ("requests", "ranks", "page_tokens", "l1_pages", "l2_pages", "l3_pages", "eviction", "bug"):
+        for name in ("requests", "ranks", "page_tokens", "l1_pages", "l2_pages", "l3_pages", "eviction", "bug", *_NAMED_WHEN_GIVEN):
             v = getattr(self, name)
             if v is not None:
                 args += [OPTION[name], str(v)]
@@ -220,9 +271,9 @@ class Axes:
         for combo in itertools.product(*(vs for _, vs in self.values)):
             p = Point(**dict(zip(names, combo)), check=self.check)
             if p.tiers == "l1":
-                p = replace(p, l2_pages=None)
+                p = replace(p, l2_pages=None, l2_size=None)
             if p.tiers != "l1,l2,l3":
-                p = replace(p, l3_pages=None)
+                p = replace(p, l3_pages=None, l3_size=None)
             seen.setdefault(p.key, p)
         return list(seen.values())
 
@@ -247,6 +298,13 @@ def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
         values.append((name, vs))
     axes = Axes(tuple(values), check)
     d = axes.given()
+    for tier in ("l1", "l2", "l3"):
+        if given.get(f"{tier}_pages") is not None and given.get(f"{tier}_size") is not None:
+            raise GridError(f"--{tier}-size {given[f'{tier}_size']}: give --{tier}-pages or --{tier}-size, not both")
+    if given.get("l2_size") is not None and d["tiers"] == ("l1",):
+        raise GridError(f"--l2-size {given['l2_size']}: no point has an L2 tier (--tiers l1)")
+    if given.get("l3_size") is not None and "l1,l2,l3" not in d["tiers"]:
+        raise GridError(f"--l3-size {given['l3_size']}: no point has an L3 tier (add l1+l2+l3 to --tiers)")
     if given.get("l2_pages") is not None and d["tiers"] == ("l1",):
         raise GridError(f"--l2-pages {given['l2_pages']}: no point has an L2 tier (--tiers l1)")
     if given.get("l3_pages") is not None and "l1,l2,l3" not in d["tiers"]:
@@ -343,7 +401,7 @@ def run_point(spec_json: dict[str, Any], _budget_json: dict[str, Any] | None = N
     else:
         tokens = tier_hits(res.request_hits, box["prep"].workload)
         rec.update(status="ok", sim=res.summary, hit_rate=hit_rates(res.summary, tokens), tokens_hit=tokens,
-                   transitions=res.summary["transitions"])
+                   tokens_saved=res.summary["tokens_saved"], ttft_ms=res.summary["ttft_ms"], transitions=res.summary["transitions"])
     rec["worker"] = _worker_name()
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec

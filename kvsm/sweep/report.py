@@ -46,7 +46,7 @@ def row(rec: dict[str, Any]) -> dict[str, str]:
     opts = rec["options"]
     ordered: dict[str, Any] = {"point": rec["point"], "status": rec.get("status")}
     ordered.update({f: opts.get(f) for f in _FIELDS})
-    for k in ("hit_rate", "tokens_hit", "sim", "command", "transitions", "worker", "seconds", "attempts", "error"):
+    for k in ("hit_rate", "tokens_hit", "tokens_saved", "ttft_ms", "sim", "command", "transitions", "worker", "seconds", "attempts", "error"):
         if k in rec:
             ordered[k] = rec[k]
     if "workers" in rec:
@@ -165,6 +165,8 @@ _MEASURE_COLUMNS = [
     ("token hit rate", lambda r: f"{r['hit_rate']['tokens']:.4f}"),
     ("blocks L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'blocks_{t}']:.4f}" for t in TIERS)),
     ("tokens L1 / L2 / L3", lambda r: " / ".join(f"{r['hit_rate'][f'tokens_{t}']:.4f}" for t in TIERS)),
+    ("tokens saved", lambda r: f"{r['sim']['tokens_saved']['total']:,}" if "tokens_saved" in r["sim"] else "-"),
+    ("TTFT ms mean / p99 (estimate)", lambda r: f"{r['sim']['ttft_ms']['mean']:,.1f} / {r['sim']['ttft_ms']['p99']:,.1f}" if "ttft_ms" in r["sim"] else "-"),
     ("L1 / L2 / L3 pages", lambda r: " / ".join(str(r["sim"]["config"][t.upper()]) if t in r["options"]["tiers"].split(",") else "-" for t in TIERS)),
     ("evicted L1 / L2", lambda r: f"{r['sim']['evictions']['l1']} / {r['sim']['evictions']['l2']}"),
     ("transitions", lambda r: str(r["transitions"])),
@@ -237,7 +239,9 @@ CSV = "results.csv"
 def write_outputs(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], outdir: Path) -> list[Path]:
     """`results.csv`, the plots and `report.html` in `outdir`, each written atomically."""
     paths = [write_csv(records, outdir / CSV)]
-    plots = render_plots(axes, records)
+    from .serving import render_serving_plots
+
+    plots = render_plots(axes, records) | render_serving_plots(axes, records)
     for name, data in plots.items():
         write_atomic(outdir / name, data)
         paths.append(outdir / name)
