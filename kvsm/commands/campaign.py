@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
         seeds: Optional[str] = typer.Option(None, "--seeds", help="runs numbered A..B (inclusive)"),
         configs: str = typer.Option("small,default,l3", "--config", "-c", help="configs to draw from: built-in names or TOML paths, comma-separated"),
         configs_old: Optional[str] = typer.Option(None, "--configs", hidden=True, help="-c/--config's old name"),
-        tiers: Optional[List[str]] = typer.Option(None, "--tiers", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3; default all three"),
+        tiers: Optional[List[str]] = typer.Option(None, "--tiers", metavar="TIERS", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3 (default all three)"),
         faults: Optional[List[str]] = typer.Option(None, "--faults", help="a fault mix to draw from (repeat the option), as kvsm sim --faults, or swarm (the default): each run turns each kind on or off and draws its rate"),
         schedule: str = typer.Option("swarm", "--schedule", help="the runs' kvsm sim --schedule: swarm (the default: half of the runs walk one of the configs that are TLC models, small and l3 of the defaults, --schedule walk --workload config-prompts; the others take random, a bias drawn per run), random, random:B, walk, timed or auto"),
         knobs: str = typer.Option("fixed", "--knobs", help="fixed | reference: with reference, runs also draw the fidelity knobs' reference values (the reference's findings: such runs fail by design)"),

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         ranks: Optional[str] = _list("--ranks", "1,4", "", "4, the R of -c default; with another -c, its R"),
         seed: Optional[str] = typer.Option(None, "--seed", "-s", help="seeds, comma-separated (default 0)"),
         requests: Optional[str] = typer.Option(None, "--requests", "-n", help="request counts, comma-separated, as kvsm sim -n (default all of a trace: 3993 of synthetic; 2000 generated)"),
-        tiers: Optional[List[str]] = typer.Option(None, "--tiers", help="a tier set: l1 | l1,l2 | l1,l2,l3; repeat the option for several (--tiers l1 --tiers l1,l2; default l1,l2)"),
+        tiers: Optional[List[str]] = typer.Option(None, "--tiers", metavar="TIERS", help="a tier set: l1 | l1,l2 | l1,l2,l3; repeat the option for several (--tiers l1 --tiers l1,l2; default l1,l2)"),
         page_tokens: Optional[str] = _list("--page-tokens", "16,512", "", "512, a trace's block; with -w config-prompts the config's P, 16 in default"),
         l1_pages: Optional[str] = _list("--l1-pages", "256,512,1024", ": device pages per rank lane", "512, the L1 of -c default"),
         l2_pages: Optional[str] = _list("--l2-pages", "2048,8192", ": shared host pages, for the points with L2", "4096, the L2 of -c default"),
