@@ -8,7 +8,7 @@ on a shared machine the wall times grow with the load while the CPU time stays a
 the same, so a busy machine's figures say little about a quiet one's without it. The
 target (README) is 60 s on a quiet 2-core machine.
 
-    python benchmarks/run.py [--json] [--outdir DIR] [--requests N]
+    python benchmarks/run.py [--json] [-o DIR] [--requests N]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def measure(outdir: Path, requests: int) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-    r = subprocess.run([sys.executable, "-m", "kvsm.cli", "run", "--json", "--outdir", str(outdir), "--requests", str(requests)], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-m", "kvsm.cli", "run", "--json", "-o", str(outdir), "--requests", str(requests)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
@@ -53,8 +53,8 @@ def measure(outdir: Path, requests: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--outdir", type=Path, default=None, help="where the run writes (default: a temporary directory)")
-    ap.add_argument("--requests", type=int, default=300, help="kvsm run --requests (default: its own, 300)")
+    ap.add_argument("-o", "--output", dest="outdir", type=Path, default=None, help="kvsm run -o: where the run writes (default: a temporary directory)")
+    ap.add_argument("--requests", type=int, default=300, help="kvsm run --requests (default 300, its own)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvsm-bench-run-") as tmp:
         res = measure(a.outdir or Path(tmp), a.requests)

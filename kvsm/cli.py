@@ -29,6 +29,7 @@ from .commands.common import (
     EXIT_FAILED,
     EXIT_INPUT,
     KvsmGroup,
+    alias_value,
     bug_option,
     bug_or_exit,
     config_or_exit,
@@ -84,7 +85,7 @@ def _main(
 @app.command()
 def walk(
     config: str = typer.Option("small", "--config", "-c", help="built-in config name or TOML path"),
-    steps: int = typer.Option(1000, "--steps", "-n", min=0, max=10**9, help="transitions to take"),
+    steps: int = typer.Option(1000, "--steps", min=0, max=10**9, help="transitions to take (no short form: -n is --requests everywhere)"),
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the walk"),
     output: Path = output_option(..., "-o", "--output", help="log file to write (atomically)"),
     check: bool = typer.Option(False, "--check", help="check every invariant after every step"),
@@ -253,13 +254,14 @@ def _step_line(k: int, what: str) -> None:
 def run(
     seed: int = typer.Option(0, "--seed", "-s", min=0, max=SEED_MAX, help="seed of the simulation (its timing and faults); the same seed writes the same log"),
     requests: int = typer.Option(300, "--requests", "-n", min=1, help="first N requests of the bundled Mooncake synthetic trace to simulate (it has 3993; a larger N runs all of them, with a note on stderr)"),
-    outdir: Path = output_option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
+    outdir: Path = output_option(Path("out"), "-o", "--output", help="directory of the run's log and report.html (created if missing)"),
+    outdir_old: Optional[Path] = output_option(None, "--outdir", help="-o/--output's old name", hidden=True),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
     model: Optional[str] = model_option(),
     l1_size: Optional[str] = size_option("--l1-size", "device KV memory per rank, instead of the run's 256 pages"),
     l2_size: Optional[str] = size_option("--l2-size", "the shared host pool, instead of the run's 2048 pages"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (-o DIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed. The simulation is kvsm sim's default config and 512-token pages, but with a smaller cache, L1 256 and L2 2048 pages (kvsm sim: 512 and 4096), so that a short run evicts from L1 and loads back from L2, and light faults, slow:0.05,stall:0.01,abort:0.02 (kvsm sim: none), so that its log holds recoveries."""
     from .explore import explore as do_explore
     from .replay import replay as do_replay
     from .output import OutputError, check_output_file
@@ -269,12 +271,13 @@ def run(
     from .commands.sim import note_short_trace
     from .sim import SimError
 
+    outdir = alias_value("-o/--output", outdir, Path("out"), "--outdir", outdir_old)
     log, report = main_job_log(outdir, seed), outdir / "report.html"
     try:  # before anything runs: the log is the first thing every later step needs
         check_output_file(log)
         check_output_file(report)
     except OutputError as e:
-        raise fail(f"--outdir {outdir}: {e}") from None
+        raise fail(f"-o {outdir}: {e}") from None
     rows: list[tuple[str, str, str]] = []
     ok = True
     t0 = time.perf_counter()
@@ -292,7 +295,7 @@ def run(
         try:
             result = simulate(with_shape(main_job_options(seed, requests, 4), model, l1_size, l2_size), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
         except OutputError as e:
-            raise fail(f"--outdir {outdir}: {e}") from None
+            raise fail(f"-o {outdir}: {e}") from None
         except SimError as e:  # a bad --model or size: before anything ran
             raise fail(str(e)) from None
     summary = result.summary
@@ -326,7 +329,7 @@ def run(
     try:
         write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
     except OutputError as e:
-        raise fail(f"--outdir {outdir}: {e}") from None
+        raise fail(f"-o {outdir}: {e}") from None
     rows.append(("report", f"the simulation's plots and these steps -> {report}", f"{time.perf_counter() - t0:.1f}s"))
     if as_json:
         emit_json({"ok": ok, "steps": [{"step": a, "result": b, "time": c} for a, b, c in rows], "log": str(log), "report": str(report)})
@@ -349,7 +352,7 @@ def _next_steps(log: Path, report: Path) -> str:
         "try next:",
         f"  kvsm show {log} --html {viewer}      step through the simulated log in a browser",
         "  kvsm check --bug double_free             TLC finds an injected defect; read its counterexample with the `kvsm show` it prints",
-        f"  kvsm campaign --runs 20 --configs small -o {log.parent / 'campaign'}      many seeded simulations on Dask, every failure shrunk",
+        f"  kvsm campaign --runs 20 -c small -o {log.parent / 'campaign'}      many seeded simulations on Dask, every failure shrunk",
     ])
 
 

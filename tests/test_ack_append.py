@@ -143,7 +143,7 @@ def test_validate_accepts_a_walk_with_acks_appended_before_their_copies(tmp_path
 
     toml = _builtin_with(tmp_path, "small", 'ack_append = "reference"\n')
     log = tmp_path / "w.jsonl"
-    r = CliRunner().invoke(app, ["walk", "-c", str(toml), "-n", "200", "-s", "3", "-o", str(log)])
+    r = CliRunner().invoke(app, ["walk", "-c", str(toml), "--steps", "200", "-s", "3", "-o", str(log)])
     assert r.exit_code == 0, r.output
     assert '"name":"AckAppend"' in log.read_text()
     res = validate(log, workers=1)

@@ -29,13 +29,14 @@ def _nothing_written(where) -> None:
 
 @pytest.mark.parametrize("args, option", [
     (["walk", "-o", ""], "'-o' / '--output'"),
+    (["run", "-o", ""], "'-o' / '--output'"),
     (["run", "--outdir", ""], "'--outdir'"),
     (["sim", "-n", "5", "-o", ""], "'-o' / '--output'"),
     (["sim", "-n", "5", "--plot", ""], "'--plot'"),
     (["sim", "-n", "5", "--report", ""], "'--report'"),
     (["sweep", "-n", "5", "-o", ""], "'-o' / '--output'"),
-    (["campaign", "--runs", "1", "--configs", "small", "-o", ""], "'-o' / '--output'"),
-    (["campaign", "--runs", "1", "--configs", "small", "--plot", ""], "'--plot'"),
+    (["campaign", "--runs", "1", "-c", "small", "-o", ""], "'-o' / '--output'"),
+    (["campaign", "--runs", "1", "-c", "small", "--plot", ""], "'--plot'"),
     (["show", "x.jsonl", "--html", ""], "'--html'"),
     (["check", "--log", ""], "'--log'"),
     (["corpus", "add", "x.jsonl", "--name", "x", "--dir", ""], "'--dir'"),
@@ -105,7 +106,7 @@ def test_a_campaign_is_bounded_before_anything_runs(tmp_path, monkeypatch, args,
 
     assert MAX_CAMPAIGN_RUNS == 1_000_000
     monkeypatch.chdir(tmp_path)
-    one_error(runner.invoke(app, ["campaign", "--configs", "small", "--workers", "1", *args, "-o", "c"]), message)
+    one_error(runner.invoke(app, ["campaign", "-c", "small", "--workers", "1", *args, "-o", "c"]), message)
     _nothing_written(tmp_path)
 
 
@@ -114,7 +115,7 @@ def test_a_campaign_takes_the_bounds_themselves(tmp_path, monkeypatch):
     check: the next check (--scheduler) is the one that fails."""
     monkeypatch.chdir(tmp_path)
     for args in (["--runs", "2", "--max-runs", "2"], ["--requests", "1..100000", "--schedule", "random"], ["--requests", "1..6250"]):
-        res = runner.invoke(app, ["campaign", "--configs", "small", *args, "--scheduler", "nowhere", "-o", "c"])
+        res = runner.invoke(app, ["campaign", "-c", "small", *args, "--scheduler", "nowhere", "-o", "c"])
         one_error(res, "error: --scheduler nowhere: not a scheduler address")
     _nothing_written(tmp_path)
 
@@ -126,7 +127,7 @@ def test_a_campaign_takes_the_bounds_themselves(tmp_path, monkeypatch):
 def test_a_bad_progress_seconds_is_refused_before_anything_runs(tmp_path, monkeypatch, value, reason):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KVSM_PROGRESS_SECONDS", value)
-    res = runner.invoke(app, ["walk", "-n", "3", "-o", "w.jsonl"])
+    res = runner.invoke(app, ["walk", "--steps", "3", "-o", "w.jsonl"])
     one_error(res, f"error: environment variable KVSM_PROGRESS_SECONDS={value!r}: {reason}; give the seconds between two progress lines, a number >= 0 such as 5 or 0.5")
     _nothing_written(tmp_path)
 

@@ -242,7 +242,7 @@ def test_a_campaign_on_a_scheduler_and_two_worker_processes_survives_a_killed_wo
         out = tmp_path / "c"
         runs = 24
         camp = _kvsm("campaign", "--runs", str(runs), "--scheduler", address, "-o", str(out), "--requests", "24..48",
-                     "--configs", "default", "--tiers", "l1,l2", "--json")
+                     "-c", "default", "--tiers", "l1,l2", "--json")
         procs.append(camp)
         victim = next(iter(workers))
         # kill the victim while it runs a run: a little after it has finished one
@@ -272,7 +272,7 @@ def test_a_campaign_on_a_scheduler_and_two_worker_processes_survives_a_killed_wo
 def test_resume_after_the_campaign_is_killed_runs_only_the_missing_seeds(tmp_path):
     out = tmp_path / "c"
     runs = 30
-    args = ["campaign", "--runs", str(runs), "--workers", "2", "-o", str(out), "--requests", "16..40", "--configs", "default,small"]
+    args = ["campaign", "--runs", str(runs), "--workers", "2", "-o", str(out), "--requests", "16..40", "-c", "default,small"]
     camp = _kvsm(*args, start_new_session=True)  # its own process group: its local cluster dies with it
     try:
         _wait_for(lambda: len(_lines(out / "results.jsonl")) >= 5 or camp.poll() is not None, 180, "five results")
@@ -413,7 +413,7 @@ def test_ctrl_c_stops_a_campaign_in_a_few_lines_and_leaves_no_dask_files(tmp_pat
     out, tmp = tmp_path / "c", tmp_path / "tmp"
     tmp.mkdir()
     camp = subprocess.Popen(
-        [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "400", "--workers", "2", "-o", str(out), "--configs", "small"],
+        [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "400", "--workers", "2", "-o", str(out), "-c", "small"],
         env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:

@@ -33,7 +33,7 @@ def _walk_log(path: Path) -> Path:
     return path
 
 
-# ---- campaign: budgets and --configs ------------------------------------------------------
+# ---- campaign: budgets and -c/--config ------------------------------------------------------
 
 
 @pytest.mark.parametrize("args, message", [
@@ -45,22 +45,22 @@ def _walk_log(path: Path) -> Path:
 ])
 def test_a_campaign_refuses_a_budget_that_is_not_a_finite_number(tmp_path, args, message):
     out = tmp_path / "c"
-    one_error(_invoke("campaign", "--workers", "1", "--configs", "small", "--runs", "1", *args, "-o", str(out)), message)
+    one_error(_invoke("campaign", "--workers", "1", "-c", "small", "--runs", "1", *args, "-o", str(out)), message)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("configs", ["small,,l3", "", "small,", ",small"])
 def test_a_campaign_refuses_an_empty_item_of_configs(tmp_path, configs):
     out = tmp_path / "c"
-    one_error(_invoke("campaign", "--workers", "1", "--configs", configs, "--runs", "1", "-o", str(out)),
-               f"--configs {configs!r}: an empty value in the list")
+    one_error(_invoke("campaign", "--workers", "1", "-c", configs, "--runs", "1", "-o", str(out)),
+               f"-c/--config {configs!r}: an empty value in the list")
     assert not out.exists()
 
 
 def test_a_campaign_names_an_output_it_cannot_write_once(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    res = _invoke("campaign", "--configs", "small", "--runs", "1", "-o", str(f / "c"))
+    res = _invoke("campaign", "-c", "small", "--runs", "1", "-o", str(f / "c"))
     one_error(res, f"error: -o {f / 'c'}: cannot write here: ")
     assert res.output.count(str(f / "c")) == 1
     assert f.read_text() == "x"
@@ -72,7 +72,7 @@ def test_a_campaign_names_an_output_it_cannot_write_once(tmp_path):
 def test_a_sweep_takes_every_kvsm_sim_schedule_and_its_point_equals_the_kvsm_sim_run(tmp_path):
     out = tmp_path / "s"
     # random:.50 is random:0.5: one point
-    res = _invoke("sweep", "--workers", "1", "-w", "system-prompts", "-n", "20", "--tiers", "l1+l2+l3",
+    res = _invoke("sweep", "--workers", "1", "-w", "system-prompts", "-n", "20", "--tiers", "l1,l2,l3",
                   "--schedule", "random:0.5,random:.50", "-o", str(out), "--json")
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
@@ -106,7 +106,7 @@ def test_a_bad_sweep_value_is_named_once(tmp_path, args, message):
 # ---- a cluster that cannot be reached -----------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["sweep", "-n", "5"], ["campaign", "--runs", "1", "--configs", "small"]])
+@pytest.mark.parametrize("command", [["sweep", "-n", "5"], ["campaign", "--runs", "1", "-c", "small"]])
 def test_a_cluster_that_cannot_be_reached_leaves_no_file_and_is_connected_to_not_started(tmp_path, monkeypatch, command):
     import kvsm.commands.campaign as campaign
 
@@ -194,7 +194,7 @@ def test_gpu_replay_says_a_missing_directory_does_not_exist(tmp_path, option):
     one_error(res, f"error: {option} {log}: not a directory")
 
 
-@pytest.mark.parametrize("command", [["sweep", "-n", "5"], ["campaign", "--runs", "1", "--configs", "small"]])
+@pytest.mark.parametrize("command", [["sweep", "-n", "5"], ["campaign", "--runs", "1", "-c", "small"]])
 def test_interrupted_while_connecting_it_says_nothing_was_written(tmp_path, monkeypatch, command):
     import signal
 

@@ -66,7 +66,7 @@ def test_the_main_job_runs_every_layer_on_one_log_and_passes(tmp_path):
     """`kvsm run` (README's first command) on fewer requests: simulation, replay, the
     same log on rank processes with real bytes, exploration, TLC (skipped without Java),
     the report; one line a step on stderr, and what to open and try next."""
-    r = runner.invoke(app, ["run", "--requests", "40", "--outdir", str(tmp_path), "--json"])
+    r = runner.invoke(app, ["run", "--requests", "40", "-o", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     steps = {s["step"].split(" (")[0]: s["result"] for s in out["steps"]}
@@ -92,7 +92,7 @@ def test_the_main_job_ends_with_what_to_open_and_try_next(tmp_path, monkeypatch)
 
     monkeypatch.setattr(cli, "_gpu_row", lambda log: ("gpu replay", "skipped: not in this test", "-"))
     monkeypatch.setattr(cli, "_tlc_row", lambda: ("TLC check small", "skipped: not in this test", "-"))
-    r = runner.invoke(app, ["run", "--requests", "10", "--outdir", str(tmp_path)])
+    r = runner.invoke(app, ["run", "--requests", "10", "-o", str(tmp_path)])
     assert r.exit_code == 0, r.output
     tail = r.stdout.splitlines()[-5:]
     log = tmp_path / "sim-synthetic-0.jsonl"

@@ -299,7 +299,7 @@ def test_every_command_that_runs_the_model_takes_bug_and_refuses_an_unknown_one(
     for cmd in (["walk"], ["replay"], ["sim"], ["check"], ["conform"], ["validate"], ["gpu", "replay"], ["explore"]):
         res = runner.invoke(app, [*cmd, "--help"])
         assert "--bug" in res.output, cmd
-    res = runner.invoke(app, ["walk", "-c", "small", "-n", "5", "-o", str(tmp_path / "w.jsonl"), "--bug", "double_fre"])
+    res = runner.invoke(app, ["walk", "-c", "small", "--steps", "5", "-o", str(tmp_path / "w.jsonl"), "--bug", "double_fre"])
     assert res.exit_code == 2 and "field 'bug' must be one of" in res.output
 
 

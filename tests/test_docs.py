@@ -32,7 +32,7 @@ def test_a_walk_on_small_takes_as_many_transitions_as_readme_says(tmp_path):
     n = int(re.search(r"1000 steps on `small` take all (\d+) of its transitions", README).group(1))
     names = names_for(load_config("small"))
     assert n == len(names)
-    r = runner.invoke(app, ["walk", "-n", "1000", "-o", str(tmp_path / "w.jsonl")])
+    r = runner.invoke(app, ["walk", "--steps", "1000", "-o", str(tmp_path / "w.jsonl")])
     assert r.exit_code == 0, r.output
     taken = r.stdout.split("taken: ", 1)[1].splitlines()[0]
     assert {x.rsplit(" ", 1)[0] for x in taken.split(", ")} == set(names) and "not taken" not in r.stdout

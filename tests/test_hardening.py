@@ -184,9 +184,9 @@ def test_a_directory_where_a_file_is_wanted_is_an_error_on_every_command(tmp_pat
 def test_run_on_an_outdir_that_cannot_be_written_is_one_line_before_anything_runs(tmp_path):
     f = tmp_path / "f"
     f.write_text("a file\n")
-    r = runner.invoke(app, ["run", "--outdir", str(f / "out"), "-n", "5"])
+    r = runner.invoke(app, ["run", "-o", str(f / "out"), "-n", "5"])
     assert r.exit_code == 2, r.output
-    assert error_lines(r.stderr) == [f"error: --outdir {f / 'out'}: {f / 'out' / 'sim-synthetic-0.jsonl'}: cannot write here: {f} is not a directory"]
+    assert error_lines(r.stderr) == [f"error: -o {f / 'out'}: {f / 'out' / 'sim-synthetic-0.jsonl'}: cannot write here: {f} is not a directory"]
     assert r.stdout == "" and listing(tmp_path) == ["f"]
 
 
@@ -220,7 +220,7 @@ def test_errors_are_one_line_when_stderr_is_not_a_terminal(tmp_path):
     assert r.stderr == f"error: {deep}: cannot open: No such file or directory\n"
     r = kvsm("walk", "--steps", "-3", "-o", str(tmp_path / "w.jsonl"))
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: kvsm walk: Invalid value for '--steps' / '-n'") and "--help" in r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: kvsm walk: Invalid value for '--steps'") and "--help" in r.stderr
     assert listing(tmp_path) == []
 
 
@@ -296,7 +296,7 @@ def test_sigterm_during_sim_removes_the_unfinished_log_and_exits_143(tmp_path):
 
 
 def test_sigint_during_walk_removes_the_unfinished_log_and_exits_130(tmp_path):
-    code, err = _interrupt(["walk", "-c", "default", "-n", "1000000", "--check", "-o", str(tmp_path / "w.jsonl")], signal.SIGINT, "walk", tmp_path)
+    code, err = _interrupt(["walk", "-c", "default", "--steps", "1000000", "--check", "-o", str(tmp_path / "w.jsonl")], signal.SIGINT, "walk", tmp_path)
     assert code == 130, err
     assert err.splitlines()[-1] == "interrupted: stopped by SIGINT; unfinished outputs were removed"
     assert listing(tmp_path) == []

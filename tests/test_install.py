@@ -60,7 +60,7 @@ def test_a_wheel_built_from_the_source_runs_the_main_job_from_a_fresh_environmen
     where = _run([str(py), "-c", "import kvsm, kvsm.tla.location as r; print(kvsm.__file__); print(r.spec_dir())"], env=env, cwd=away).stdout.split()
     assert where[0].startswith(str(site_dir)) and where[1] == str(site_dir / "kvsm" / "_spec"), where
 
-    r = subprocess.run([str(venv / "bin" / "kvsm"), "run", "-n", "20", "--outdir", str(away / "out"), "--json"], capture_output=True, text=True, env=env, cwd=away, timeout=300)
+    r = subprocess.run([str(venv / "bin" / "kvsm"), "run", "-n", "20", "-o", str(away / "out"), "--json"], capture_output=True, text=True, env=env, cwd=away, timeout=300)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     out = json.loads(r.stdout)
     steps = {s["step"].split(" (")[0]: s["result"] for s in out["steps"]}

@@ -237,6 +237,6 @@ def test_kvsm_run_takes_a_model_and_sizes_and_refuses_a_bad_one_before_anything_
     assert s["config"]["L1"] == 4 * 2**30 // (57_344 * 512) and s["config"]["L2"] == 2048  # L2 as kvsm run's
     assert s["serving"]["model"]["name"] == "qwen2.5-7b" and s["faults"] == "slow:0.05,stall:0.01,abort:0.02"
     out = tmp_path / "out"
-    r = runner.invoke(app, ["run", "-n", "5", "--l1-size", "1MiB", "--outdir", str(out)])
+    r = runner.invoke(app, ["run", "-n", "5", "--l1-size", "1MiB", "-o", str(out)])
     assert r.exit_code == 2 and "--l1-size 1MiB: smaller than one page" in r.output.replace("\n", "")
     assert not out.exists()

@@ -33,7 +33,7 @@ def _short_trace(path: Path, n: int) -> Path:
 
 def _log(tmp_path: Path) -> Path:
     log = tmp_path / "w.jsonl"
-    r = runner.invoke(app, ["walk", "-n", "20", "-o", str(log)])
+    r = runner.invoke(app, ["walk", "--steps", "20", "-o", str(log)])
     assert r.exit_code == 0, r.output
     return log
 
@@ -132,7 +132,7 @@ def test_sim_refuses_a_plot_onto_its_log_or_report(tmp_path, name):
 def test_walk_refuses_a_log_onto_its_config(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("R = 2\nL1 = 2\nL2 = 4\nprompts = [{pages = [1, 2]}]\n")
-    r = runner.invoke(app, ["walk", "-c", str(cfg), "-n", "5", "-o", str(cfg)])
+    r = runner.invoke(app, ["walk", "-c", str(cfg), "--steps", "5", "-o", str(cfg)])
     assert r.exit_code == 2, r.output
     assert f"-o/--output {cfg}: cannot write here: it is the input -c/--config {cfg}" in " ".join(r.stderr.split())
     assert cfg.read_text().startswith("R = 2") and len(_files(tmp_path)) == 1
@@ -206,7 +206,7 @@ def test_run_says_how_many_requests_it_runs_when_the_trace_is_shorter(tmp_path, 
     monkeypatch.setattr(cli, "_tlc_row", lambda: ("TLC check small", "skipped: not in this test", "-"))
     monkeypatch.setattr(cli, "RUN_MODEL_REQUESTS", 1)
     monkeypatch.setenv("KVSM_PROGRESS_SECONDS", "0")  # a progress line at every update
-    r = runner.invoke(app, ["run", "--requests", "50", "--outdir", str(tmp_path / "out"), "--json"])
+    r = runner.invoke(app, ["run", "--requests", "50", "-o", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["steps"][0]["result"].startswith("4 requests")

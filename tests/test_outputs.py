@@ -56,7 +56,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(tmp_path
     out, target = tmp_path / "out", tmp_path / "target.txt"
     _special(kind, out, target)
     before = os.lstat(out)
-    for args in (["walk", "-n", "10", "-o", str(out)], ["sim", "-n", "3", "--report", str(out)], ["show", str(walk_log(tmp_path / "w.jsonl")), "--html", str(out)]):
+    for args in (["walk", "--steps", "10", "-o", str(out)], ["sim", "-n", "3", "--report", str(out)], ["show", str(walk_log(tmp_path / "w.jsonl")), "--html", str(out)]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert lines(r.stderr) and lines(r.stderr)[0].startswith("error: ") and f"{out}: cannot write here: {what}" in r.stderr, (args, r.stderr)
@@ -87,7 +87,7 @@ def test_a_plot_or_a_results_file_that_is_not_a_regular_file_is_refused(tmp_path
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_every_output_gets_the_permissions_the_umask_gives(tmp_path, umask):
     log, html, report, plots = tmp_path / "w.jsonl", tmp_path / "v.html", tmp_path / "r.html", tmp_path / "plots"
-    assert kvsm("walk", "-n", "20", "-o", str(log), umask=umask).returncode == 0
+    assert kvsm("walk", "--steps", "20", "-o", str(log), umask=umask).returncode == 0
     assert kvsm("show", str(log), "--html", str(html), umask=umask).returncode == 0
     r = kvsm("sim", "-n", "5", "-o", str(tmp_path / "s.jsonl"), "--report", str(report), "--plot", str(plots), umask=umask)
     assert r.returncode == 0, r.stderr
@@ -107,7 +107,7 @@ def test_outputs_that_cannot_be_made_are_refused_before_the_run(tmp_path):
         (["sim", "-n", "3", "--plot", str(UNWRITABLE)], f"{UNWRITABLE / 'hit_rate.png'}: cannot write here: "),
         (["check", "--bug", "double_free", "--log", str(UNWRITABLE / "x.jsonl")], f"--log: {UNWRITABLE / 'x.jsonl'}: cannot write here: "),
         (["show", str(log), "--html", str(UNWRITABLE / "v.html")], f"{UNWRITABLE / 'v.html'}: cannot write here: "),
-        (["walk", "-n", "5", "-o", str(UNWRITABLE / "w.jsonl")], f"{UNWRITABLE / 'w.jsonl'}: cannot write here: "),
+        (["walk", "--steps", "5", "-o", str(UNWRITABLE / "w.jsonl")], f"{UNWRITABLE / 'w.jsonl'}: cannot write here: "),
         (["corpus", "add", str(log), "--name", "x", "--dir", str(UNWRITABLE)], f"--dir {UNWRITABLE}: {UNWRITABLE / 'x.txt'}: cannot write here: "),
         (["campaign", "--runs", "1", "-o", str(UNWRITABLE)], f"-o {UNWRITABLE}: cannot write here: "),
     ]

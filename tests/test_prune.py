@@ -174,7 +174,7 @@ def test_walk_with_the_knob_checks_prunes_and_show_renders_one(tmp_path):
     cfg = tmp_path / "prune.toml"
     cfg.write_text('stale_prune = "reference"\n' + (ROOT / "kvsm" / "configs" / "l3.toml").read_text())
     log = tmp_path / "w.jsonl"
-    res = CliRunner().invoke(app, ["walk", "-c", str(cfg), "-n", "320", "-s", "2", "--check", "-o", str(log)])
+    res = CliRunner().invoke(app, ["walk", "-c", str(cfg), "--steps", "320", "-s", "2", "--check", "-o", str(log)])
     assert res.exit_code == 0, res.output
     steps = [json.loads(line) for line in log.read_text().splitlines()[1:]]
     at = next(i for i, st in enumerate(steps, start=1) if st.get("name") == "PruneStaleTail")  # steps count from 1

@@ -33,7 +33,7 @@ def logs(tmp_path_factory) -> dict[str, Path]:
     same with the digest of step 49 (line 50) changed."""
     d = tmp_path_factory.mktemp("logs")
     whole = d / "w.jsonl"
-    assert runner.invoke(app, ["walk", "-n", "200", "-o", str(whole)]).exit_code == 0
+    assert runner.invoke(app, ["walk", "--steps", "200", "-o", str(whole)]).exit_code == 0
     rows = whole.read_text().splitlines()
     (d / "cut.jsonl").write_text("\n".join(rows[:150]) + "\n")
     row = json.loads(rows[49])
@@ -206,7 +206,7 @@ def test_help_shows_no_type_beside_a_flag():
 
 
 def test_the_campaign_table_fits_a_reader_in_a_pipe(tmp_path):
-    r = runner.invoke(app, ["campaign", "--runs", "2", "--configs", "small", "--workers", "1", "-o", str(tmp_path / "c")])
+    r = runner.invoke(app, ["campaign", "--runs", "2", "-c", "small", "--workers", "1", "-o", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     widths = [len(x) for x in r.stdout.splitlines()]
     assert "coverage" in r.stdout and max(widths) <= 120, max(widths)

@@ -22,7 +22,7 @@ from tests.test_campaign import _env, _lines
 from tests.test_show import _browse, _chromium
 
 # a workload whose first requests share prefixes, so that L1 size and policy matter
-GRID = ["-w", "system-prompts", "-n", "40", "--l1-pages", "8,32", "--eviction", "lru,slru", "--tiers", "l1,l1+l2"]
+GRID = ["-w", "system-prompts", "-n", "40", "--l1-pages", "8,32", "--eviction", "lru,slru", "--tiers", "l1", "--tiers", "l1,l2"]
 
 
 def _sweep(*args: str):
@@ -143,7 +143,7 @@ def test_the_knee_is_the_smallest_capacity_within_one_percent_of_the_best():
 
 
 def test_a_list_crosses_into_points_and_skips_the_capacities_a_tier_set_has_not():
-    axes = parse_axes({"tiers": "l1,l1+l2", "l2_pages": "64,128", "l1_pages": "8,16"})
+    axes = parse_axes({"tiers": ["l1", "l1,l2"], "l2_pages": "64,128", "l1_pages": "8,16"})
     pts = axes.points()
     assert [(p.tiers, p.l2_pages, p.l1_pages) for p in pts] == [
         ("l1", None, 8), ("l1", None, 16), ("l1,l2", 64, 8), ("l1,l2", 64, 16), ("l1,l2", 128, 8), ("l1,l2", 128, 16)]
@@ -158,13 +158,14 @@ def test_a_list_crosses_into_points_and_skips_the_capacities_a_tier_set_has_not(
     [
         (["--l1-pages", "8,x"], "--l1-pages 'x': not an integer"),
         (["--l1-pages", "8,,16"], "--l1-pages '8,,16': an empty value in the list"),
-        (["--tiers", "l1,l2"], "--tiers 'l2': must be one of l1 | l1+l2 | l1+l2+l3"),
+        (["--tiers", "l2"], "--tiers 'l2': not a tier set; give l1 | l1,l2 | l1,l2,l3, and repeat --tiers for several"),
+        (["--tiers", "l1,l1+l4"], "--tiers 'l1,l1+l4': not a tier set"),
         (["--eviction", "lru,fifo"], "--eviction 'fifo': must be one of slru | lru"),
         (["--faults", "none,slow:2"], "--faults 'slow:2': "),
         (["--ranks", "0,4"], "--ranks '0': must be 1..1024"),
         (["--bug", "none,no_such_bug"], "--bug 'no_such_bug': must be one of"),
         (["--tiers", "l1", "--l2-pages", "64,128"], "--l2-pages 64,128: no point has an L2 tier (--tiers l1)"),
-        (["--tiers", "l1,l1+l2", "--faults", "disk:0.01"], "the point --tiers l1 --requests 5 --faults disk:0.01: --faults disk:0.01 needs --tiers l1,l2,l3"),
+        (["--tiers", "l1", "--tiers", "l1,l2", "--faults", "disk:0.01"], "the point --tiers l1 --requests 5 --faults disk:0.01: --faults disk:0.01 needs --tiers l1,l2,l3"),
         (["--config", "default,no-such-config"], "no-such-config"),
         (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "give --workers or --scheduler, not both"),
     ],

@@ -141,7 +141,7 @@ def make_space(
     tiers = list(tiers or TIER_SETS)
     faults = list(faults or FAULT_MIXES)
     if not configs:
-        raise SpaceError("--configs: no config given")
+        raise SpaceError("-c/--config: no config given")
     for t in tiers:
         if t not in TIER_SETS:
             raise SpaceError(f"--tiers {t!r}: must be one of {' | '.join(TIER_SETS)}")

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from ..bounds import MAX_CAMPAIGN_RUNS
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, console, emit_json, err, fail, output_option, progress as make_progress
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, Interrupted, alias_value, console, emit_json, err, fail, output_option, progress as make_progress
 
 # PROTOCOL://HOST:PORT or HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)
 _ADDRESS = re.compile(r"(?:[a-z]+://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
@@ -47,11 +47,11 @@ def _finite(value: float) -> float:
 
 
 def _configs(text: str) -> list[str]:
-    """`--configs`: comma-separated names or paths; an empty item (`small,,l3`, or an
+    """`-c/--config`: comma-separated names or paths; an empty item (`small,,l3`, or an
     empty list) is an error, not skipped."""
     items = text.split(",")
     if any(not c for c in items):
-        _fail(f"--configs {text!r}: an empty value in the list")
+        _fail(f"-c/--config {text!r}: an empty value in the list")
     return items
 
 
@@ -127,15 +127,16 @@ def run_on_dask(
 def register(app: typer.Typer) -> None:
     @app.command("campaign")
     def campaign(
-        runs: Optional[int] = typer.Option(None, "--runs", "-n", help="runs numbered 0..N-1 (default 100)"),
+        runs: Optional[int] = typer.Option(None, "--runs", help="runs numbered 0..N-1 (default 100; no short form: -n is --requests everywhere)"),
         seeds: Optional[str] = typer.Option(None, "--seeds", help="runs numbered A..B (inclusive)"),
-        configs: str = typer.Option("small,default,l3", "--configs", "-c", help="configs to draw from: built-in names or TOML paths, comma-separated"),
-        tiers: Optional[List[str]] = typer.Option(None, "--tiers", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3; default all three"),
+        configs: str = typer.Option("small,default,l3", "--config", "-c", help="configs to draw from: built-in names or TOML paths, comma-separated"),
+        configs_old: Optional[str] = typer.Option(None, "--configs", hidden=True, help="-c/--config's old name"),
+        tiers: Optional[List[str]] = typer.Option(None, "--tiers", metavar="TIERS", help="a tier set to draw from (repeat the option): l1 | l1,l2 | l1,l2,l3 (default all three)"),
         faults: Optional[List[str]] = typer.Option(None, "--faults", help="a fault mix to draw from (repeat the option), as kvsm sim --faults, or swarm (the default): each run turns each kind on or off and draws its rate"),
         schedule: str = typer.Option("swarm", "--schedule", help="the runs' kvsm sim --schedule: swarm (the default: half of the runs walk one of the configs that are TLC models, small and l3 of the defaults, --schedule walk --workload config-prompts; the others take random, a bias drawn per run), random, random:B, walk, timed or auto"),
         knobs: str = typer.Option("fixed", "--knobs", help="fixed | reference: with reference, runs also draw the fidelity knobs' reference values (the reference's findings: such runs fail by design)"),
         bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="local worker processes (default: the CPU count)"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
         outdir: Path = output_option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
         max_runs: int = typer.Option(MAX_CAMPAIGN_RUNS, "--max-runs", min=1, metavar="N", help="the most runs the campaign may have; more --runs or --seeds are refused before anything runs"),
@@ -158,6 +159,7 @@ def register(app: typer.Typer) -> None:
 
         if workers is not None and scheduler is not None:
             _fail("give --workers or --scheduler, not both")
+        configs = alias_value("-c/--config", configs, "small,default,l3", "--configs", configs_old)
         try:
             numbers = seeds_of(runs, seeds)
             if len(numbers) > max_runs:

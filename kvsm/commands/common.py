@@ -106,9 +106,20 @@ def output_path(text: Any) -> Path:
     return Path(text)
 
 
-def output_option(default: Any, *names: str, help: str) -> Any:
+def output_option(default: Any, *names: str, help: str, hidden: bool = False) -> Any:
     """An option that names an output file or directory: a path, never empty (`output_path`)."""
-    return typer.Option(default, *names, help=help, parser=output_path, metavar="PATH")
+    return typer.Option(default, *names, help=help, parser=output_path, metavar="PATH", hidden=hidden)
+
+
+def alias_value(new: str, value: Any, default: Any, old: str, old_value: Any) -> Any:
+    """The value of an option that may be given under its old name `old` (a hidden option,
+    still accepted without a word): `old_value` when given, else `value`. Both given (the
+    new one away from its default) is a usage error naming both."""
+    if old_value is None:
+        return value
+    if value != default:
+        raise fail(f"give {new} or {old} (its old name), not both")
+    return old_value
 
 
 BUG_HELP = f"inject a defect (docs/defects.md): {', '.join(b for b in BUGS if b != 'none')}"

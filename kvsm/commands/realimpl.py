@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import EXIT_ENVIRONMENT, EXIT_FAILED, busy, console, emit_json, err, fail, print_error
+from .common import EXIT_ENVIRONMENT, EXIT_FAILED, busy, console, emit_json, err, fail, output_option, print_error
 
 L3_BLOCKER = (
     "--tiers l1,l2,l3: not mapped yet. SGLang's file storage backend (backup to storage, prefetch) "
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         requests: int = typer.Option(200, "--requests", "-n", min=1, max=1_000_000, help="requests to run (the workload's first N)"),
         tiers: str = typer.Option("l1,l2", "--tiers", help="l1,l2 (device and host pools); l1,l2,l3 is refused with its blocker"),
         config: str = typer.Option("sglang-upstream", "--config", "-c", help="built-in config name or TOML path (R = 1; its P, L1, L2 size the real pools)"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="log file to write (atomically); default: a temporary file, removed at the end"),
+        output: Optional[Path] = output_option(None, "-o", "--output", help="log file to write (atomically); default: a temporary file, removed at the end"),
         validate: bool = typer.Option(True, "--validate/--no-validate", help="have TLC validate the log (needs Java)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:

@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.table import Table
@@ -25,27 +25,27 @@ STATUSES = ("ok", "stopped", "killed", "error")
 ANNOUNCE_POINTS = 100
 
 
-def _list(option: str, example: str, sim_help: str = "") -> Any:
-    return typer.Option(None, option, help=f"values, comma-separated (e.g. {example}){sim_help}; default: kvsm sim's")
+def _list(option: str, example: str, sim_help: str, default: str) -> Any:
+    return typer.Option(None, option, help=f"values, comma-separated (e.g. {example}){sim_help} (default {default})")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("sweep")
     def sweep(
         workload: Optional[str] = typer.Option(None, "--workload", "-w", help="workloads, comma-separated, as kvsm sim --workload (default synthetic)"),
-        config: Optional[str] = typer.Option(None, "--config", "-c", help="configs, comma-separated: built-in names or TOML paths (default: default)"),
-        ranks: Optional[str] = _list("--ranks", "1,4"),
+        config: Optional[str] = typer.Option(None, "--config", "-c", help="configs, comma-separated: built-in names or TOML paths (default: the built-in config named default)"),
+        ranks: Optional[str] = _list("--ranks", "1,4", "", "4, the R of -c default; with another -c, its R"),
         seed: Optional[str] = typer.Option(None, "--seed", "-s", help="seeds, comma-separated (default 0)"),
-        requests: Optional[str] = typer.Option(None, "--requests", "-n", help="request counts, comma-separated, as kvsm sim -n"),
-        tiers: Optional[str] = _list("--tiers", "l1,l1+l2", ": '+' joins the tiers of one set"),
-        page_tokens: Optional[str] = _list("--page-tokens", "16,512"),
-        l1_pages: Optional[str] = _list("--l1-pages", "256,512,1024", ": device pages per rank lane"),
-        l2_pages: Optional[str] = _list("--l2-pages", "2048,8192", ": shared host pages, for the points with L2"),
-        l3_pages: Optional[str] = _list("--l3-pages", "4096,0", ": disk pages per rank, for the points with L3"),
-        eviction: Optional[str] = _list("--eviction", "lru,slru"),
-        faults: Optional[str] = _list("--faults", "none,slow:0.1+abort:0.05", ": '+' joins the items of one mix"),
-        schedule: Optional[str] = _list("--schedule", "serial,timed,random:0.5", ": any kvsm sim --schedule"),
-        bug: Optional[str] = typer.Option(None, "--bug", help="injected defects, comma-separated (docs/defects.md; default: the config's own)", metavar="NAMES"),
+        requests: Optional[str] = typer.Option(None, "--requests", "-n", help="request counts, comma-separated, as kvsm sim -n (default all of a trace: 3993 of synthetic; 2000 generated)"),
+        tiers: Optional[List[str]] = typer.Option(None, "--tiers", metavar="TIERS", help="a tier set: l1 | l1,l2 | l1,l2,l3; repeat the option for several (--tiers l1 --tiers l1,l2; default l1,l2)"),
+        page_tokens: Optional[str] = _list("--page-tokens", "16,512", "", "512, a trace's block; with -w config-prompts the config's P, 16 in default"),
+        l1_pages: Optional[str] = _list("--l1-pages", "256,512,1024", ": device pages per rank lane", "512, the L1 of -c default"),
+        l2_pages: Optional[str] = _list("--l2-pages", "2048,8192", ": shared host pages, for the points with L2", "4096, the L2 of -c default"),
+        l3_pages: Optional[str] = _list("--l3-pages", "4096,0", ": disk pages per rank, for the points with L3", "0, the L3 of -c default: enough for the whole workload"),
+        eviction: Optional[str] = _list("--eviction", "lru,slru", "", "slru, the eviction of every built-in config but sglang-upstream's lru"),
+        faults: Optional[str] = _list("--faults", "none,slow:0.1+abort:0.05", ": '+' joins the items of one mix", "none"),
+        schedule: Optional[str] = _list("--schedule", "serial,timed,random:0.5", ": any kvsm sim --schedule", "auto"),
+        bug: Optional[str] = typer.Option(None, "--bug", help="injected defects, comma-separated (docs/defects.md; default none, or the one a config file names)", metavar="NAMES"),
         replicas: Optional[str] = typer.Option(None, "--replicas", help="replica levels, comma-separated, as kvsm sim --replicas: every | agreement | off (default agreement: the fastest that still compares the ranks' replicas)"),
         check: bool = typer.Option(False, "--check", help="check every invariant after every transition of every point (slower)"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from ..campaign.execute import run_all
         from ..campaign.store import StoreError
         from ..output import OutputError, check_output_file
-        from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, check_size, parse_axes, run_point
+        from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, check_size, parse_axes, run_point, used_grid
         from ..sweep.report import CSV, REPORT, knees, write_outputs
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             "workers": n_workers,
             "workers_lost": lost,
             "seconds": round(time.perf_counter() - t0, 3),
-            "grid": axes.to_json(),
+            "grid": used_grid(axes, records),
             "knees": knees(axes, records),
         }
         try:

@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def check(
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
-        workers: int = typer.Option(1, "--workers", "-w", min=1, help="TLC worker threads"),
+        workers: int = typer.Option(1, "--workers", min=1, help="TLC worker threads"),
         log: Optional[Path] = output_option(None, "--log", help="where a violation's trace goes (default out/tlc-<model>-<property>.jsonl)"),
         simulate: bool = typer.Option(False, "--simulate", help="TLC's random simulation instead of an exhaustive check (for configs too large to exhaust)"),
         depth: int = typer.Option(100, "--depth", min=1, help="with --simulate: states per behaviour at most"),
@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def conform(
         config: str = typer.Option("ci", "--config", "-c", help=MODEL_HELP),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC worker threads (default: one per CPU; the graph does not depend on them)"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="TLC worker threads (default: one per CPU; the graph does not depend on them)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),
     ) -> None:
@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
         log: Path = typer.Argument(..., help="transition log (JSONL)"),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
         segments: Optional[int] = typer.Option(None, "--segments", min=1, max=MAX_SEGMENTS, help=f"stretches of the log checked apart, each by a TLC process of its own, at most {MAX_SEGMENTS} (default: one per worker for a long log)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         bug: Optional[str] = bug_option(),

@@ -2,9 +2,9 @@
 cross into (`Point`, each one `kvsm sim` run), and what a Dask worker runs for a point
 (`run_point`).
 
-A list is comma-separated; inside one value of `--tiers` and `--faults`, whose own
-syntax has commas, `+` stands for the comma (`--tiers l1,l1+l2`, `--faults
-none,slow:0.1+abort:0.05`). An axis that does not apply to a tier set is not crossed
+A list is comma-separated; `--tiers`, whose one value has commas, is repeated instead
+(`--tiers l1 --tiers l1,l2`), and inside one value of `--faults` `+` stands for the comma
+(`--faults none,slow:0.1+abort:0.05`). An axis that does not apply to a tier set is not crossed
 with it: a point with `--tiers l1` has no `--l2-pages`, one without L3 no `--l3-pages`.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..bounds import MAX_RANKS
 from ..campaign.store import Results
-from ..config import BUGS, EVICTIONS, ConfigError
+from ..config import BUGS, EVICTIONS, ConfigError, load_config
 from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
 from ..sim.options import REPLICAS, TIERS, parse_schedule, prepare
 from ..sim.shape import ShapeError, check_rate, load_model, parse_size
@@ -126,7 +126,7 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("bug", "--bug", _choice(BUGS)),
     ("replicas", "--replicas", _choice(REPLICAS)),
     ("schedule", "--schedule", _schedule),
-    ("tiers", "--tiers", _choice(TIERS, tuple(t.replace(",", "+") for t in TIERS))),
+    ("tiers", "--tiers", _choice(TIERS)),
     ("ranks", "--ranks", _int(1, MAX_RANKS)),
     ("requests", "--requests", _int(1)),
     ("page_tokens", "--page-tokens", _int(1)),
@@ -291,7 +291,7 @@ def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
         if text is None:
             values.append((name, (default,)))
             continue
-        items = text.split(",")
+        items = tier_sets(text) if name == "tiers" else text.split(",")
         if any(not t for t in items):
             raise GridError(f"{option} {text!r}: an empty value in the list")
         vs = tuple(dict.fromkeys(parse(option, t) for t in items))
@@ -304,11 +304,11 @@ def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
     if given.get("l2_size") is not None and d["tiers"] == ("l1",):
         raise GridError(f"--l2-size {given['l2_size']}: no point has an L2 tier (--tiers l1)")
     if given.get("l3_size") is not None and "l1,l2,l3" not in d["tiers"]:
-        raise GridError(f"--l3-size {given['l3_size']}: no point has an L3 tier (add l1+l2+l3 to --tiers)")
+        raise GridError(f"--l3-size {given['l3_size']}: no point has an L3 tier (add --tiers l1,l2,l3)")
     if given.get("l2_pages") is not None and d["tiers"] == ("l1",):
         raise GridError(f"--l2-pages {given['l2_pages']}: no point has an L2 tier (--tiers l1)")
     if given.get("l3_pages") is not None and "l1,l2,l3" not in d["tiers"]:
-        raise GridError(f"--l3-pages {given['l3_pages']}: no point has an L3 tier (add l1+l2+l3 to --tiers)")
+        raise GridError(f"--l3-pages {given['l3_pages']}: no point has an L3 tier (add --tiers l1,l2,l3)")
     return axes
 
 
@@ -337,11 +337,68 @@ def check_points(points: list[Point], on_each: Callable[[], None] | None = None)
             on_each()
 
 
+def tier_sets(values: str | list[str] | tuple[str, ...]) -> list[str]:
+    """`--tiers`, given once per tier set (`--tiers l1 --tiers l1,l2`). A value with `+` is
+    read in the form sweeps took first, still accepted: sets, comma-separated, `+` joining
+    the tiers of one (`l1,l1+l2`)."""
+    out = []
+    for v in [values] if isinstance(values, str) else values:
+        for t in v.split(",") if "+" in v else [v]:
+            if t.replace("+", ",") not in TIERS:
+                raise GridError(f"--tiers {v!r}: not a tier set; give l1 | l1,l2 | l1,l2,l3, and repeat --tiers for several (--tiers l1 --tiers l1,l2)")
+            out.append(t.replace("+", ","))
+    return out
+
+
 def show(name: str, v: Any) -> str:
-    """A value as the sweep's lists write it (`+` for the comma inside one value)."""
+    """A value as the sweep's lists write it (`+` for the comma inside a fault mix)."""
     if v is None:
-        return "default"
-    return str(v).replace(",", "+") if name in ("tiers", "faults") else str(v)
+        return "-"
+    return str(v).replace(",", "+") if name == "faults" else str(v)
+
+
+# where a record's summary holds the value a point ran with when its option was not given
+_USED = {"ranks": ("config", "R"), "requests": ("requests",), "page_tokens": ("config", "P"), "eviction": ("config", "eviction"),
+         "l1_pages": ("config", "L1"), "l2_pages": ("config", "L2"), "l3_pages": ("config", "L3"),
+         "reload_ttl_s": ("config", "reload_ttl_s"), "model": ("serving", "model", "name"), "prefill_tps": ("serving", "prefill_tps"),
+         "l2_gbps": ("serving", "l2_gbps"), "l3_gbps": ("serving", "l3_gbps")}
+
+
+def used_value(name: str, rec: dict[str, Any]) -> Any:
+    """The value of option `name` that the record's point ran with: the option's when
+    given, else what its run resolved (the config's R, L1, ..., the model's name, the
+    config's defect); None where the point has no such tier or size, or its run stopped
+    before a summary."""
+    opts = rec.get("options", {})
+    v = opts.get(name)
+    if v is not None:
+        return v
+    tiers = str(opts.get("tiers", "")).split(",")
+    if (name.startswith("l2_") and "l2" not in tiers) or (name.startswith("l3_") and "l3" not in tiers):
+        return None
+    if name == "bug":
+        try:
+            return load_config(opts.get("config", "default")).bug
+        except (ConfigError, OSError):
+            return None
+    d: Any = rec.get("sim") or {}
+    for k in _USED.get(name, ("-",)):
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def used(name: str, rec: dict[str, Any]) -> str:
+    """`used_value` as the sweep's lists write it (`-`: none)."""
+    return show(name, used_value(name, rec))
+
+
+def used_grid(axes: Axes, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`Axes.to_json` with, for each option not given, the values its points ran with."""
+    out = axes.to_json()
+    for name, vs in axes.values:
+        if vs == (None,):
+            out[OPTION[name]] = list(dict.fromkeys(used_value(name, r) for r in records)) or [None]
+    return out
 
 
 def label(p: Point, names: list[str] | None = None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..output import write_atomic
 from ..sim.report import _png, flat_rows
-from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show
+from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show, used
 
 KNEE_WITHIN = 0.01
 TIERS = ("l1", "l2", "l3")
@@ -174,12 +174,20 @@ _MEASURE_COLUMNS = [
 ]
 
 
+def grid_values(name: str, values: tuple[Any, ...], records: list[dict[str, Any]]) -> list[str]:
+    """An axis's values as the report's grid shows them: those given, or (an option not
+    given) the values its points ran with."""
+    if values != (None,):
+        return [show(name, v) for v in values]
+    return list(dict.fromkeys(used(name, r) for r in records)) or ["-"]
+
+
 def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], plots: dict[str, bytes]) -> str:
     """One self-contained page: the grid, the knees, the plots inline, one row per point."""
     e = html.escape
     shown = axes.varying() or [n for n, _, _ in AXES]
     imgs = "\n".join(f'<figure><img alt="{e(n)}" src="data:image/png;base64,{base64.b64encode(d).decode()}"></figure>' for n, d in plots.items())
-    grid_rows = "\n".join(f"<tr><th>{e(OPTION[n])}</th><td>{e(', '.join(show(n, v) for v in vs))}</td></tr>" for n, vs in axes.values)
+    grid_rows = "\n".join(f"<tr><th>{e(OPTION[n])}</th><td>{e(' | '.join(grid_values(n, vs, records)))}</td></tr>" for n, vs in axes.values)
     grid_rows += f"\n<tr><th>--check</th><td>{'yes' if axes.check else 'no'}</td></tr>"
     knee_rows = "\n".join(
         f"<tr><td>{e(k['axis'])}</td><td>{e(k['curve'])}</td><td>{e(k['measure'])}</td><td>{k['knee_pages']}</td>"
@@ -190,7 +198,7 @@ def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, An
     body = []
     for r in records:
         opts = r["options"]
-        cells = "".join(f"<td>{e(show(n, opts.get(n)))}</td>" for n in shown) + f"<td>{e(r.get('status', '?'))}</td>"
+        cells = "".join(f"<td>{e(used(n, r))}</td>" for n in shown) + f"<td>{e(r.get('status', '?'))}</td>"
         if r.get("status") == "ok":
             cells += "".join(f"<td>{e(f(r))}</td>" for _, f in _MEASURE_COLUMNS)
         else:
