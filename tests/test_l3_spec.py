@@ -404,7 +404,7 @@ def test_conform_is_equal_on_l3_small_and_it_takes_every_l3_step(l3_small_graph)
     assert not missing
 
 
-@pytest.mark.parametrize("name", ["l3-small", "reference"])
+@pytest.mark.parametrize("name", ["l3-small", "reference", "reference-write-back"])
 def test_the_small_models_constants_are_their_built_in_configs(name):
     got, want = config_of_model(*model_paths(name)), load_config(name)
     assert replace(got, name=want.name, walk_weights=want.walk_weights) == want
@@ -412,8 +412,9 @@ def test_the_small_models_constants_are_their_built_in_configs(name):
 
 
 @pytest.mark.exhaustive
-def test_conform_is_equal_on_the_reference_model():
-    res = conform("reference")
+@pytest.mark.parametrize("name", ["reference", "reference-write-back"])
+def test_conform_is_equal_on_the_reference_models(name):
+    res = conform(name)
     assert res.equal, res.to_json()["examples"]
 
 
