@@ -68,7 +68,33 @@ class Run:
                     self._violations[n] = [f"the invariant check failed: {type(e).__name__}: {e}"]
         return self._violations[n]
 
+    def check_all(self) -> None:
+        """The invariants of every state, decided together: a `Checker` along the run
+        (each transition's writes checked, from scratch at agreement points and every
+        few hundred steps: `kvsm replay --check`) says that every state holds, or, when
+        it finds anything, each state is checked from scratch (`violations`)."""
+        if not self.check or all(n in self._violations for n in range(len(self.steps) + 1)):
+            return
+        from ..checking import Checker  # noqa: PLC0415
+
+        try:
+            checker = Checker(self.initial)
+            clean = checker.start() is None
+            for st in self.steps:
+                if not clean:
+                    break
+                clean = checker.step(st.transition, st.state, st.n) is None
+            clean = clean and checker.finish() is None
+        except Exception:  # noqa: BLE001 - a broken state may break the checks: each state on its own
+            clean = False
+        for n in range(len(self.steps) + 1):
+            if clean:
+                self._violations.setdefault(n, [])
+            else:
+                self.violations(n)
+
     def first_violation(self) -> int | None:
+        self.check_all()
         return next((n for n in range(len(self.steps) + 1) if self.violations(n)), None)
 
     def view(self, n: int) -> View:
