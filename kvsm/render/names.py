@@ -80,8 +80,9 @@ def ranges(values: list[int], step: int, prefix: str) -> str:
 
 
 def page(p: int, R: int) -> str:
-    """Device page `p` with its lane: `p5(l1)`."""
-    return f"p{p}(l{p % R})"
+    """Device page `p` with the rank whose lane holds it: `p5(r1)` (not `l1`, which
+    would read as the tier L1)."""
+    return f"p{p}(r{p % R})"
 
 
 def page_list(pages: Iterable[int], R: int) -> str:

@@ -125,7 +125,7 @@ def _lanes(s: ClusterState, memo: dict) -> Section:
         free_pages = sorted(free)
         item = Item(
             f"lane {lane}",
-            f"l{lane}",
+            f"r{lane}",  # the rank's lane (`l0` would read as a tier)
             (Field("used", f"{cfg.L1 - len(free_pages)}/{cfg.L1}"), Field("free", ranges(free_pages, cfg.R, "p"), "-")),
             order=(lane,),
         )
