@@ -29,6 +29,7 @@ from .commands.common import (
     EXIT_INPUT,
     KvsmGroup,
     bug_option,
+    busy,
     bug_or_exit,
     config_or_exit,
     console,
@@ -255,7 +256,7 @@ def run(
     outdir: Path = output_option(Path("out"), "--outdir", help="where the run's log and report.html go (created if missing)"),
     as_json: bool = typer.Option(False, "--json", help="print the steps' results as one JSON object instead of a table"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (OUTDIR/report.html: the simulation's plots and the steps). One line on stderr as each step starts, then its elapsed time every few seconds ($KVSM_PROGRESS_SECONDS, default 5). Exit 1 if any step failed."""
     from .explore import explore as do_explore
     from .replay import replay as do_replay
     from .output import OutputError, check_output_file
@@ -288,36 +289,35 @@ def run(
             result = simulate(main_job_options(seed, requests, 4), log, lambda done, total: prog.update(task, completed=done, total=total), on_start=on_start)
         except OutputError as e:
             raise fail(f"--outdir {outdir}: {e}") from None
-    summary = result.summary
-    rows.append((
-        "sim (4 ranks, L1+L2)",
-        f"{summary['requests']} requests of the Mooncake synthetic trace, block hit rate {summary['hit_rate_blocks']:.3f}, "
-        f"{summary['transitions']} transitions -> {log}",
-        f"{time.perf_counter() - t0:.1f}s",
-    ))
+    rows.append(("sim (4 ranks, L1+L2)", run_headline(result.summary, log), f"{time.perf_counter() - t0:.1f}s"))
     _step_line(2, f"replay: {log}, every digest")
     t0 = time.perf_counter()
-    res = do_replay(log)
+    with busy("run [2/6] replay"):
+        res = do_replay(log)
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(3, f"explore: every reachable state of the small config with {RUN_MODEL_REQUESTS} requests, every invariant")
     t0 = time.perf_counter()
-    g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
+    with busy("run [3/6] explore"):
+        g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append((f"explore small ({RUN_MODEL_REQUESTS} requests)", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(4, "gpu replay: the log on 4 rank processes moving and verifying real bytes")
-    gpu_row = _gpu_row(log)
+    with busy("run [4/6] gpu replay"):
+        gpu_row = _gpu_row(log)
     ok &= gpu_row[1].startswith(("ok", "skipped"))
     rows.append(gpu_row)
     _step_line(5, f"TLC: every invariant of the spec on the same model (small, {RUN_MODEL_REQUESTS} requests)")
-    tlc_row = _tlc_row()
+    with busy("run [5/6] TLC"):
+        tlc_row = _tlc_row()
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
     _step_line(6, f"report: {report}")
     t0 = time.perf_counter()
     try:
-        write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
+        with busy("run [6/6] report"):
+            write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
     except OutputError as e:
         raise fail(f"--outdir {outdir}: {e}") from None
     rows.append(("report", f"the simulation's plots and these steps -> {report}", f"{time.perf_counter() - t0:.1f}s"))
@@ -332,6 +332,15 @@ def run(
         console.print(table)
         console.print(_next_steps(log, report), highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else EXIT_FAILED)
+
+
+def run_headline(summary: dict[str, Any], log: Path) -> str:
+    """The sim row of `kvsm run` (its table, `--json` and report): what the cache did on
+    the run, from `kvsm sim --json`'s summary."""
+    return (
+        f"{summary['requests']} requests of the Mooncake synthetic trace, block hit rate {summary['hit_rate_blocks']:.3f}, "
+        f"{summary['transitions']} transitions -> {log}"
+    )
 
 
 def _next_steps(log: Path, report: Path) -> str:
