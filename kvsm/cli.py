@@ -292,31 +292,31 @@ def run(
     rows.append(("sim (4 ranks, L1+L2)", run_headline(result.summary, log), f"{time.perf_counter() - t0:.1f}s"))
     _step_line(2, f"replay: {log}, every digest")
     t0 = time.perf_counter()
-    with busy("run [2/6] replay"):
+    with busy("run: replay"):
         res = do_replay(log)
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(3, f"explore: every reachable state of the small config with {RUN_MODEL_REQUESTS} requests, every invariant")
     t0 = time.perf_counter()
-    with busy("run [3/6] explore"):
+    with busy("run: explore"):
         g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append((f"explore small ({RUN_MODEL_REQUESTS} requests)", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(4, "gpu replay: the log on 4 rank processes moving and verifying real bytes")
-    with busy("run [4/6] gpu replay"):
+    with busy("run: gpu replay"):
         gpu_row = _gpu_row(log)
     ok &= gpu_row[1].startswith(("ok", "skipped"))
     rows.append(gpu_row)
     _step_line(5, f"TLC: every invariant of the spec on the same model (small, {RUN_MODEL_REQUESTS} requests)")
-    with busy("run [5/6] TLC"):
+    with busy("run: TLC"):
         tlc_row = _tlc_row()
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
     _step_line(6, f"report: {report}")
     t0 = time.perf_counter()
     try:
-        with busy("run [6/6] report"):
+        with busy("run: report"):
             write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
     except OutputError as e:
         raise fail(f"--outdir {outdir}: {e}") from None

@@ -43,12 +43,12 @@ def test_run_prints_elapsed_time_lines_during_its_steps_without_a_count(tmp_path
     r = runner.invoke(app, ["run", "--requests", "5", "--outdir", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
     err = r.stderr.splitlines()
-    for step in ("[4/6] gpu replay", "[5/6] TLC"):
-        ticks = [x for x in err if re.fullmatch(rf"kvsm: run {re.escape(step)}, \d+s", x)]
+    for step in ("gpu replay", "TLC"):
+        ticks = [x for x in err if re.fullmatch(rf"kvsm: run: {step}, \d+s", x)]
         assert len(ticks) >= 3, (step, err)
     # each tick comes after its step's announcement and before the next step's
-    at = {x.split("] ")[0]: i for i, x in enumerate(err) if x.startswith("kvsm: run [") and not re.search(r", \d+s$", x)}
-    first_tick = next(i for i, x in enumerate(err) if x.startswith("kvsm: run [4/6] gpu replay,"))
+    at = {x.split("] ")[0]: i for i, x in enumerate(err) if x.startswith("kvsm: run [")}
+    first_tick = next(i for i, x in enumerate(err) if x.startswith("kvsm: run: gpu replay,"))
     assert at["kvsm: run [4/6"] < first_tick < at["kvsm: run [5/6"]
 
 
