@@ -84,6 +84,29 @@ def test_rank_lanes_and_device_pages_are_named_by_rank_not_like_tiers(tmp_path):
     assert "(r0)" in story and not re.search(r"\(l\d+\)|^\s*[~+-]? ?l\d+  used", story, re.M)
 
 
+# ---- kvsm show --html: the invariants of every step, decided fast ---------------------------------
+
+
+@pytest.mark.parametrize("bug", ["none", "double_free", "split_pending"])
+def test_the_viewers_violations_of_every_step_are_the_from_scratch_checks(tmp_path, bug):
+    """`Run.check_all` (one Checker along the run, then each state from scratch only when
+    it finds something) gives every step exactly what `invariants.violations` says."""
+    from kvsm.corpus.run import read_run
+    from kvsm.invariants import violations
+
+    log = tmp_path / "w.jsonl"
+    r = runner.invoke(app, ["walk", "--config", "small", "--steps", "200", "--seed", "3", "-o", str(log), *(["--bug", bug] if bug != "none" else [])])
+    assert r.exit_code == 0, r.output
+    run = read_run(log)
+    run.check_all()
+    got = [run.violations(n) for n in range(len(run.steps) + 1)]
+    want = [violations(run.state(n)) for n in range(len(run.steps) + 1)]
+    assert got == want
+    assert any(want) == (bug != "none")
+    first = next((n for n, v in enumerate(want) if v), None)
+    assert read_run(log).first_violation() == first
+
+
 # ---- SIGTERM to a campaign ------------------------------------------------------------------------
 
 
