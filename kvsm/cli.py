@@ -31,6 +31,7 @@ from .commands.common import (
     KvsmGroup,
     alias_value,
     bug_option,
+    busy,
     bug_or_exit,
     config_or_exit,
     console,
@@ -261,7 +262,7 @@ def run(
     l1_size: Optional[str] = size_option("--l1-size", "device KV memory per rank, instead of the run's 256 pages"),
     l2_size: Optional[str] = size_option("--l2-size", "the shared host pool, instead of the run's 2048 pages"),
 ) -> None:
-    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (-o DIR/report.html: the simulation's plots and the steps). One line a step on stderr. Exit 1 if any step failed. The simulation is kvsm sim's default config and 512-token pages, but with a smaller cache, L1 256 and L2 2048 pages (kvsm sim: 512 and 4096), so that a short run evicts from L1 and loads back from L2, and light faults, slow:0.05,stall:0.01,abort:0.02 (kvsm sim: none), so that its log holds recoveries."""
+    """The main job on built-in defaults: a short 4-rank simulation of the bundled Mooncake synthetic trace (kvsm/sim/data/synthetic_trace.jsonl), replay of its log, the same log on 4 rank processes moving and verifying real bytes (CUDA when present, else the CPU), exhaustive exploration of the small config with two requests, TLC on the same model where Java is present, and a report (-o DIR/report.html: the simulation's plots and the steps). One line on stderr as each step starts, then its elapsed time every few seconds ($KVSM_PROGRESS_SECONDS, default 5). Exit 1 if any step failed. The simulation is kvsm sim's default config and 512-token pages, but with a smaller cache, L1 256 and L2 2048 pages (kvsm sim: 512 and 4096), so that a short run evicts from L1 and loads back from L2, and light faults, slow:0.05,stall:0.01,abort:0.02 (kvsm sim: none), so that its log holds recoveries."""
     from .explore import explore as do_explore
     from .replay import replay as do_replay
     from .output import OutputError, check_output_file
@@ -298,36 +299,35 @@ def run(
             raise fail(f"-o {outdir}: {e}") from None
         except SimError as e:  # a bad --model or size: before anything ran
             raise fail(str(e)) from None
-    summary = result.summary
-    rows.append((
-        "sim (4 ranks, L1+L2)",
-        f"{summary['requests']} requests of the Mooncake synthetic trace, block hit rate {summary['hit_rate_blocks']:.3f}, "
-        f"{summary['transitions']} transitions -> {log}",
-        f"{time.perf_counter() - t0:.1f}s",
-    ))
+    rows.append(("sim (4 ranks, L1+L2)", run_headline(result.summary, log), f"{time.perf_counter() - t0:.1f}s"))
     _step_line(2, f"replay: {log}, every digest")
     t0 = time.perf_counter()
-    res = do_replay(log)
+    with busy("run: replay"):
+        res = do_replay(log)
     ok &= res.ok
     rows.append(("replay", "every digest reproduced" if res.ok else f"FAILED {res.first_mismatch}", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(3, f"explore: every reachable state of the small config with {RUN_MODEL_REQUESTS} requests, every invariant")
     t0 = time.perf_counter()
-    g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
+    with busy("run: explore"):
+        g = do_explore(replace(config_or_exit("small"), max_requests=RUN_MODEL_REQUESTS), check=True)
     s = g.summary()
     ok &= not s["violations"]
     rows.append((f"explore small ({RUN_MODEL_REQUESTS} requests)", f"{s['states']} states, {s['edges']} edges, {len(s['violations'])} violations", f"{time.perf_counter() - t0:.1f}s"))
     _step_line(4, "gpu replay: the log on 4 rank processes moving and verifying real bytes")
-    gpu_row = _gpu_row(log)
+    with busy("run: gpu replay"):
+        gpu_row = _gpu_row(log)
     ok &= gpu_row[1].startswith(("ok", "skipped"))
     rows.append(gpu_row)
     _step_line(5, f"TLC: every invariant of the spec on the same model (small, {RUN_MODEL_REQUESTS} requests)")
-    tlc_row = _tlc_row()
+    with busy("run: TLC"):
+        tlc_row = _tlc_row()
     ok &= tlc_row[1].startswith(("ok", "skipped"))
     rows.append(tlc_row)
     _step_line(6, f"report: {report}")
     t0 = time.perf_counter()
     try:
-        write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
+        with busy("run: report"):
+            write_report(result, report, rows, title=f"kvsm run: seed {seed}, {'every step passed' if ok else 'a step FAILED'}")
     except OutputError as e:
         raise fail(f"-o {outdir}: {e}") from None
     rows.append(("report", f"the simulation's plots and these steps -> {report}", f"{time.perf_counter() - t0:.1f}s"))
@@ -342,6 +342,22 @@ def run(
         console.print(table)
         console.print(_next_steps(log, report), highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else EXIT_FAILED)
+
+
+def run_headline(summary: dict[str, Any], log: Path) -> str:
+    """The sim row of `kvsm run` (its table, `--json` and report): what the cache did on
+    the run, from `kvsm sim --json`'s summary."""
+    head = f"{summary['requests']} requests of the Mooncake synthetic trace"
+    saved, ttft, sv = summary.get("tokens_saved"), summary.get("ttft_ms"), summary.get("serving")
+    if saved and ttft and sv and summary.get("tokens_total"):
+        # with no cache every prompt token is prefilled: the TTFT estimate's first term alone
+        bare = summary["tokens_total"] / summary["requests"] / (sv["prefill_tps"] * summary["config"]["R"]) * 1000
+        head += (
+            f": {saved['total']:,} prefill tokens served from the cache ({saved['total'] / summary['tokens_total']:.1%}; "
+            f"L1 {saved['l1']:,}, L2 {saved['l2']:,}), TTFT estimate mean {ttft['mean']:.0f} ms against {bare:.0f} ms with no "
+            f"cache ({sv['model']['name']})"
+        )
+    return f"{head}, block hit rate {summary['hit_rate_blocks']:.3f}, {summary['transitions']} transitions -> {log}"
 
 
 def _next_steps(log: Path, report: Path) -> str:

@@ -80,7 +80,7 @@ def test_a_bad_step_is_refused_with_its_line_and_reason(text, reason):
     ("case x\nshows s\nconfig\nwhat\n", 4, "unknown header field 'what'"),
     ("case x\nshows s\nconfig\n\n----\n", 5, "a ---- line must follow a show, diff or rejects directive"),
     ("case x\nshows s\nconfig\n\nshow nosuch\n", 5, "show: unknown section 'nosuch'"),
-    ("case x\nshows s\nconfig\n\n# c\n  fill p0(l0)←[1]\n", 6, "an indented line here is under no step"),
+    ("case x\nshows s\nconfig\n\n# c\n  fill p0(r0)←[1]\n", 6, "an indented line here is under no step"),
 ])
 def test_a_bad_case_is_refused_with_its_line_and_reason(text, line, reason):
     with pytest.raises(CaseError) as e:
@@ -212,20 +212,20 @@ def test_rewrite_fills_in_missing_outputs(tmp_path):
 
 def test_a_step_s_effects_are_the_indented_lines_under_it_and_verify_compares_them(tmp_path):
     steps = "Arrive rid=0 tokens=[1,2] out_pages=0\nMatch rid=0\nInsert rid=0\n"
-    case = parse_case(_case(steps + "  fill p0(l0)←[1] p1(l1)←[9]\n"), "x.txt")
-    assert [e.expected for e in case.script] == ["", "", "fill p0(l0)←[1] p1(l1)←[9]"]
-    p = _write(tmp_path, "x", _case(steps + "  fill p0(l0)←[1] p1(l1)←[9]\n"))
+    case = parse_case(_case(steps + "  fill p0(r0)←[1] p1(r1)←[9]\n"), "x.txt")
+    assert [e.expected for e in case.script] == ["", "", "fill p0(r0)←[1] p1(r1)←[9]"]
+    p = _write(tmp_path, "x", _case(steps + "  fill p0(r0)←[1] p1(r1)←[9]\n"))
     res = runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--json"])
     assert json.loads(res.stdout)["failed"] == [{
         "file": str(p), "line": 8,
-        "why": "Insert rid=0: the case lists 'fill p0(l0)←[1] p1(l1)←[9]', the step asks 'fill p0(l0)←[1] p1(l1)←[1,2]'",
+        "why": "Insert rid=0: the case lists 'fill p0(r0)←[1] p1(r1)←[9]', the step asks 'fill p0(r0)←[1] p1(r1)←[1,2]'",
     }]
     # a step without its effect lines fails too, and --rewrite writes them under it
     p.write_text(_case(steps))
     res = runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--json"])
-    assert [f["why"] for f in json.loads(res.stdout)["failed"]] == ["Insert rid=0: the case lists no more effects, the step asks 'fill p0(l0)←[1] p1(l1)←[1,2]'"]
+    assert [f["why"] for f in json.loads(res.stdout)["failed"]] == ["Insert rid=0: the case lists no more effects, the step asks 'fill p0(r0)←[1] p1(r1)←[1,2]'"]
     assert runner.invoke(app, ["corpus", "verify", str(p), "--no-tlc", "--rewrite"]).exit_code == 0
-    assert p.read_text().endswith("Insert rid=0\n  fill p0(l0)←[1] p1(l1)←[1,2]\n")
+    assert p.read_text().endswith("Insert rid=0\n  fill p0(r0)←[1] p1(r1)←[1,2]\n")
 
 
 def test_a_step_the_model_refuses_or_a_violation_fails_the_case(tmp_path):

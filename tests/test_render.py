@@ -26,16 +26,16 @@ def test_show_prints_every_part_of_the_state_in_a_fixed_layout():
         "clock 5  next node #4  next request r2",
         "tree",
         "  #0  root",
-        "  └─ #2  [1,2]  L1 p0(l0) p1(l1)  lock 1  hits 2  touched 4",
-        "     ├─ #1  [3]  L1 p2(l0)  L2 h0  hits 1  touched 2",
-        "     └─ #3  [9]  L1 p4(l0)  lock 1  hits 1  touched 5",
+        "  └─ #2  [1,2]  L1 p0(r0) p1(r1)  lock 1  hits 2  touched 4",
+        "     ├─ #1  [3]  L1 p2(r0)  L2 h0  hits 1  touched 2",
+        "     └─ #3  [9]  L1 p4(r0)  lock 1  hits 1  touched 5",
         "lanes",
-        "  l0  used 3/4  free p6",
-        "  l1  used 2/4  free p5 p7",
+        "  r0  used 3/4  free p6",
+        "  r1  used 2/4  free p5 p7",
         "host  used 1/8  free h1..7",
         "writes  r0 done 0  r1 done 0",
         "requests",
-        "  r1  decoding  [1,2,9]  out 1  at #3  holds p3(l1)",
+        "  r1  decoding  [1,2,9]  out 1  at #3  holds p3(r1)",
     ])
 
 
@@ -49,7 +49,7 @@ def test_a_pending_backup_shows_its_object_being_written_and_which_ranks_wrote_i
     s = serve(fresh(), 0, [1, 2])
     s = run(s, T("Reserve", node=1, fits=True), T("WriteDone", rank=1))
     text = show(s, sections=("tree", "writes"))
-    assert "#1  [1,2]  L1 p0(l0) p1(l1)  L2 h0..1 writing  lock 1" in text
+    assert "#1  [1,2]  L1 p0(r0) p1(r1)  L2 h0..1 writing  lock 1" in text
     assert "writes  r0 done 0  r1 done 1\n  #1  h0..1  done by r1" in text
 
 
@@ -70,8 +70,8 @@ def test_diff_names_a_new_node_s_parent_and_a_moved_node():
     a = run(s, T("Arrive", rid=1, tokens=[1, 9], out_pages=0))
     b = run(a, T("Split", node=1, at=1))
     d = diff(a, b, sections=("tree",))
-    assert "+ #2  under #0  [1]  L1 p0(l0)" in d
-    assert "~ #1  [1,2,3] → [2,3]  moved under #2 (was #0)  L1 p0(l0) p1(l1) p2(l0) → p1(l1) p2(l0)" in d
+    assert "+ #2  under #0  [1]  L1 p0(r0)" in d
+    assert "~ #1  [1,2,3] → [2,3]  moved under #2 (was #0)  L1 p0(r0) p1(r1) p2(r0) → p1(r1) p2(r0)" in d
 
 
 def test_l3_pages_are_named_by_the_prefix_they_hold_and_ranks_by_their_progress():
@@ -94,7 +94,7 @@ def test_a_broken_state_is_shown_not_refused():
     n = s.nodes[1]
     broken = replace(s, nodes=s.nodes.set(1, n.with_(parent=7)), dev_content=s.dev_content.set(0, 12345))
     text = show(broken, Names([(1, 2)]))  # the unreachable node has no prefix; the log names it
-    assert "#1  [1,2]  L1 p0(l0) p1(l1)  hits 1  touched 1  unreachable from the root, parent #7" in text
+    assert "#1  [1,2]  L1 p0(r0) p1(r1)  hits 1  touched 1  unreachable from the root, parent #7" in text
     assert "content (pages that do not hold what their node says)\n  L1 p0  holds ?0000000000003039  expected [1] (#1 page 0)" in text
 
 
@@ -187,10 +187,10 @@ def test_effects_are_one_line_per_batch_of_a_kind_in_the_view_s_words():
         ReloadRead(rank=0, base=2, pages=(HostPage(host=2, hash=one),), ok=True),
     ]
     assert effect_lines(effects, names, 2) == [
-        "poison p3(l1)",
-        "fill p0(l0)←[1] p3(l1)←[1,2]",
+        "poison p3(r1)",
+        "fill p0(r0)←[1] p3(r1)←[1,2]",
         # a copy by another rank than the page's owner (a defect) says who
-        "store h4←p0(l0) h5←p3(l1) by r0",
+        "store h4←p0(r0) h5←p3(r1) by r0",
         "poison h0..1 h6",
         "gather r1 [1,2]←h5",
         "gather r0 nothing",
@@ -207,4 +207,4 @@ def test_a_story_shows_each_step_s_effects_under_it(tmp_path):
     r = run_steps(fresh().config, ((0, t, None) for t in steps))
     text = story(r, with_states=False)
     assert "step 2  Match rid=0\n  requests\n" in text  # no effect, no line
-    assert "step 3  Insert rid=0\n  fill p0(l0)←[1] p1(l1)←[1,2]\n  clock 0 → 1" in text
+    assert "step 3  Insert rid=0\n  fill p0(r0)←[1] p1(r1)←[1,2]\n  clock 0 → 1" in text

@@ -46,9 +46,9 @@ def test_show_prints_the_state_after_a_step_of_a_log_or_a_case(tmp_path):
         "state after step 17  Insert rid=1\n"
         "tree\n"
         "  #0  root\n"
-        "  └─ #2  [1]  L1 p0(l0)  L2 h0  lock 1  hits 2  touched 4\n"
+        "  └─ #2  [1]  L1 p0(r0)  L2 h0  lock 1  hits 2  touched 4\n"
         "     ├─ #1  [2]  L2 h1  hits 1  touched 2\n"
-        "     └─ #3  [3]  L1 p1(l1)  lock 1  hits 1  touched 5\n"
+        "     └─ #3  [3]  L1 p1(r1)  lock 1  hits 1  touched 5\n"
     )
     log = tmp_path / "w.jsonl"
     assert runner.invoke(app, ["walk", "--config", "l3", "--steps", "40", "--seed", "2", "-o", str(log)]).exit_code == 0

@@ -146,7 +146,14 @@ def connect(workers: int | None = None, scheduler: str | None = None, processes:
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        client = Client(local)
+        try:
+            client = Client(local)
+        except BaseException:  # a signal, or a cluster that will not answer: nothing stays behind
+            try:
+                local.close()
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
         address = local.scheduler_address
     s = Session(client, local, address, scratch=scratch)
     s.seen_workers = s.workers()

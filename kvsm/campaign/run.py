@@ -33,6 +33,7 @@ from ..sim import SimDivergence, simulate
 from ..state import ClusterState, initial_state
 from ..transitions import Transition
 from .coverage import Coverage
+from .scratch import scratch_dir
 from .spec import RunSpec
 
 DETECTORS = ("invariant", "divergence", "held", "replay", "crash")
@@ -143,7 +144,7 @@ def execute(spec: RunSpec, budget: Budget, workload: str | None = None, collect:
             raise _OverBudget(f"more than {limit_s:g} s")
 
     out = Outcome("ok", captured)
-    with tempfile.TemporaryDirectory(prefix="kvsm-run-") as d:
+    with tempfile.TemporaryDirectory(prefix="kvsm-run-", dir=scratch_dir()) as d:
         log = Path(d) / "run.jsonl"
         try:
             res = simulate(opts, log if replay_log else None, on_progress, on_transition)

@@ -33,6 +33,7 @@ from ..sim.trace import TraceRequest
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import Transition, apply
 from .run import Budget, Outcome, _Held, _track_held, execute, signature
+from .scratch import scratch_dir
 from .spec import RunSpec, command
 
 T = TypeVar("T")
@@ -254,7 +255,7 @@ def shrink(spec: RunSpec, budget: Budget, first: Outcome) -> dict[str, Any]:
     steps = {"workload_runs": 0, "log_replays": 0}
     best = first
     local_min_w = False
-    with tempfile.TemporaryDirectory(prefix="kvsm-shrink-") as d:
+    with tempfile.TemporaryDirectory(prefix="kvsm-shrink-", dir=scratch_dir()) as d:
         trace = Path(d) / "workload.jsonl"
 
         def run_on(reqs: list[TraceRequest]) -> Outcome:

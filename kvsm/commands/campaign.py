@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
         bug: str = typer.Option("none", "--bug", help="injected defect of every run's config (kvsm.config.BUGS), or none"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: the CPU count)"),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="address of an existing Dask scheduler (tcp://HOST:PORT)"),
-        outdir: Path = output_option(Path("campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
+        outdir: Path = output_option(Path("out/campaign"), "-o", "--output", help="directory of results.jsonl and cases/"),
         max_runs: int = typer.Option(MAX_CAMPAIGN_RUNS, "--max-runs", min=1, metavar="N", help="the most runs the campaign may have; more --runs or --seeds are refused before anything runs"),
         resume: bool = typer.Option(False, "--resume", help="continue the campaign in -o: run only the seeds without a result"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),

@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
         from ..output import OutputError, check_output_file
         from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, check_size, parse_axes, run_point, used_grid
         from ..sweep.report import CSV, REPORT, knees, write_outputs
+        from ..sweep.seeds import SEEDS_CSV
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
                  "page_tokens": page_tokens, "l1_pages": l1_pages, "l2_pages": l2_pages, "l3_pages": l3_pages,
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         check_scheduler(scheduler)
         store = SweepResults(outdir)
         try:  # nothing is written, nor a cluster started, for a directory that cannot be used
-            for name in (CSV, REPORT):
+            for name in (CSV, SEEDS_CSV, REPORT):
                 check_output_file(outdir / name)
             store.check(CHOICES, resume)
             done = store.done()
@@ -172,6 +173,8 @@ def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str])
         else:
             cells += [r.get("status", "?"), "-", "-", "-", "-", "-"]
         t.add_row(*cells)
-    for k in s["knees"]:
-        t.caption = (t.caption + "\n" if t.caption else "") + f"knee of {k['axis']} ({k['curve']}, {k['measure']}): {k['knee_pages']} pages, {k['hit_rate']:.4f} (best {k['best']:.4f})"
+    from ..sweep.seeds import knee_lines
+
+    for line in knee_lines(s["knees"]):  # one a curve (the mean's over seeds)
+        t.caption = (t.caption + "\n" if t.caption else "") + line
     return t

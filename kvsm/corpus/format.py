@@ -22,7 +22,7 @@ A case is a header, a blank line, and a script:
 The script's lines are steps in the log's transition syntax (`Insert rid=0`,
 `WriteDone r=1`, `SpillDone r=0 ok=true`, kvsm.steptext), each followed by its
 effects indented by two spaces (what the step asks the world to do, one line per
-batch, kvsm.render.effects: `  fill p0(l0)←[1] p1(l1)←[1,2]`), comments (`#`), blank
+batch, kvsm.render.effects: `  fill p0(r0)←[1] p1(r1)←[1,2]`), comments (`#`), blank
 lines, and the directives `show [SECTION...]`, `diff [SECTION...]` and `rejects
 STEP`, each followed by a `----` line and its expected output up to the next blank
 line (or the end). A step's effect lines and a directive's output are what the

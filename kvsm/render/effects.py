@@ -1,19 +1,19 @@
 """What a step asked the world to do (its effects, kvsm.effects) as lines a person reads
 under the step: one line per batch of consecutive effects of the same kind, in the
 order the transition emitted them, written in the view's words (device page
-`p5(l1)`, host page `h3`, content `[1,2]`).
+`p5(r1)`, host page `h3`, content `[1,2]`).
 
-    fill p0(l0)←[1] p1(l1)←[1,2]        the forward pass writes that KV into those pages
-    load p2(l0)←h0 p3(l1)←h1            a load-back copies host pages into device pages
-    store h0←p0(l0)                      a backup copies device pages into host pages
-    poison p0(l0) p1(l1)                 freed device pages are overwritten
+    fill p0(r0)←[1] p1(r1)←[1,2]        the forward pass writes that KV into those pages
+    load p2(r0)←h0 p3(r1)←h1            a load-back copies host pages into device pages
+    store h0←p0(r0)                      a backup copies device pages into host pages
+    poison p0(r0) p1(r1)                 freed device pages are overwritten
     poison h0..1                         freed host pages are overwritten
     gather r0 [1]←h0                     a rank copies its pages of a spill into its staging
     disk write r0 [1] [1,2]              a rank writes its staged pages to its disk (+ failed)
     disk read r0 h0←[1]                  a rank reads pages from its disk into the slab (+ failed)
 
 A copy done by another rank than the page's owner (only under an injected defect)
-says so: `h0←p1(l1) by r0`.
+says so: `h0←p1(r1) by r0`.
 """
 
 from __future__ import annotations

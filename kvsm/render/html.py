@@ -34,14 +34,16 @@ def _items(view: View) -> dict[str, tuple[str, Item]]:
 
 
 def data(run: Run, title: str) -> dict[str, Any]:
-    prev = run.view(0)
+    run.check_all()
+    view0 = prev = run.view(0)
     cur_items = _items(prev)
     steps: list[dict[str, Any]] = [{"t": "initial state", "line": 1, "v": run.violations(0), "d": ""}]
     patches = []
     for n in range(1, len(run.steps) + 1):
         view = run.view(n)
         items = _items(view)
-        changed = [_item(sec, it) for k, (sec, it) in items.items() if k not in cur_items or cur_items[k][1] != it]
+        # an item a step did not touch is the same object (the view's memo): no field compared
+        changed = [_item(sec, it) for k, (sec, it) in items.items() if k not in cur_items or (cur_items[k][1] is not it and cur_items[k][1] != it)]
         gone = [k for k in cur_items if k not in items]
         patches.append({"set": changed, "del": gone})
         st = run.steps[n - 1]
@@ -52,9 +54,9 @@ def data(run: Run, title: str) -> dict[str, Any]:
         "config": config_line(run.config),
         "about": run.about,
         # the content section exists only in a state with a wrong page; it is listed last
-        "sections": [[sec.name, sec.title or sec.name] for sec in run.view(0)] + [["content", "content (pages that do not hold what their node says)"]],
+        "sections": [[sec.name, sec.title or sec.name] for sec in view0] + [["content", "content (pages that do not hold what their node says)"]],
         "steps": steps,
-        "items0": [_item(sec, it) for sec, it in _items(run.view(0)).values()],
+        "items0": [_item(sec, it) for sec, it in _items(view0).values()],
         "patches": patches,
         "stopped": None if run.stopped is None else f"replay stopped at line {run.stopped['line']} (step {run.stopped['step']} {run.stopped['transition']}): {run.stopped['reason']}",
     }

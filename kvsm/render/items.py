@@ -2,7 +2,7 @@
 text, the diff and the HTML viewer all print (kvsm.render.view builds one from a state).
 
 Every item has a key unique in the view (`node 3`, `request 2`, `lane 0`, ...), a
-label (`#3`, `r2`, `l0`) and named fields whose values are short strings. A diff of two
+label (`#3`, `r2`, the lane of rank 0 `r0`) and named fields whose values are short strings. A diff of two
 states compares items by key and fields by name, so it shows exactly what changed.
 """
 

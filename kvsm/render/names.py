@@ -80,8 +80,9 @@ def ranges(values: list[int], step: int, prefix: str) -> str:
 
 
 def page(p: int, R: int) -> str:
-    """Device page `p` with its lane: `p5(l1)`."""
-    return f"p{p}(l{p % R})"
+    """Device page `p` with the rank whose lane holds it: `p5(r1)` (not `l1`, which
+    would read as the tier L1)."""
+    return f"p{p}(r{p % R})"
 
 
 def page_list(pages: Iterable[int], R: int) -> str:
@@ -120,7 +121,9 @@ def names_of(s: ClusterState, names: Names | None = None) -> Names:
     """`names` (a new one if None), completed with every prefix the state spells out: its
     nodes (through their page hashes), requests, reload candidates and reloads."""
     n = names if names is not None else Names()
-    fresh = [node for node in s.nodes.values() if node.hashes and n.memo.get(("named", id(node)), (None,))[0] is not node]
+    seen = n.memo.get("named nodes")
+    fresh = [] if seen is not None and seen[0] is s.nodes else \
+        [node for node in s.nodes.values() if node.hashes and n.memo.get(("named", id(node)), (None,))[0] is not node]
     if fresh:
         paths = node_paths(s)
         for node in fresh:
@@ -131,6 +134,7 @@ def names_of(s: ClusterState, names: Names | None = None) -> Names:
             for i, h in enumerate(node.hashes):
                 n.known(h, p[: start + i + 1])
             n.memo[("named", id(node))] = (node,)
+    n.memo["named nodes"] = (s.nodes,)  # every node of this map is named (or has no path)
     for req in s.requests.values():
         n.add(tuple(req.tokens))
     ops = list(s.reload_candidates.values()) + list(s.reloads)

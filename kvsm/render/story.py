@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..config import Config
+from ..invariants import Cache, full_violations
 from ..invariants import violations as check_invariants
 from ..log import read_log
 from ..state import ClusterState, initial_state
@@ -34,7 +35,9 @@ class Step:
 @dataclass
 class Run:
     """The states of a log. The invariants of a state are checked when first asked for
-    (they cost far more than a step), unless `check` is off."""
+    (they cost far more than a step), unless `check` is off: decided by the fast
+    whole-state check (`full_violations`, exactly what `violations` says), whose cache
+    makes the states of a run asked for in order cheap after the first."""
 
     config: Config
     initial: ClusterState
@@ -46,6 +49,8 @@ class Run:
     about: list[str] = field(default_factory=list)  # facts from the log's header worth a line
     check: bool = True
     _violations: dict[int, list[str]] = field(default_factory=dict)
+    _cache: Cache = field(default_factory=Cache, repr=False)
+    _checked_all: bool = False
 
     def state(self, n: int) -> ClusterState:
         return self.initial if n == 0 else self.steps[n - 1].state
@@ -55,12 +60,41 @@ class Run:
             return []
         if n not in self._violations:
             try:
-                self._violations[n] = check_invariants(self.state(n))
-            except Exception as e:  # noqa: BLE001 - a broken state may break the check itself
-                self._violations[n] = [f"the invariant check failed: {type(e).__name__}: {e}"]
+                self._violations[n] = full_violations(self.state(n), self._cache)
+            except Exception:  # noqa: BLE001 - a broken state may break the check itself
+                self._cache = Cache()  # what it remembered may be half-updated
+                try:
+                    self._violations[n] = check_invariants(self.state(n))
+                except Exception as e:  # noqa: BLE001
+                    self._violations[n] = [f"the invariant check failed: {type(e).__name__}: {e}"]
         return self._violations[n]
 
+    def check_all(self) -> None:
+        """The invariants of every state, decided together: a `Checker` along the run
+        (each transition's writes checked, from scratch at agreement points and every
+        few hundred steps: `kvsm replay --check`) says that every state holds; when it
+        finds anything, each state is checked from scratch when asked for."""
+        if not self.check or self._checked_all:
+            return
+        self._checked_all = True
+        from ..checking import Checker  # noqa: PLC0415
+
+        try:
+            checker = Checker(self.initial)
+            clean = checker.start() is None
+            for st in self.steps:
+                if not clean:
+                    break
+                clean = checker.step(st.transition, st.state, st.n) is None
+            clean = clean and checker.finish() is None
+        except Exception:  # noqa: BLE001 - a broken state may break the checks: each state on its own
+            clean = False
+        if clean:  # else each state is checked from scratch when asked for (`violations`)
+            for n in range(len(self.steps) + 1):
+                self._violations.setdefault(n, [])
+
     def first_violation(self) -> int | None:
+        self.check_all()
         return next((n for n in range(len(self.steps) + 1) if self.violations(n)), None)
 
     def view(self, n: int) -> View:

@@ -66,6 +66,18 @@ def _node_item_of(s: ClusterState, n: Node, parent: str | None) -> Item:
 
 
 def _tree(s: ClusterState, memo: dict) -> Section:
+    # the section reads only these values: a step that changed none of them (most steps
+    # of a run) has the previous state's section
+    key = (s.nodes, s.pending, s.objects, s.config)
+    hit = memo.get("tree")
+    if hit is not None and all(a is b for a, b in zip(hit[0], key)):
+        return hit[1]
+    sec = _tree_of(s, memo)
+    memo["tree"] = (key, sec)
+    return sec
+
+
+def _tree_of(s: ClusterState, memo: dict) -> Section:
     nodes = s.nodes
     kids: dict[int, list[Node]] = {}
     for n in nodes.values():
@@ -121,7 +133,7 @@ def _lanes(s: ClusterState, memo: dict) -> Section:
         free_pages = sorted(free)
         item = Item(
             f"lane {lane}",
-            f"l{lane}",
+            f"r{lane}",  # the rank's lane (`l0` would read as a tier)
             (Field("used", f"{cfg.L1 - len(free_pages)}/{cfg.L1}"), Field("free", ranges(free_pages, cfg.R, "p"), "-")),
             order=(lane,),
         )
@@ -144,7 +156,17 @@ def _host(s: ClusterState) -> Section:
     return Section("host", "host", (Item("host", "", tuple(fields)),))
 
 
-def _writes(s: ClusterState) -> Section:
+def _writes(s: ClusterState, memo: dict) -> Section:
+    key = (s.writes, s.write_done, s.acked, s.commit_round, s.objects, s.config)  # what it reads
+    hit = memo.get("writes")
+    if hit is not None and all(a is b for a, b in zip(hit[0], key)):
+        return hit[1]
+    sec = _writes_of(s)
+    memo["writes"] = (key, sec)
+    return sec
+
+
+def _writes_of(s: ClusterState) -> Section:
     R = s.config.R
     # the open round of the commit collective: who has entered its call, who returned early
     entered = " ".join(f"r{r}" for r, c in enumerate(s.commit_round) if c == Round.IN) or "-"
@@ -281,30 +303,43 @@ def _hit(q: Any) -> str:
     return f"{node_label(q.hit)} {q.hit_pages}p{' pinned' if q.hit_pin else ' unpinned'}"
 
 
-def _requests(s: ClusterState) -> Section:
-    R = s.config.R
+def _requests(s: ClusterState, memo: dict) -> Section:
     held = {w for op in s.reloads for w in op.waiters}
     items = []
     for rid, q in sorted(s.requests.items()):
-        items.append(
-            Item(
-                f"request {rid}",
-                f"r{rid}",
-                (
-                    Field("phase", q.phase, kind="bare"),
-                    Field("tokens", symbols(q.tokens), kind="bare"),
-                    Field("out", str(q.out_pages), "0"),
-                    Field("at", node_label(q.node), node_label(ROOT_ID)),
-                    Field("holds", page_list(q.pages, R), "-"),
-                    Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
-                    Field("held by a reload", "yes" if rid in held else "", "", "flag"),
-                    Field("prepared backup", _prepared(s, rid), "", "bare"),
-                    Field("host hit", _hit(q), "-"),
-                ),
-                order=(rid,),
-            )
-        )
+        # a request's item reads the request, whether a reload holds it and its prepared backup
+        prep = s.prepared[rid] if rid in s.prepared else _NONE
+        hit = memo.get(("request", rid))
+        if hit is not None and hit[0] is q and hit[1] == (rid in held) and hit[2] == prep:
+            items.append(hit[3])
+            continue
+        item = _request_item(s, rid, q, held)
+        memo[("request", rid)] = (q, rid in held, prep, item)
+        items.append(item)
     return Section("requests", "requests", tuple(items))
+
+
+_NONE = object()  # no prepared backup (a prepared one may be None: it did not fit)
+
+
+def _request_item(s: ClusterState, rid: int, q: Any, held: set[int]) -> Item:
+    R = s.config.R
+    return Item(
+        f"request {rid}",
+        f"r{rid}",
+        (
+            Field("phase", q.phase, kind="bare"),
+            Field("tokens", symbols(q.tokens), kind="bare"),
+            Field("out", str(q.out_pages), "0"),
+            Field("at", node_label(q.node), node_label(ROOT_ID)),
+            Field("holds", page_list(q.pages, R), "-"),
+            Field("looked up in L3", "yes" if q.reload_tried else "", "", "flag"),
+            Field("held by a reload", "yes" if rid in held else "", "", "flag"),
+            Field("prepared backup", _prepared(s, rid), "", "bare"),
+            Field("host hit", _hit(q), "-"),
+        ),
+        order=(rid,),
+    )
 
 
 def _content(s: ClusterState, names: Names) -> Section:
@@ -315,6 +350,11 @@ def _content(s: ClusterState, names: Names) -> Section:
     # pages a load-back still copies on their owner rank hold nothing yet, rightly
     copying = frozenset(p for k, op in enumerate(s.loads) for p, _ in op.pages if k >= s.load_done[p % s.config.R]) \
         if s.loads else frozenset()
+    # the section reads only these values (and which pages the names know)
+    key = (s.nodes, s.objects, s.dev_content, s.host_content, s.config)
+    hit = memo.get("content")
+    if hit is not None and all(a is b for a, b in zip(hit[0], key)) and hit[1] == copying and hit[2] == len(names.names):
+        return hit[3]
     for nid in sorted(s.nodes.keys()):
         n = s.nodes[nid]
         obj = s.objects.get(n.host) if n.host is not None else None
@@ -327,10 +367,32 @@ def _content(s: ClusterState, names: Names) -> Section:
         mine = _content_of(s, n, obj, names, copying)
         memo[("content", nid)] = (n, s.dev_content, s.host_content, obj, known, copying, mine)
         items += mine
-    return Section("content", "content (pages that do not hold what their node says)", tuple(items))
+    sec = Section("content", "content (pages that do not hold what their node says)", tuple(items))
+    memo["content"] = (key, copying, len(names.names), sec)
+    return sec
+
+
+def _content_ok(s: ClusterState, n: Node, obj: Any, copying: frozenset) -> bool:
+    """Whether every page of `n` holds what `n` says (what `_content_of` lists nothing
+    for), decided at C speed for the usual case: no page of it in flight, a hash for every
+    page. False means "look page by page"."""
+    hashes = n.hashes
+    if len(n.dev) > len(hashes) or (copying and not copying.isdisjoint(n.dev)):
+        return False
+    if list(map(s.dev_content.get, n.dev)) != list(hashes[: len(n.dev)]):
+        return False
+    if obj is None or not obj.committed:
+        return True
+    if obj.length > len(hashes):
+        return False
+    want = list(hashes[: obj.length])
+    get, L2 = s.host_content.get, s.config.L2
+    return all(list(map(get, range(r * L2 + obj.base, r * L2 + obj.base + obj.length))) == want for r in range(len(s.config.payloads)))
 
 
 def _content_of(s: ClusterState, n: Node, obj: Any, names: Names, copying: frozenset = frozenset()) -> list[Item]:
+    if _content_ok(s, n, obj, copying):
+        return []
     items = []
     nid = n.id
     L2 = s.config.L2
@@ -368,12 +430,12 @@ def build(s: ClusterState, names: Names | None = None) -> View:
         "",
         (Field("clock", str(s.clock)), Field("next node", node_label(s.next_id)), Field("next request", f"r{s.next_rid}")),
     )
-    sections = [Section("clock", "", (scalars,)), _tree(s, nm.memo), _lanes(s, nm.memo), _host(s), _writes(s)]
+    sections = [Section("clock", "", (scalars,)), _tree(s, nm.memo), _lanes(s, nm.memo), _host(s), _writes(s, nm.memo)]
     if s.loads:
         sections.append(_loads(s))
     if s.config.L3:
         sections += [_disks(s, nm), _spill_queue(s), _spills(s, nm), _candidates(s), _reloads(s, nm)]
-    sections.append(_requests(s))
+    sections.append(_requests(s, nm.memo))
     c = _content(s, nm)
     if c.items:
         sections.append(c)

@@ -2,9 +2,10 @@
 against each capacity axis and the one-file HTML report.
 
 A curve is the points that differ only in one capacity (`--l1-pages`, `--l2-pages` or
-`--l3-pages`), plotted against the pages the run had (the resolved config's L1, L2 or
-L3, so `0`, "enough for the whole workload", is placed where it belongs). Its knee is
-the smallest capacity whose hit rate is within 1% of the curve's best:
+`--l3-pages`) and the seed, plotted against the pages the run had (the resolved
+config's L1, L2 or L3, so `0`, "enough for the whole workload", is placed where it
+belongs): the mean over the seeds, their range shaded (`kvsm.sweep.seeds`). Its knee
+is the smallest capacity whose (mean) hit rate is within 1% of the curve's best:
 `hit rate >= (1 - 0.01) x best`.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from ..output import write_atomic
 from ..sim.report import _png, flat_rows
 from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show, used
+from .seeds import SEED, SEEDS_CSV, aggregate, bounded_legend, legend_columns, seeds_of, write_seeds_csv
 
 KNEE_WITHIN = 0.01
 TIERS = ("l1", "l2", "l3")
@@ -72,8 +74,9 @@ def write_csv(records: list[dict[str, Any]], path: Path) -> Path:
 
 def curves(axes: Axes, records: list[dict[str, Any]], field: str, config_key: str) -> dict[str, list[dict[str, Any]]]:
     """The ok records that have the capacity `field`, by curve: the other varying options
-    (their `kvsm sim` flags) name it; each curve sorted by the pages the run had."""
-    others = [n for n in axes.varying() if n != field]
+    but the seed (their `kvsm sim` flags) name it; each curve sorted by the pages the run
+    had (a curve over several seeds has several records at one capacity)."""
+    others = [n for n in axes.varying() if n not in (field, SEED)]
     out: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         p = Point.from_json(rec["options"])
@@ -94,11 +97,11 @@ def knees(axes: Axes, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         for name, recs in curves(axes, records, field, key).items():
             for measure, _ in MEASURES:
-                pts = [(r["sim"]["config"][key], r["hit_rate"][measure]) for r in recs]
+                pts = [(a.x, a.mean) for a in aggregate(recs, field, key, lambda r: r["hit_rate"][measure])]
                 k = knee(pts)
                 if k is not None:
                     out.append({"axis": OPTION[field], "curve": name, "measure": measure, "knee_pages": k[0],
-                                "hit_rate": k[1], "best": max(y for _, y in pts)})
+                                "hit_rate": round(k[1], 6), "best": round(max(y for _, y in pts), 6), "seeds": seeds_of(recs)})
     return out
 
 
@@ -136,8 +139,11 @@ def render_plots(axes: Axes, records: list[dict[str, Any]]) -> dict[str, bytes]:
                 for (cname, recs), color, ls in zip(groups.items(), colors, styles):
                     if col != "all" and col not in recs[0]["options"]["tiers"].split(","):
                         continue  # a curve whose points have not this tier
-                    pts = [(r["sim"]["config"][key], r["hit_rate"][name]) for r in recs]
+                    agg = aggregate(recs, field, key, lambda r: r["hit_rate"][name])
+                    pts = [(a.x, a.mean) for a in agg]
                     ax.plot([x for x, _ in pts], [y for _, y in pts], marker=".", color=color, ls=ls, label=cname)
+                    if any(a.n > 1 for a in agg):  # the seeds' range
+                        ax.fill_between([a.x for a in agg], [a.lo for a in agg], [a.hi for a in agg], color=color, alpha=0.15, lw=0)
                     if col == "all":
                         k = knee(pts)
                         if k is not None:
@@ -150,9 +156,11 @@ def render_plots(axes: Axes, records: list[dict[str, Any]]) -> dict[str, bytes]:
                 ax.set_title(f"{mlabel}, {'all tiers (o: knee)' if col == 'all' else col.upper() + ' hits'}", fontsize="medium")
                 if i == 1:
                     ax.set_xlabel(xlabel)
-        handles, labels = grid[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), frameon=False, fontsize="small")
-        fig.suptitle(f"kvsm sweep: hit rate against {OPTION[field]}")
+        handles, labels = bounded_legend(*grid[0][0].get_legend_handles_labels())
+        if labels:
+            fig.legend(handles, labels, loc="outside lower center", ncol=legend_columns(labels, fig.get_figwidth()), frameon=False, fontsize="small")
+        n = max(seeds_of(rs) for rs in groups.values())
+        fig.suptitle(f"kvsm sweep: hit rate against {OPTION[field]}" + (f" (mean of {n} seeds, shaded: min to max)" if n > 1 else ""))
         out[f"hit_rate_{field}.png"] = _png(fig)
     return out
 
@@ -191,7 +199,7 @@ def render_html(axes: Axes, records: list[dict[str, Any]], summary: dict[str, An
     grid_rows += f"\n<tr><th>--check</th><td>{'yes' if axes.check else 'no'}</td></tr>"
     knee_rows = "\n".join(
         f"<tr><td>{e(k['axis'])}</td><td>{e(k['curve'])}</td><td>{e(k['measure'])}</td><td>{k['knee_pages']}</td>"
-        f"<td>{k['hit_rate']:.4f}</td><td>{k['best']:.4f}</td></tr>"
+        f"<td>{k['hit_rate']:.4f}</td><td>{k['best']:.4f}</td><td>{k.get('seeds', 1)}</td></tr>"
         for k in summary["knees"]
     )
     head = "".join(f"<th>{e(OPTION[n])}</th>" for n in shown) + "<th>status</th>" + "".join(f"<th>{e(h)}</th>" for h, _ in _MEASURE_COLUMNS)
@@ -226,9 +234,9 @@ img {{ max-width: 100%; }}
 {grid_rows}
 </table>
 <h2>Knees</h2>
-<p>The smallest capacity whose hit rate is within {KNEE_WITHIN:.0%} of the best on its curve (pages the run had).</p>
-<table><tr><th>axis</th><th>curve</th><th>measure</th><th>knee (pages)</th><th>hit rate there</th><th>best</th></tr>
-{knee_rows or '<tr><td colspan="6">no capacity axis has more than one value</td></tr>'}
+<p>The smallest capacity whose hit rate is within {KNEE_WITHIN:.0%} of the best on its curve (pages the run had; over several seeds, of the mean).</p>
+<table><tr><th>axis</th><th>curve</th><th>measure</th><th>knee (pages)</th><th>hit rate there</th><th>best</th><th>seeds</th></tr>
+{knee_rows or '<tr><td colspan="7">no capacity axis has more than one value</td></tr>'}
 </table>
 <h2>Plots</h2>
 {imgs or '<p>No capacity axis has more than one value: nothing to plot.</p>'}
@@ -245,8 +253,11 @@ CSV = "results.csv"
 
 
 def write_outputs(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], outdir: Path) -> list[Path]:
-    """`results.csv`, the plots and `report.html` in `outdir`, each written atomically."""
+    """`results.csv` (and `results_seeds.csv` over several seeds), the plots and
+    `report.html` in `outdir`, each written atomically."""
     paths = [write_csv(records, outdir / CSV)]
+    if SEED in axes.varying():
+        paths.append(write_seeds_csv([row(r) for r in records], outdir / SEEDS_CSV))
     from .serving import render_serving_plots
 
     plots = render_plots(axes, records) | render_serving_plots(axes, records)
