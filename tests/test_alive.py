@@ -167,7 +167,7 @@ def _defaults() -> dict[tuple[str, str], object]:
 
 def test_every_default_output_is_under_out(tmp_path):
     d = _defaults()
-    assert d[("run", "--outdir")] == Path("out")
+    assert d[("run", "-o")] == Path("out")
     assert d[("sweep", "-o")] == Path("out/sweep")
     assert d[("campaign", "-o")] == Path("out/campaign")
     for (command, option), default in d.items():
