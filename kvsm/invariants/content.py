@@ -48,7 +48,7 @@ def node_pages(r: Any, s: Any, nid: int, n: Any, expect: tuple[int, ...], obj: A
     if n.hashes != expect:
         r.bad(I, _hashes(nid))
     dc, R = s.dev_content, s.config.R
-    for i, p in enumerate(n.dev):
+    for i, p in enumerate(n.dev[: len(expect)]):  # (pages past the key: invariant 2)
         if p in copying:
             if p in dc:
                 r.bad(I, _copying(p, nid, i, R))

@@ -77,7 +77,8 @@ def whole_matched(w: Any) -> None:
     """A matched request's node is on L1 (reported after invariant 10's counters, where
     the reports have always put it)."""
     for req in w.s.requests.values():
-        if req.phase == MATCHED and req.node != ROOT_ID and not w.nodes[req.node].dev:
+        n = w.nodes.get(req.node)
+        if req.phase == MATCHED and req.node != ROOT_ID and n is not None and not n.dev:
             w.bad(I, _matched_off_l1(req.id, req.node))
 
 
