@@ -146,7 +146,7 @@ def step_pages(d: Any) -> None:
     An = d.An
     for p in d.devc_w:
         c = A.dev_content.get(p)
-        if c is None and (not d.loads_changed or p in d.copying):
+        if c is None and p in d.copying:
             continue
         holders = sh.dev.get(p, ())
         if not holders:
