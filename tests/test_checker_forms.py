@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from kvsm import content as prefixes
@@ -40,7 +40,7 @@ from kvsm.victims import backup_candidate, dev_victim_key, host_victim_key
 from kvsm.walk import walk
 from kvsm.writes import EMPTY
 
-settings.register_profile("default", max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+settings.register_profile("default", max_examples=1500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 settings.register_profile("thorough", max_examples=5000, deadline=None, derandomize=False, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("KVSM_HYPOTHESIS", "default")
 
@@ -123,6 +123,11 @@ def _ids(s: ClusterState, pred: Callable = lambda n: True) -> list[int]:
 
 def _free_pages(s: ClusterState) -> list[int]:
     return sorted(p for lane in s.dev_free for p in lane)
+
+
+def _listed_in(s: ClusterState, p: int) -> int:
+    """The free list that lists page `p` (its lane's, unless a corruption moved it)."""
+    return next(k for k, lane in enumerate(s.dev_free) if p in lane)
 
 
 def _set_lane(s: ClusterState, lane: int, free: PSortedSet) -> ClusterState:
@@ -532,8 +537,8 @@ def c_dev_leak(s, pick):
     if not free:
         return None
     p = pick(free)
-    R = s.config.R
-    return _set_lane(s, p % R, s.dev_free[p % R].remove(p))
+    lane = _listed_in(s, p)
+    return _set_lane(s, lane, s.dev_free[lane].remove(p))
 
 
 def c_dev_out_of_range_high(s, pick):
@@ -568,7 +573,8 @@ def c_free_wrong_lane(s, pick):
         return None
     p = pick(free)
     other = (p + 1) % R
-    s = _set_lane(s, p % R, s.dev_free[p % R].remove(p))
+    lane = _listed_in(s, p)
+    s = _set_lane(s, lane, s.dev_free[lane].remove(p))
     return _set_lane(s, other, s.dev_free[other].add(p))
 
 
@@ -1228,15 +1234,15 @@ def test_the_three_forms_agree_on_generated_broken_states(data):
         return seq[data.draw(st.integers(0, len(seq) - 1))]
 
     bad = _broken(B, A, row, pick)
-    if bad is None:
-        return
+    assume(bad is not None)
+    event(row.invariant)
     whole, step, fast, warm = _forms(B, bad)
     assert fast == warm == (whole == []), (row, whole)
     if row.step:
         assert _numbers(whole) == _numbers(step), (row, whole, step)
 
 
-@settings(settings.get_profile(PROFILE), max_examples=60)
+@settings(settings.get_profile(PROFILE), max_examples=settings.get_profile(PROFILE).max_examples // 4)
 @given(st.data())
 def test_the_three_forms_agree_on_two_corruptions_at_once(data):
     base = steps()
@@ -1249,11 +1255,12 @@ def test_the_three_forms_agree_on_two_corruptions_at_once(data):
         return seq[data.draw(st.integers(0, len(seq) - 1))]
 
     mid = first.corrupt(A, pick)
-    if mid is None:
-        return
-    bad = second.corrupt(mid, pick)
-    if bad is None:
-        return
+    assume(mid is not None)
+    try:  # (the second corruption may find no footing on what the first broke)
+        bad = second.corrupt(mid, pick)
+    except (KeyError, IndexError, ValueError, StopIteration):
+        bad = None
+    assume(bad is not None)
     bad = _settled(bad)
     whole, step, fast, warm = _forms(B, bad)
     assert fast == warm == (whole == []), (first, second, whole)
