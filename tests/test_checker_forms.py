@@ -1315,3 +1315,34 @@ def test_ownership_refuses_an_effect_of_another_rank_in_each_direction():
         assert any(v.startswith("11 Ownership: ") for v in step_violations(rank, s)), what
         assert not any(v.startswith("11 ") for v in violations(s)), what
     assert step_violations(None, replace(A, effects=(fx.Store(rank=0, page=0, host_page=0),))) == []
+
+
+def _refused(row: Row) -> bool:
+    """Whether the first base state the row breaks is refused by all three forms naming
+    the row's invariant (what the table test asserts)."""
+    i = int(row.invariant.split()[0])
+    for B, A in steps():
+        bad = _broken(A, row, _first)
+        if bad is not None:
+            whole, step, fast, warm = _forms(A, bad)
+            return not fast and not warm and i in _numbers(whole) and i in _numbers(step)
+    raise AssertionError(f"no base state admits {row}")
+
+
+@pytest.mark.parametrize("form", ["rule", "step", "fast"])
+def test_a_weakened_check_of_one_invariant_is_caught_by_its_rows(form, monkeypatch):
+    """The blind spot of correct runs: a check made to accept what it should refuse (here
+    invariant 12's: the rule the whole and step forms share, the step form's call of it,
+    the fast form) passes every correct run, but not the table, whose rows of that
+    invariant are then no longer refused by all three forms."""
+    from kvsm.invariants import collectives, fast, step
+
+    rows = [r for r in CORRUPTIONS if r.invariant == "12 Collectives"]
+    assert all(_refused(r) for r in rows)
+    if form == "rule":
+        monkeypatch.setattr(collectives, "collectives_violations", lambda rounds, writes: [])
+    elif form == "step":
+        monkeypatch.setattr(step.collectives, "whole", lambda d: None)
+    else:
+        monkeypatch.setattr(fast.collectives, "holds", lambda s: True)
+    assert not any(_refused(r) for r in rows)
