@@ -48,7 +48,7 @@ def node_pages(r: Any, s: Any, nid: int, n: Any, expect: tuple[int, ...], obj: A
     if n.hashes != expect:
         r.bad(I, _hashes(nid))
     dc, R = s.dev_content, s.config.R
-    for i, p in enumerate(n.dev):
+    for i, p in enumerate(n.dev[: len(expect)]):  # (pages past the key: invariant 2)
         if p in copying:
             if p in dc:
                 r.bad(I, _copying(p, nid, i, R))
@@ -146,7 +146,7 @@ def step_pages(d: Any) -> None:
     An = d.An
     for p in d.devc_w:
         c = A.dev_content.get(p)
-        if c is None and (not d.loads_changed or p in d.copying):
+        if c is None and p in d.copying:
             continue
         holders = sh.dev.get(p, ())
         if not holders:

@@ -45,6 +45,7 @@ def whole(w: Any) -> None:
     def claim(page: int, who: str) -> None:
         if not 0 <= page < cfg.device_pages:
             w.bad(I, _outside(who, page, cfg.device_pages))
+            owner.setdefault(page, who)  # (held: what it holds is not a free page's)
         elif page in owner:
             w.bad(I, _twice(page, owner[page], who))
         else:

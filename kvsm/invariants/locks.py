@@ -77,7 +77,8 @@ def whole_matched(w: Any) -> None:
     """A matched request's node is on L1 (reported after invariant 10's counters, where
     the reports have always put it)."""
     for req in w.s.requests.values():
-        if req.phase == MATCHED and req.node != ROOT_ID and not w.nodes[req.node].dev:
+        n = w.nodes.get(req.node)
+        if req.phase == MATCHED and req.node != ROOT_ID and n is not None and not n.dev:
             w.bad(I, _matched_off_l1(req.id, req.node))
 
 
@@ -93,6 +94,8 @@ def step(d: Any) -> None:
         req = A.requests.get(rid)
         if req is None:
             continue
+        if rid >= A.next_rid:
+            d.bad(counts.I, counts.next_rid_msg(A.next_rid))
         if req.phase not in PHASES:
             d.bad(I, _phase(rid, req.phase))
         if req.phase == QUEUED:
@@ -103,8 +106,6 @@ def step(d: Any) -> None:
             d.bad(I, _missing(rid, req.node))
         elif req.phase == MATCHED and req.node != ROOT_ID and not An[req.node].dev:
             d.bad(I, _matched_off_l1(rid, req.node))
-        if rid >= A.next_rid:
-            d.bad(counts.I, counts.next_rid_msg(A.next_rid))
     for nid in d.lockset:
         n = An.get(nid)
         if n is None:

@@ -113,7 +113,7 @@ def step(d: Any) -> None:
         if _writes_bad(A, d.prepared):
             d.bad(I, _writes_msg(A, d.prepared))
     if A.prepared and (A.prepared is not B.prepared or A.writes is not B.writes or A.write_done != B.write_done
-                       or d.requests_w or d.objects_w or d.nodes_w):
+                       or d.requests_w or d.objects_w or d.nodes_w or A.next_id != B.next_id):
         d.out.extend(prepared_violations(A))
     for nid in d.nodes:
         pend = d.Ap.get(nid)

@@ -51,7 +51,7 @@ def _ops(r: Any, s: Any, chain: Any, first_only: bool) -> None:
         short = not (len(op.tokens) == len(op.hashes) >= 1)
         if short:
             r.bad(I, f"reload {op.key:x} claims {len(op.tokens)} pages with {len(op.hashes)} hashes")
-            if first_only:
+            if first_only or not op.hashes:
                 continue
         if op.hashes[1:] != chain(op.hashes[0], op.tokens[1:]) or op.key != op.hashes[-1]:
             r.bad(I, f"reload {op.key:x} carries hashes that are not its pages' prefix chain")

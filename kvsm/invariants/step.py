@@ -10,6 +10,7 @@ device and host page (`Shadow`)."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 from operator import is_
 from typing import Any, Callable
 
@@ -58,6 +59,25 @@ def _move(index: dict, who: Any, old: Any, new: Any) -> None:
                 del index[p]
     for p in new:
         index.setdefault(p, []).append(who)
+
+
+def changed_items(a: Any, b: Any) -> set:
+    """The elements in one of the sorted sets `a` and `b` (`kvsm.sortedset.PSortedSet`,
+    two versions of one set) but not the other, found in the parts of the trees they do
+    not share (an update copies only the path to the leaf it changes)."""
+    if a is b:
+        return set()
+    if not (a._len and b._len) or a._height != b._height:
+        return set(chain.from_iterable(a._chunks)) ^ set(chain.from_iterable(b._chunks))
+    la, lb = [a._root], [b._root]
+    for level in range(a._height + 1):
+        ia, ib = set(map(id, la)), set(map(id, lb))
+        la = [x for x in la if id(x) not in ib]
+        lb = [x for x in lb if id(x) not in ia]
+        if level < a._height:
+            la = [k for x in la for k in x.kids]
+            lb = [k for x in lb for k in x.kids]
+    return set(chain.from_iterable(la)) ^ set(chain.from_iterable(lb))
 
 
 def _path(s: ClusterState, nid: int) -> list[int]:
@@ -139,6 +159,18 @@ class Step(Report):
             elif b is not None:
                 dev_pages.update(b.dev)
                 _move(sh.dev, ("node", nid), b.dev, ())
+        # objects whose holder (a pending backup, a prepared one, a reload) changed
+        held = set(self.pending_w)
+        for nid in self.pending_w:
+            for S in (A, B):
+                pend = S.pending.get(nid)
+                if pend is not None:
+                    held.add(pend.obj)
+        if A.prepared is not B.prepared:
+            held.update(prepared_ids(A) ^ prepared_ids(B))
+        if A.reloads is not B.reloads:
+            held.update(op.obj for S in (A, B) for op in S.reloads)
+        self.unlinked.update(k for k in held if k in A.objects and k not in self.objects_w)
 
     def _requests(self) -> None:
         A, B, An, sh = self.A, self.B, self.An, self.sh
@@ -162,9 +194,16 @@ class Step(Report):
                 _move(sh.dev, ("request", rid), old, new)
 
     def _pages(self) -> None:
-        """The pages the effects touched, the objects' host pages."""
+        """The pages the effects touched, the objects' host pages, the pages that entered
+        or left a free list and the first page of each free run that did."""
         A, B, sh = self.A, self.B, self.sh
+        for a, b in zip(A.dev_free, B.dev_free):
+            if a is not b:
+                self.dev_pages.update(changed_items(a, b))
         self.host_pages = host_pages = set()
+        for a, b in zip(A.l2_free, B.l2_free):
+            if a is not b:
+                host_pages.update(base for base, _ in changed_items(a, b))
         for e in A.effects:
             if isinstance(e, (fx.Fill, fx.Load, fx.PoisonDev, fx.Store)):
                 self.dev_pages.add(e.page)
@@ -239,7 +278,9 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
         return d.out
     _node_rules(d)
     if d.out and d.has(tree.T):
-        return d.out  # the rest reads the tree (children, paths) that is broken
+        # the rest reads the tree (children, paths) that is broken: as over the whole
+        # state, only the tree's violations are reported
+        return [v for v in d.out if v.startswith(f"{tree.T} ")]
     # (a rule is called when something it reads was written: most transitions touch few)
     locks.step(d)
     pending.step(d)

@@ -137,6 +137,10 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
         for sym, cid in a.children.items():
             if not _child_ok(An, nid, cid, sym):
                 d.bad(T, _wrong_child(nid, cid, sym))
+        if b is not None:  # a child whose entry went, which still names it its parent (unless written: its own check)
+            for sym, cid in b.children.items():
+                if a.children.get(sym) != cid and cid not in d.nodes and _child_ok(An, nid, cid, sym):
+                    d.bad(T, f"node {cid} is not its parent {nid}'s child for its first page")
     if nid == ROOT_ID:
         return None
     if not a.key:
