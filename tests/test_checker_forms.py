@@ -34,7 +34,7 @@ from kvsm.config import load_config
 from kvsm.digest_sums import recompute_sums
 from kvsm.invariants import INVARIANTS, STATE_INVARIANTS, Cache, Shadow, holds, local_violations, step_violations, violations
 from kvsm.sortedset import PSortedSet
-from kvsm.state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Round, initial_state, lane_of
+from kvsm.state import DECODING, GONE, MATCHED, QUEUED, ROOT_ID, ClusterState, Round, initial_state, lane_of
 from kvsm.tx import _WRITTEN_MAPS
 from kvsm.victims import backup_candidate, dev_victim_key, host_victim_key
 from kvsm.walk import walk
@@ -68,7 +68,8 @@ def _configs() -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def steps() -> tuple[tuple[ClusterState, ClusterState], ...]:
-    """(state before, state after) of every 5th step of two walks of each config."""
+    """(state before, state after) of every 5th step of two walks of each config, and
+    every step into a state with a husk of the orphan model (walks rarely orphan)."""
     out = []
     for cfg in _configs().values():
         for seed in range(2):
@@ -77,6 +78,23 @@ def steps() -> tuple[tuple[ClusterState, ClusterState], ...]:
                 if k % 5 == 0:
                     out.append((s, a))
                 s = a
+    return tuple(out) + _husk_steps()
+
+
+def _husk_steps() -> tuple[tuple[ClusterState, ClusterState], ...]:
+    """The steps of `spec/MC_orphan_eviction.cfg`'s graph (unbacked_evict = "reference")
+    into a state with a husk, in the order of their digests."""
+    from kvsm.explore import explore
+    from kvsm.tla.location import model_paths, spec_dir
+    from kvsm.tla.models import config_of_model
+
+    g = explore(config_of_model(*model_paths(str(spec_dir() / "MC_orphan_eviction.cfg"))))
+    out = []
+    for d in sorted(g.states):
+        a, up = g.states[d], g.parents.get(d)
+        if up is not None and any(n.parent == GONE for n in a.nodes.values()):
+            out.append((g.states[up[0]], a))
+    assert out
     return tuple(out)
 
 
@@ -203,6 +221,18 @@ def c_child_other(s, pick):
     if n.key[0] in root.children:
         return None
     return _put(s, ROOT_ID, children=root.children.set(n.key[0], n.id))
+
+
+def c_gone_leaf(s, pick):
+    """An L2-only leaf taken from its parent's children with its parent `GONE`: no husk
+    (a husk has children; and only under unbacked_evict = "reference")."""
+    ids = _ids(s, lambda n: not n.dev and not len(n.children) and n.parent != GONE and not n.lock)
+    if not ids:
+        return None
+    nid = pick(ids)
+    n = s.nodes[nid]
+    p = s.nodes[n.parent]
+    return _put(_put(s, n.parent, children=p.children.delete(n.key[0])), nid, parent=GONE)
 
 
 def c_cycle(s, pick):
@@ -1066,6 +1096,7 @@ CORRUPTIONS = (
     Row("1 Tree", "a child entry names its child", "names no node", c_child_missing),
     Row("1 Tree", "a child entry names its child", "names another parent's node", c_child_other),
     Row("1 Tree", "every node reaches the root", "cycle", c_cycle),
+    Row("1 Tree", "a husk is on no tier, with children", "a leaf under GONE", c_gone_leaf),
     Row("2 Residency", "a device page per page or none", "too few", c_dev_short),
     Row("2 Residency", "a device page per page or none", "too many", c_dev_long),
     Row("2 Residency", "off L1 is backed", "no object", c_unbacked),

@@ -235,8 +235,9 @@ class Step(Report):
                         self.lockset.add(op.node)
         if self.loads_changed:
             # a page whose copy landed now holds what its node says (LoadDone writes it, or
-            # deletes it when the host page held nothing)
-            for p in (copying(B) if B.loads else frozenset()) - self.copying:
+            # deletes it when the host page held nothing), and one whose copy is in flight
+            # again (a rank's count gone back) must hold nothing
+            for p in (copying(B) if B.loads else frozenset()) ^ self.copying:
                 self.dev_pages.add(p)
                 self.devc_w = set(self.devc_w) | {p}
 
