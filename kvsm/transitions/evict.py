@@ -124,7 +124,7 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         need[lane_of(i, R)] += 1
     deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
     # the host pages each node is loaded from, as the load gathers them before it evicts
-    sources = [tx.objects[tx.node(nid).host].base for nid in run]
+    sources = [tx.objects[tx.node(nid).host] for nid in run]
     if any(deficits):
         sync = sync_write_back(cfg)
         tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
@@ -170,11 +170,11 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0
     copies: list[tuple[int, int]] = []
-    for nid, base in zip(run, sources):
+    for nid, obj in zip(run, sources):
         n = s.nodes[nid]
         dev = pages_all[i : i + n.pages]
         i += n.pages
-        copies.extend((page, base + j) for j, page in enumerate(dev))
+        copies.extend((page, obj.page(j)) for j, page in enumerate(dev))
         if nid in tx.nodes:
             tx.set_dev(nid, dev)
     # a node of the run that host eviction took is gone: the pages it was given are held

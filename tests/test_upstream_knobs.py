@@ -1,0 +1,76 @@
+"""The model knobs that make an R = 1 config describe SGLang 0.5.20's HiRadixCache
+(docs/realimpl.md): each transition under both readings, on a state where they differ."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsm.config import ConfigError, load_config
+from kvsm.invariants import violations
+from kvsm.state import Rejected
+from kvsm.transitions import apply, enabled
+
+from .helpers import T, backup, fresh, node_by_key, run, serve
+
+
+def _gap(l2_alloc: str):
+    """R = 1, a host pool of 3 pages: [1] backed at page 0 and [2] at page 1, then [1]
+    evicted from both tiers, so pages 0 and 2 are free but no run of two; then node
+    [3, 4] (two pages), eligible for a backup, and no host leaf to evict ([2] is on L1)."""
+    s = fresh(R=1, L1=8, L2=3, l2_alloc=l2_alloc)
+    s = serve(s, 0, [1])
+    a = node_by_key(s, (1,))
+    s = backup(s, a)
+    s = serve(s, 1, [2])
+    s = backup(s, node_by_key(s, (2,)))
+    s = run(s, T("EvictDevice", node=a), T("EvictHost", node=a))
+    s = serve(s, 2, [3, 4])
+    return s, node_by_key(s, (3, 4))
+
+
+def test_l2_alloc_run_finds_no_run_of_two_in_two_scattered_free_pages():
+    s, c = _gap("run")
+    assert [(b, n) for b, n in s.l2_free[0]] == [(0, 1), (2, 1)]
+    with pytest.raises(Rejected, match="no free run of 2 host pages"):
+        apply(s, T("Reserve", node=c, fits=True))
+    with pytest.raises(Rejected, match="no host leaf to evict"):
+        apply(s, T("Reserve", node=c, fits=False))
+    assert not [t for t in enabled(s) if t.name == "Reserve"]
+
+
+def test_l2_alloc_pages_takes_the_lowest_free_pages_wherever_they_are():
+    s, c = _gap("pages")
+    assert T("Reserve", node=c, fits=True) in enabled(s)
+    s = backup(s, c)
+    o = s.objects[c]
+    assert (o.base, o.length, o.pages, o.committed) == (0, 2, (0, 2), True)
+    assert not s.l2_free[0] and violations(s) == []
+    # the copy went to pages 0 and 2: the content invariant reads them through `pages`
+    n = s.nodes[c]
+    assert [s.host_content[p] for p in o.pages] == list(n.hashes)
+    # a load-back reads pages 0 and 2 ([2] and [3, 4] evicted from L1, then a request hits [3, 4])
+    s = run(s, T("EvictDevice", node=node_by_key(s, (2,))), T("EvictDevice", node=c))
+    s = run(s, T("Arrive", rid=3, tokens=[3, 4, 5], out_pages=0), T("Match", rid=3), T("LoadBack", rid=3))
+    assert [h for _, h in s.loads[0].pages] == [0, 2]
+    # freeing the object frees both scattered pages, each poisoned
+    s = run(s, T("LoadDone", rank=0), T("Insert", rid=3), T("Finish", rid=3))
+    assert violations(s) == []
+
+
+def test_l2_alloc_pages_splits_an_object_along_its_pages():
+    s, c = _gap("pages")
+    s = backup(s, c)
+    s = run(s, T("Arrive", rid=3, tokens=[3, 9], out_pages=0), T("Split", node=c, at=1))
+    upper = node_by_key(s, (3,))
+    assert s.objects[upper].pages == (0,) and s.objects[c].pages == (2,) and s.objects[c].base == 2
+    assert violations(s) == []
+
+
+def test_l2_alloc_is_refused_with_an_l3_tier_and_unknown_values(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text('l2_alloc = "pages"\nL3 = 4\n')
+    with pytest.raises(ConfigError, match="l2_alloc = \"pages\" with L3 = 4"):
+        load_config(bad)
+    bad.write_text('l2_alloc = "heap"\n')
+    with pytest.raises(ConfigError, match="field 'l2_alloc' must be one of run, pages"):
+        load_config(bad)
