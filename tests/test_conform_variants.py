@@ -42,6 +42,9 @@ VARIANTS = {
                      {"Reserve", "Commit", "LoadBack"}),
     "two_tokens_a_page": (dict(P=2, MaxRequests=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
+    # host objects as page sets (SGLang's host allocator, L2Alloc = "pages"); the scattered
+    # placements themselves: a simulator log that TLC validates (tests/test_upstream_knobs.py)
+    "l2_pages": (dict(L2Alloc='"pages"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack", "EvictHost"}),
 }
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvsm.config import ConfigError, load_config
+from kvsm.config import ConfigError, builtin_file, load_config
 from kvsm.invariants import violations
 from kvsm.state import Rejected
+from kvsm.tla.validate import validate
 from kvsm.transitions import apply, enabled
 
 from .helpers import T, backup, fresh, node_by_key, run, serve
@@ -74,3 +75,38 @@ def test_l2_alloc_is_refused_with_an_l3_tier_and_unknown_values(tmp_path):
     bad.write_text('l2_alloc = "heap"\n')
     with pytest.raises(ConfigError, match="field 'l2_alloc' must be one of run, pages"):
         load_config(bad)
+
+
+def _scattered_reserves(log) -> int:
+    """Backups whose object the simulator's run placed on non-consecutive host pages."""
+    from kvsm.log import read_log
+    from kvsm.state import initial_state
+
+    header, steps = read_log(log)
+    s, n = initial_state(header.config).untracked(), 0
+    for _, _, t, _ in steps:
+        s = apply(s, t)
+        if t.name == "Reserve" and t.arg("fits"):
+            o = s.objects[t.arg("node")]
+            n += o.pages[-1] - o.pages[0] + 1 != o.length
+    return n
+
+
+@pytest.mark.tlc
+def test_the_simulator_runs_sglang_upstream_with_page_set_objects_its_log_replays_and_tlc_validates_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+    from kvsm.replay import replay
+
+    cfg = tmp_path / "up.toml"
+    # a host pool small enough that it fills up and its free pages scatter
+    cfg.write_text(builtin_file("sglang-upstream").read_text().replace("L2 = 512", "L2 = 96"))
+    log = tmp_path / "r.jsonl"
+    r = CliRunner().invoke(app, ["sim", "-c", str(cfg), "-n", "120", "-o", str(log), "--json"])
+    assert r.exit_code == 0, r.output
+    res = replay(str(log), check=True)
+    assert res.ok and not res.violations
+    assert _scattered_reserves(log) > 0
+    v = validate(log)
+    assert v.ok, v

@@ -49,7 +49,7 @@ class Encoder:
             ("committed", "committed", lambda o: tla_bool(o.committed)),
             ("owner", "owner", lambda o: str(o.owner)),
         )
-        if cfg.l2_alloc == "pages":  # (an object lists its pages: KVTree's L2Alloc)
+        if self.cfg.l2_alloc == "pages":  # (an object lists its pages: KVTree's L2Alloc)
             self.obj_fields += (("pages", "pages", lambda o: ints(o.pages)),)
         self.request_fields: Fields = (
             ("tokens", "tokens", lambda r: tok.ref(r.tokens)),
