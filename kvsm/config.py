@@ -382,6 +382,11 @@ def _build(data: dict[str, Any], where: str) -> Config:
             f"{where}: l2_alloc = \"pages\" with L3 = {cfg.L3}: an L3 reload reserves, and a spill reads, one "
             "contiguous run of host pages; page-set objects are modelled without an L3 tier (set L3 = 0)"
         )
+    if cfg.write_through_parent == "backed" and cfg.prepared_backups:
+        raise ConfigError(
+            f"{where}: write_through_parent = \"backed\" with prepared_backups = true: the parent rule is SGLang's "
+            "write_backup, which has no prepared backups (the reference's path); set one of them back"
+        )
     if cfg.bug not in IMPLEMENTED_BUGS:
         raise ConfigError(f"{where}: injected defect '{cfg.bug}' is not implemented by this model yet")
     return cfg

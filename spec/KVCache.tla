@@ -668,13 +668,24 @@ PruneStaleTail(n, at) ==
 (* Eligible for a backup: on L1, unbacked, not pending, and under write_through
    hit often enough; under write_back an unlocked leaf of L1 (it is written back
    before it is evicted). *)
+(* WriteThroughParent (kvsm's `write_through_parent`, a definition a model
+   overrides): "backed" backs a node up only when its parent is the root or is
+   backed, committed or its write submitted (SGLang's write_backup); "any" does not look. *)
+WriteThroughParent == "any"
+ASSUME WriteThroughParent \in {"any", "backed"}
+ParentAllows(n) ==
+    \/ WriteThroughParent = "any"
+    \/ nodes[n].parent = Root
+    \/ nodes[nodes[n].parent].host # NoObject
+    \/ nodes[n].parent \in pending
+
 IsBackupCandidate(n) ==
     LET nd == nodes[n]
     IN /\ n # Root
        /\ nd.dev # <<>>
        /\ nd.host = NoObject
        /\ n \notin pending
-       /\ IF WriteThrough THEN nd.hits >= WriteThreshold
+       /\ IF WriteThrough THEN nd.hits >= WriteThreshold /\ ParentAllows(n)
           ELSE nd.lock = 0 /\ ~ChildOnL1(nodes, n)
 
 \* The state after rank v makes room for a backup of `len` pages (HostRoom, in its

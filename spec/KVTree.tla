@@ -195,6 +195,10 @@ Unsplittable(s, n) == n \in s.pending /\ Bug # "split_pending"
    overrides in its cfg (`L2Alloc = "pages"`), as StalePrune. *)
 L2Alloc == "run"
 ASSUME L2Alloc \in {"run", "pages"}
+\* A load-back short of device pages evicts for the shortfall, or ("whole") for its
+\* whole size (kvsm's `load_back_evict`, SGLang's load_back); overridden as L2Alloc.
+LoadBackEvict == "shortfall"
+ASSUME LoadBackEvict \in {"shortfall", "whole"}
 
 \* The host page of object o at index i (1-based), and all of them.
 ObjPage(o, i) == IF L2Alloc = "pages" THEN o.pages[i] ELSE o.base + i - 1
@@ -702,10 +706,14 @@ LoadBackPlan(s, req, v) ==
         lanes == [i \in 1 .. count |-> Lane(i - 1)]
         need == LaneNeed(lanes)
         deficit == [lane \in Ranks |-> Max2(0, need[lane] - FreeIn(s.dev_free, lane))]
+        \* LoadBackEvict = "whole" (SGLang's evict(num_tokens=len(host_indices))): a
+        \* load short of pages evicts for its whole size; what it lacked must be freed
+        goal == IF LoadBackEvict = "whole" THEN need ELSE deficit
         plan == IF \A lane \in Ranks : deficit[lane] = 0
                 THEN [victims |-> <<>>, remaining |-> deficit]
-                ELSE Plan(s, deficit, v)
-    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining, view |-> v]
+                ELSE Plan(s, goal, v)
+    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, view |-> v,
+        remaining |-> [lane \in Ranks |-> Max2(0, plan.remaining[lane] - (goal[lane] - deficit[lane]))]]
 
 -----------------------------------------------------------------------------
 (* L3. A page inside an L2 object or a reload belongs to rank i mod R, i its

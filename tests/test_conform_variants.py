@@ -45,6 +45,12 @@ VARIANTS = {
     # host objects as page sets (SGLang's host allocator, L2Alloc = "pages"); the scattered
     # placements themselves: a simulator log that TLC validates (tests/test_upstream_knobs.py)
     "l2_pages": (dict(L2Alloc='"pages"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack", "EvictHost"}),
+    # write-through only below a backed parent (WriteThroughParent = "backed"): a split
+    # leaves unbacked parents above new leaves
+    "write_through_parent": (dict(WriteThroughParent='"backed"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack"}),
+    # a load-back short of pages evicts for its whole size (LoadBackEvict = "whole"): two
+    # pages a lane, so a lane with a free page may still give one up
+    "load_back_whole": (dict(LoadBackEvict='"whole"', L1=2, MaxRequests=2), PROMPTS, {"LoadBack", "LoadDone", "EvictDevice"}),
 }
 
 

@@ -110,3 +110,76 @@ def test_the_simulator_runs_sglang_upstream_with_page_set_objects_its_log_replay
     assert _scattered_reserves(log) > 0
     v = validate(log)
     assert v.ok, v
+
+
+def _split_tree(write_through_parent: str):
+    """[1, 2] split by a request for [1, 3]: [1] under the root, [2] and [3] under it, none backed."""
+    s = serve(fresh(R=1, L1=8, L2=8, write_through_parent=write_through_parent), 0, [1, 2])
+    nid = node_by_key(s, (1, 2))
+    s = run(s, T("Arrive", rid=1, tokens=[1, 3], out_pages=0), T("Split", node=nid, at=1))
+    s = run(s, T("Match", rid=1), T("Insert", rid=1), T("Finish", rid=1))
+    return s, node_by_key(s, (1,)), nid
+
+
+def test_write_through_parent_any_backs_up_a_child_of_an_unbacked_node():
+    s, top, low = _split_tree("any")
+    assert {t.arg("node") for t in enabled(s) if t.name == "Reserve"} == {top, low, node_by_key(s, (3,))}
+    s = run(s, T("Reserve", node=low, fits=True))
+    assert low in s.pending and s.nodes[top].host is None and top not in s.pending
+
+
+def test_write_through_parent_backed_waits_for_the_parent_s_submit():
+    s, top, low = _split_tree("backed")
+    assert {t.arg("node") for t in enabled(s) if t.name == "Reserve"} == {top}
+    with pytest.raises(Rejected, match="parent is not backed"):
+        apply(s, T("Reserve", node=low, fits=True))
+    s = run(s, T("Reserve", node=top, fits=True))  # submitted, not committed: backed upstream
+    assert {t.arg("node") for t in enabled(s) if t.name == "Reserve"} == {low, node_by_key(s, (3,))}
+    s = run(s, T("Reserve", node=low, fits=True))
+    assert low in s.pending and violations(s) == []
+
+
+def test_write_through_parent_backed_is_refused_with_prepared_backups(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text('write_through_parent = "backed"\nprepared_backups = true\n')
+    with pytest.raises(ConfigError, match="write_through_parent = \"backed\" with prepared_backups = true"):
+        load_config(bad)
+
+
+def _short_load(load_back_evict: str):
+    """R = 1, 4 device pages: [1, 2] only on L2, [5], [6], [7] on L1 (one page free), and
+    a request whose match hits [1, 2]: its load-back is one page short."""
+    s = serve(fresh(R=1, L1=4, L2=8, load_back_evict=load_back_evict), 0, [1, 2])
+    a = node_by_key(s, (1, 2))
+    s = run(backup(s, a), T("EvictDevice", node=a))
+    for rid, p in ((1, 5), (2, 6), (3, 7)):
+        s = serve(s, rid, [p])
+    s = run(s, T("Arrive", rid=4, tokens=[1, 2, 9], out_pages=0), T("Match", rid=4))
+    assert sum(len(lane) for lane in s.dev_free) == 1
+    return run(s, T("LoadBack", rid=4))
+
+
+def _on_l1(s) -> set[tuple[int, ...]]:
+    return {n.key for nid, n in s.nodes.items() if nid and n.dev}
+
+
+def test_load_back_evict_shortfall_evicts_one_page_for_a_load_one_page_short():
+    s = _short_load("shortfall")
+    assert _on_l1(s) == {(1, 2), (6,), (7,)} and not s.dev_free[0]
+
+
+def test_load_back_evict_whole_evicts_the_load_s_size():
+    s = _short_load("whole")
+    assert _on_l1(s) == {(1, 2), (7,)} and len(s.dev_free[0]) == 1 and violations(s) == []
+
+
+def test_load_back_evict_whole_loads_when_the_shortfall_is_freed_but_not_the_whole_size():
+    """SGLang evicts what it can, then loads if the pages are there: [6] and [7] locked
+    leave one victim ([5]), which covers the shortfall but not the load's size."""
+    s = serve(fresh(R=1, L1=4, L2=8, load_back_evict="whole"), 0, [1, 2])
+    a = node_by_key(s, (1, 2))
+    s = run(backup(s, a), T("EvictDevice", node=a))
+    s = serve(s, 1, [5])
+    s = serve(serve(s, 2, [6], finish=False), 3, [7], finish=False)
+    s = run(s, T("Arrive", rid=4, tokens=[1, 2, 9], out_pages=0), T("Match", rid=4), T("LoadBack", rid=4))
+    assert _on_l1(s) == {(1, 2), (6,), (7,)} and violations(s) == []

@@ -135,9 +135,13 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
             held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
             cands += sorted(s.backup_index) + sorted(
                 n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
-        p = plan(tree, deficits, cands)
-        if any(p.remaining):
-            raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
+        # load_back_evict = "whole" (SGLang's `evict(num_tokens=len(host_indices))`): a load
+        # short of pages evicts for its whole size, and loads once what it lacked is free
+        goal = need if cfg.load_back_evict == "whole" else deficits
+        p = plan(tree, goal, cands)
+        left = [max(0, r - (g - d)) for r, g, d in zip(p.remaining, goal, deficits)]
+        if any(left):
+            raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {left}")
         # the load's own host copies are protected from the host eviction of its
         # write-backs; under loadback_evicts_own_host they are not (sglang PR 27631)
         keep = frozenset() if cfg.bug == "loadback_evicts_own_host" else frozenset(run)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import MATCHED, ClusterState, Pending, Rejected
+from ..state import MATCHED, ROOT_ID, ClusterState, Pending, Rejected
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, register
@@ -38,11 +38,29 @@ from .tree import walk_key
 from .eviction import evict_host_to_fit
 
 
+def parent_allows(s: ClusterState, nid: int) -> bool:
+    """Under `write_through_parent = "backed"` (SGLang's `write_backup`), a write-through
+    backup of node `nid` only when its parent is the root or is backed: committed, or
+    its write submitted (SGLang sets `host_value` at the submit)."""
+    cfg = s.config
+    if cfg.write_through_parent == "any" or cfg.policy != "write_through":
+        return True
+    p = s.nodes[nid].parent
+    return p == ROOT_ID or s.nodes[p].host is not None or p in s.pending
+
+
+def backup_nodes(s: ClusterState) -> Iterable[int]:
+    """The nodes a `Reserve` may take: eligible (`backup_index`) and allowed by their parent."""
+    return (nid for nid in s.backup_index if parent_allows(s, nid))
+
+
 def _eligible(s: ClusterState, nid: int) -> None:
     if nid not in s.backup_index:
         if nid not in s.nodes:
             raise Rejected(f"node {nid} does not exist")
         raise Rejected(f"node {nid} is not eligible for a backup under {s.config.policy}")
+    if not parent_allows(s, nid):
+        raise Rejected(f"node {nid}'s parent is not backed (write_through_parent = backed)")
 
 
 def reserve_fits(s: ClusterState, nid: int, view: int | None = None) -> bool:
@@ -107,7 +125,7 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
     fits = FitsByLength(s, cluster_view(s.config))
-    for nid in s.backup_index:
+    for nid in backup_nodes(s):
         yield Transition.make("Reserve", node=nid, fits=fits(nid))
 
 
