@@ -48,8 +48,9 @@ VARIANTS = {
     # write-through only below a backed parent (WriteThroughParent = "backed"): a split
     # leaves unbacked parents above new leaves
     "write_through_parent": (dict(WriteThroughParent='"backed"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack"}),
-    # a load-back short of pages evicts for its whole size (LoadBackEvict = "whole"): two
-    # pages a lane, so a lane with a free page may still give one up
+    # a load-back short of pages evicts for its whole size (LoadBackEvict = "whole"); a
+    # graph this small has no short load with a spare victim: a simulator log that TLC
+    # validates has them (tests/test_upstream_knobs.py)
     "load_back_whole": (dict(LoadBackEvict='"whole"', L1=2, MaxRequests=2), PROMPTS, {"LoadBack", "LoadDone", "EvictDevice"}),
 }
 

@@ -112,6 +112,49 @@ def test_the_simulator_runs_sglang_upstream_with_page_set_objects_its_log_replay
     assert v.ok, v
 
 
+def _load_back_evictions(log) -> tuple[int, int]:
+    """Over the run's load-backs that came short of device pages: how many there were,
+    and the device pages they evicted beyond what they lacked."""
+    from kvsm.log import read_log
+    from kvsm.state import initial_state
+
+    header, steps = read_log(log)
+    s, short, beyond = initial_state(header.config).untracked(), 0, 0
+    for _, _, t, _ in steps:
+        free = sum(len(lane) for lane in s.dev_free)
+        after = apply(s, t)
+        if t.name == "LoadBack" and len(after.loads[-1].pages) > free:
+            short += 1
+            beyond += sum(len(lane) for lane in after.dev_free)  # freed, and not loaded into
+        s = after
+    return short, beyond
+
+
+@pytest.mark.tlc
+def test_sglang_upstream_s_whole_size_load_back_eviction_in_the_simulator_replays_and_tlc_validates_it(tmp_path):
+    """A small device pool, so that load-backs come short of pages: under "whole" they
+    evict beyond what they lack, and TLC follows both logs."""
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+    from kvsm.replay import replay
+
+    text = builtin_file("sglang-upstream").read_text().replace("L1 = 128", "L1 = 24")
+    seen = {}
+    for reading in ("whole", "shortfall"):
+        cfg = tmp_path / f"{reading}.toml"
+        cfg.write_text(text.replace('load_back_evict = "whole"', f'load_back_evict = "{reading}"'))
+        log = tmp_path / f"{reading}.jsonl"
+        r = CliRunner().invoke(app, ["sim", "-c", str(cfg), "-n", "150", "-o", str(log), "--workload", "synthetic"])
+        assert r.exit_code == 0, r.output
+        assert replay(str(log), check=True).ok
+        v = validate(log)
+        assert v.ok, v
+        seen[reading] = _load_back_evictions(log)
+    # as many short loads, which leave more pages free under "whole"
+    assert seen["whole"][1] > seen["shortfall"][1], seen
+
+
 def _split_tree(write_through_parent: str):
     """[1, 2] split by a request for [1, 3]: [1] under the root, [2] and [3] under it, none backed."""
     s = serve(fresh(R=1, L1=8, L2=8, write_through_parent=write_through_parent), 0, [1, 2])
