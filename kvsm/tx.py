@@ -379,9 +379,12 @@ class Tx:
 
     def new_object(self, pages: tuple[int, ...], committed: bool, owner: int) -> Obj:
         """Take host pages `pages` (from `host_alloc`) for an object and return it."""
+        if self.cfg.l2_alloc != "pages":  # (one run)
+            self.alloc_host(pages[0], len(pages))
+            return Obj(pages[0], len(pages), committed, owner)
         for base, n in page_runs(pages):
             self.alloc_host(base, n)
-        return Obj(pages[0], len(pages), committed, owner, pages if self.cfg.l2_alloc == "pages" else ())
+        return Obj(pages[0], len(pages), committed, owner, pages)
 
     def free_pages_of(self, obj: Obj) -> None:
         """Free (and poison) the host pages of object `obj`, keeping its registration."""
