@@ -34,7 +34,8 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 # that logs of configs that do not set them keep their bytes.
 _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
                   "carry_host_hit": False,
-                  "write_back_evict": "locked"}
+                  "write_back_evict": "locked", "l2_alloc": "run", "load_back_evict": "shortfall",
+                  "write_through_parent": "any"}
 # write_back_evict (only under policy = write_back): how a load-back's owner-lane eviction
 # treats an unbacked device victim. `locked` (the default, the model before it): it is no
 # victim (a write-back is its own asynchronous, locked `Reserve`); `sync` (the reference's
@@ -48,6 +49,20 @@ _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_appe
 # same order with the re-check fixed, counting the victims it deferred as evicted (as the
 # same loop's own leaf update after each eviction already does).
 WRITE_BACK_EVICTS = ("locked", "sync", "deferred", "deferred_fixed")
+# Model knobs for SGLang 0.5.20's HiRadixCache (docs/realimpl.md), each with its
+# values, the default (the model before it) first:
+MODEL_KNOBS: dict[str, tuple[str, ...]] = {
+    # how the host pool hands out an object's pages: "run", one contiguous run, first
+    # fit; "pages", any free pages, the lowest-numbered first (SGLang's host allocator):
+    # an object fits whenever as many pages are free (not with an L3 tier)
+    "l2_alloc": ("run", "pages"),
+    # a load-back short of device pages evicts for the shortfall, or ("whole") for the
+    # whole load's size (SGLang's `evict(num_tokens=len(host_indices))`)
+    "load_back_evict": ("shortfall", "whole"),
+    # write-through backs up any eligible node, or ("backed") only one whose parent is
+    # backed or is the root (SGLang's `write_backup` returns 0 otherwise)
+    "write_through_parent": ("any", "backed"),
+}
 # stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
 # or insert whose key leaves a node inside a page splits the node at the page floor and
 # deletes the whole lower part with its subtree. `off` leaves it out (the default: every
@@ -199,6 +214,9 @@ class Config:
     ack_append: str = "fixed"
     stale_prune: str = "off"
     write_back_evict: str = "locked"
+    l2_alloc: str = "run"
+    load_back_evict: str = "shortfall"
+    write_through_parent: str = "any"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).
@@ -313,6 +331,11 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["write_back_evict"] not in WRITE_BACK_EVICTS:
             raise ConfigError(f"{where}: field 'write_back_evict' must be one of {', '.join(WRITE_BACK_EVICTS)}, got {data['write_back_evict']!r}")
         out["write_back_evict"] = data["write_back_evict"]
+    for k, values in MODEL_KNOBS.items():
+        if k in data:
+            if data[k] not in values:
+                raise ConfigError(f"{where}: field '{k}' must be one of {', '.join(values)}, got {data[k]!r}")
+            out[k] = data[k]
     for flag in ("prepared_backups", "carry_host_hit"):
         if flag in data:
             if not isinstance(data[flag], bool):
@@ -355,6 +378,16 @@ def _build(data: dict[str, Any], where: str) -> Config:
                 f"{where}: prompts[{i}]: out_pages {p.out_pages} is more than the config's R * L1 = {cfg.R * cfg.L1} "
                 "device pages (no request could hold them)"
             )
+    if cfg.l2_alloc == "pages" and cfg.L3:
+        raise ConfigError(
+            f"{where}: l2_alloc = \"pages\" with L3 = {cfg.L3}: an L3 reload reserves, and a spill reads, one "
+            "contiguous run of host pages; page-set objects are modelled without an L3 tier (set L3 = 0)"
+        )
+    if cfg.write_through_parent == "backed" and cfg.prepared_backups:
+        raise ConfigError(
+            f"{where}: write_through_parent = \"backed\" with prepared_backups = true: the parent rule is SGLang's "
+            "write_backup, which has no prepared backups (the reference's path); set one of them back"
+        )
     if cfg.bug not in IMPLEMENTED_BUGS:
         raise ConfigError(f"{where}: injected defect '{cfg.bug}' is not implemented by this model yet")
     return cfg
@@ -455,4 +488,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "MODEL_KNOBS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]

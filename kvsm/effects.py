@@ -72,11 +72,14 @@ class PoisonDev:
 
 @dataclass(frozen=True, slots=True)
 class PoisonHost:
-    """Host pages `base .. base+length-1` are freed; page `base + i` is poisoned by rank `i mod R`."""
+    """Host pages `base .. base+length-1` are freed, indices `index ..` of their object
+    (not 0 only where `l2_alloc = "pages"` scatters one); page `base + i` is poisoned by
+    rank `(index + i) mod R`."""
 
     kind: ClassVar[str] = "poison_host"
     base: int
     length: int
+    index: int = 0
 
 
 @dataclass(frozen=True, slots=True)

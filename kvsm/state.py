@@ -195,15 +195,38 @@ class _NodeDraft:
 
 @dataclass(frozen=True, slots=True)
 class Obj(_Record):
-    """An L2 object: one contiguous run `(base, length)` per payload region."""
+    """An L2 object: `length` host pages per payload region, the same in each. Under
+    `l2_alloc = "run"` one contiguous run from `base` (`pages` empty); under `"pages"`
+    the pages `pages` in the object's order (any free pages, lowest first), `base` the
+    first of them."""
 
     base: int
     length: int
     committed: bool
     owner: int  # node id of the backup it holds
+    pages: tuple[int, ...] = ()
+
+    def page(self, i: int) -> int:
+        """The host page of index `i` (0-based) of the object."""
+        if self.pages:
+            return self.pages[i] if 0 <= i < len(self.pages) else -1
+        return self.base + i
+
+    def page_list(self) -> tuple[int, ...] | range:
+        """Its host pages in the object's order."""
+        return self.pages or range(self.base, self.base + self.length)
+
+    def slice(self, start: int, length: int, owner: int) -> "Obj":
+        """Its `length` pages from index `start`, owned by `owner` (a split's part)."""
+        if self.pages:
+            ps = self.pages[start : start + length]
+            return Obj(ps[0], length, self.committed, owner, ps)
+        return Obj(self.base + start, length, self.committed, owner)
 
     def encode(self) -> str:
-        return f"O{self.base}|{self.length}|{int(self.committed)}|{self.owner}"
+        # the page list only under l2_alloc = "pages", so that run objects keep their bytes
+        pages = f"|P{_tup(self.pages)}" if self.pages else ""
+        return f"O{self.base}|{self.length}|{int(self.committed)}|{self.owner}{pages}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +318,17 @@ class LoadOp(_Record):
 
     def encode(self) -> str:
         return f"D{self.node}|" + ",".join(f"{p}:{h}" for p, h in self.pages)
+
+
+def page_runs(pages: Any) -> list[tuple[int, int]]:
+    """Pages as maximal runs `(base, length)` of consecutive pages, in their order."""
+    out: list[tuple[int, int]] = []
+    for p in pages:
+        if out and out[-1][0] + out[-1][1] == p:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
 
 
 class Rejected(Exception):

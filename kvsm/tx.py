@@ -17,7 +17,7 @@ from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_su
 from . import content
 from . import effects as fx
 from .maptx import MapTx
-from .state import GONE, NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of
+from .state import GONE, NO_PARENT, ROOT_ID, ClusterState, Node, Obj, Rejected, draft_of, page_runs
 from .victims import reindex
 from .writes import EMPTY, committed
 
@@ -371,6 +371,55 @@ class Tx:
                 raise AssertionError("payload regions diverged")
         return found
 
+    def host_room(self, length: int) -> bool:
+        """Whether an object of `length` pages fits the free host pages: a free run of
+        them (`l2_alloc = "run"`), or as many free pages anywhere (`"pages"`)."""
+        if self.cfg.l2_alloc == "pages":
+            return self._lowest_free(length) is not None
+        return self.first_fit(length) is not None
+
+    def _lowest_free(self, length: int) -> list[tuple[int, int]] | None:
+        """The lowest `length` free host pages as runs `(base, length)`, or None."""
+        out, left = [], length
+        if left <= 0:
+            return out
+        for base, n in self.l2_free[0]:
+            k = min(n, left)
+            out.append((base, k))
+            left -= k
+            if not left:
+                return out
+        return None
+
+    def host_alloc(self, length: int) -> tuple[int, ...] | None:
+        """The host pages, in the object's order, of a new object of `length` pages
+        (first fit of a run, or the lowest free pages: `l2_alloc`), not taken yet; None
+        when it does not fit."""
+        if self.cfg.l2_alloc == "pages":
+            runs = self._lowest_free(length)
+            return None if runs is None else tuple(p for b, k in runs for p in range(b, b + k))
+        base = self.first_fit(length)
+        return None if base is None else tuple(range(base, base + length))
+
+    def new_object(self, pages: tuple[int, ...], committed: bool, owner: int) -> Obj:
+        """Take host pages `pages` (from `host_alloc`) for an object and return it."""
+        if self.cfg.l2_alloc != "pages":  # (one run)
+            self.alloc_host(pages[0], len(pages))
+            return Obj(pages[0], len(pages), committed, owner)
+        for base, n in page_runs(pages):
+            self.alloc_host(base, n)
+        return Obj(pages[0], len(pages), committed, owner, pages)
+
+    def free_pages_of(self, obj: Obj) -> None:
+        """Free (and poison) the host pages of object `obj`, keeping its registration."""
+        if not obj.pages:
+            self.free_host(obj.base, obj.length)
+            return
+        i = 0
+        for base, n in page_runs(obj.pages):
+            self.free_host(base, n, i)
+            i += n
+
     def alloc_host(self, base: int, length: int) -> None:
         for i, runs in enumerate(self.l2_free):
             run = runs.floor_lt((base + 1, 0)) if runs else None
@@ -383,7 +432,8 @@ class Tx:
             if base + length < end:
                 self._put_run(i, (base + length, end - base - length))
 
-    def free_host(self, base: int, length: int) -> None:
+    def free_host(self, base: int, length: int, index: int = 0) -> None:
+        """Free host pages `base .. base+length-1`, indices `index ..` of their object."""
         L2 = self.cfg.L2
         for i, runs in enumerate(self.l2_free):
             lo, n = base, length
@@ -400,11 +450,10 @@ class Tx:
                 k = i * L2 + page
                 if k in self.host_content:
                     self.host_content.delete(k)
-        self.effects.append(fx.PoisonHost(base, length))
+        self.effects.append(fx.PoisonHost(base, length, index))
 
     def free_object(self, key: int) -> None:
-        obj = self.objects[key]
-        self.free_host(obj.base, obj.length)
+        self.free_pages_of(self.objects[key])
         self.objects.delete(key)
 
     # ---- commit ---------------------------------------------------------------------------------
@@ -487,3 +536,4 @@ for _name in _LAZY_MAPS:
     setattr(Tx, _name, _OnFirstUse(_name, MapTx))
 for _name in _LAZY_LISTS:
     setattr(Tx, _name, _OnFirstUse(_name, lambda _n, v: list(v)))
+

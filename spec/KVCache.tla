@@ -95,6 +95,8 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
                   "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host",
                   "write_back_fail_evict"}
        /\ WriteBackEvict \in {"locked", "sync", "deferred", "deferred_fixed"}
+       \* an L3 reload reserves a run and a spill reads one (L2Alloc: KVTree)
+       /\ L2Alloc = "run" \/ L3 = 0
 
 VARIABLES
     nodes,          \* node id -> [parent, key, dev, host, durable, lock, pin, hits, touched]
@@ -166,7 +168,9 @@ NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int, durable
             lock: Nat, pin: Nat, hits: Nat, touched: Nat]
 RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool),
                tried: BOOLEAN, hit: Nat, hitlen: Nat, hitpin: BOOLEAN]
-ObjectRec == [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
+ObjectRec == IF L2Alloc = "pages"
+             THEN [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat, pages: Seq(HostPool)]
+             ELSE [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
 SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
 CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
 ReloadRec == [key: ContentValues, anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues),
@@ -664,13 +668,24 @@ PruneStaleTail(n, at) ==
 (* Eligible for a backup: on L1, unbacked, not pending, and under write_through
    hit often enough; under write_back an unlocked leaf of L1 (it is written back
    before it is evicted). *)
+(* WriteThroughParent (kvsm's `write_through_parent`, a definition a model
+   overrides): "backed" backs a node up only when its parent is the root or is
+   backed, committed or its write submitted (SGLang's write_backup); "any" does not look. *)
+WriteThroughParent == "any"
+ASSUME WriteThroughParent \in {"any", "backed"}
+ParentAllows(n) ==
+    \/ WriteThroughParent = "any"
+    \/ nodes[n].parent = Root
+    \/ nodes[nodes[n].parent].host # NoObject
+    \/ nodes[n].parent \in pending
+
 IsBackupCandidate(n) ==
     LET nd == nodes[n]
     IN /\ n # Root
        /\ nd.dev # <<>>
        /\ nd.host = NoObject
        /\ n \notin pending
-       /\ IF WriteThrough THEN nd.hits >= WriteThreshold
+       /\ IF WriteThrough THEN nd.hits >= WriteThreshold /\ ParentAllows(n)
           ELSE nd.lock = 0 /\ ~ChildOnL1(nodes, n)
 
 \* The state after rank v makes room for a backup of `len` pages (HostRoom, in its
@@ -681,16 +696,15 @@ ReserveRoom(s, len, v) == HostRoomAs(s, s, RoomNeed(len, v), v).s
 \* shortcut HostRoomFits, unless rank v looks for another run than the object's.
 HostRoomFor(len, v) ==
     IF RoomNeed(len, v) = len THEN HostRoomFits(State, len)
-    ELSE HasRun(ReserveRoom(State, len, v).l2_free, len)
+    ELSE HasRoom(ReserveRoom(State, len, v).l2_free, len)
 
 Reserved(s, n, fits, v) ==
     LET len == Len(s.nodes[n].key)
         s1 == ReserveRoom(s, len, v)
-        base == FirstFit(s1.l2_free, len)
+        got == HostAlloc(s1.l2_free, len)
     IN IF ~fits THEN s1
-       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
-                  !.objects = (n :> [base |-> base, length |-> len,
-                                     committed |-> FALSE, owner |-> n]) @@ @,
+       ELSE [s1 EXCEPT !.l2_free = @ \ Range(got),
+                  !.objects = (n :> NewObject(got, FALSE, n)) @@ @,
                   !.pending = @ \cup {n},
                   !.writes = Append(@, n),
                   !.nodes[n].lock = @ + 1]
@@ -735,11 +749,10 @@ Prepared(s, rid, fits, v) ==
     LET len == PrepareLen(s, rid)
         u == s.next_id
         s1 == [ReserveRoom(s, len, v) EXCEPT !.next_id = u + 1]
-        base == FirstFit(s1.l2_free, len)
+        got == HostAlloc(s1.l2_free, len)
     IN IF ~fits THEN [s1 EXCEPT !.prepared = (rid :> NoNode) @@ @]
-       ELSE [s1 EXCEPT !.l2_free = @ \ (base .. base + len - 1),
-                       !.objects = (u :> [base |-> base, length |-> len,
-                                          committed |-> FALSE, owner |-> u]) @@ @,
+       ELSE [s1 EXCEPT !.l2_free = @ \ Range(got),
+                       !.objects = (u :> NewObject(got, FALSE, u)) @@ @,
                        !.prepared = (rid :> u) @@ @,
                        !.writes = Append(@, u)]
 
@@ -773,9 +786,9 @@ Prepare(rid, fits) ==
 \* Host content once rank r has copied the pages of write n that sit in its lane.
 Stored(r, n) ==
     LET dev == nodes[n].dev
-        base == objects[n].base
-    IN [h \in {base + i - 1 : i \in {i \in DOMAIN dev : Lane(dev[i]) = r}} |->
-          dev_content[dev[h - base + 1]]] @@ host_content
+        mine == {i \in DOMAIN dev : Lane(dev[i]) = r}
+    IN [h \in {ObjPage(objects[n], i) : i \in mine} |->
+          dev_content[dev[CHOOSE i \in mine : ObjPage(objects[n], i) = h]]] @@ host_content
 
 \* Rank r has a submitted write it has not finished, and it is attached: the write
 \* of a prepared backup waits for its insert (the reference defers its ack). Under
@@ -966,10 +979,10 @@ HostHit(rid) == RunPages(nodes, LoadRun(nodes, requests[rid]))
    the commit (queued for a spill). *)
 WrittenBack(s, n) ==
     LET len == Len(s.nodes[n].key)
-        base == FirstFit(s.l2_free, len)
-    IN [s EXCEPT !.l2_free = @ \ (base .. base + len - 1),
-                 !.objects = (n :> [base |-> base, length |-> len, committed |-> TRUE, owner |-> n]) @@ @,
-                 !.host_content = [h \in base .. base + len - 1 |-> s.dev_content[s.nodes[n].dev[h - base + 1]]] @@ @,
+        got == HostAlloc(s.l2_free, len)
+    IN [s EXCEPT !.l2_free = @ \ Range(got),
+                 !.objects = (n :> NewObject(got, TRUE, n)) @@ @,
+                 !.host_content = [h \in Range(got) |-> s.dev_content[s.nodes[n].dev[IndexOf(got, h)]]] @@ @,
                  !.nodes[n].host = n,
                  !.spill_queue = Enqueue(@, <<n>>)]
 
@@ -989,7 +1002,7 @@ EvictAllSync(s, victims, keep, v) ==
                              hv == HostVictims(r.s) \ keep
                              room0 == HostRoom(r.s, RoomNeed(len, v), TLCEval(VictimKeys(r.s.nodes, hv, v)), hv)
                              room == IF Bug = "backup_host_uaf" /\ ~room0.ok THEN InflightRoom(room0.s, RoomNeed(len, v)) ELSE room0
-                         IN IF HasRun(room.s.l2_free, len) THEN [s |-> EvictDeviceNode(WrittenBack(room.s, n), n), ok |-> TRUE]
+                         IN IF HasRoom(room.s.l2_free, len) THEN [s |-> EvictDeviceNode(WrittenBack(room.s, n), n), ok |-> TRUE]
                             \* under write_back_fail_evict the victim is evicted as though it were backed
                             ELSE IF Bug = "write_back_fail_evict"
                             THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
@@ -1014,7 +1027,7 @@ EvictAllDeferred(s, victims, keep, v) ==
                              hv == HostVictims(r.s) \ keep
                              room0 == HostRoom(r.s, RoomNeed(len, v), TLCEval(VictimKeys(r.s.nodes, hv, v)), hv)
                              room == IF Bug = "backup_host_uaf" /\ ~room0.ok THEN InflightRoom(room0.s, RoomNeed(len, v)) ELSE room0
-                         IN IF HasRun(room.s.l2_free, len)
+                         IN IF HasRoom(room.s.l2_free, len)
                             THEN [r EXCEPT !.s = WrittenBack(room.s, n), !.later = Append(@, n)]
                             ELSE IF Bug = "write_back_fail_evict"
                             THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
@@ -1071,7 +1084,7 @@ LoadedBack(s, rid, lp) ==
         \* page i of the run is loaded from this host page, as gathered before the evictions
         source == [i \in 1 .. count |->
                      LET k == CHOOSE k \in DOMAIN run : start[k] < i /\ i <= start[k] + sizes[k]
-                     IN s.objects[s.nodes[run[k]].host].base + (i - start[k] - 1)]
+                     IN ObjPage(s.objects[s.nodes[run[k]].host], i - start[k])]
         \* a node of the run that host eviction took (loadback_evicts_own_host) is gone:
         \* the pages it was given are held by no node while the load copies into them
         alive == SelectSeq(run, LAMBDA n : n \in DOMAIN s1.nodes)
@@ -1700,7 +1713,7 @@ DevicePages ==
           IN \E n \in DOMAIN nodes :
                 /\ p \in Range(nodes[n].dev)
                 /\ nodes[n].host \in DOMAIN objects
-                /\ objects[nodes[n].host].base + IndexOf(nodes[n].dev, p) - 1 = loads[j].pages[k][2]
+                /\ ObjPage(objects[nodes[n].host], IndexOf(nodes[n].dev, p)) = loads[j].pages[k][2]
 
 \* 6. The object ranges, the reloads' reservations and the free set partition
 \*    the host pool; each object belongs to exactly one committed node or pending
@@ -1713,6 +1726,9 @@ HostPages ==
          \cup UNION {ReloadPages(reloads[j]) : j \in DOMAIN reloads} \cup l2_free = HostPool
     /\ SumFn([k \in DOMAIN objects |-> objects[k].length])
          + SumSeq([j \in DOMAIN reloads |-> reloads[j].length]) + Cardinality(l2_free) = L2
+    \* (L2Alloc = "pages": an object lists `length` pages, the first its base)
+    /\ L2Alloc = "pages" => \A k \in DOMAIN objects : /\ Len(objects[k].pages) = objects[k].length
+                                                     /\ objects[k].base = objects[k].pages[1]
     /\ \A k \in DOMAIN objects :
           IF objects[k].committed
           THEN /\ objects[k].owner \in DOMAIN nodes
@@ -1743,7 +1759,7 @@ Content ==
                                                   ELSE SubSeq(pre, 1, above + i)
              /\ (h # NoObject /\ h \in DOMAIN objects) =>
                    \A i \in 1 .. Min2(objects[h].length, Len(nodes[n].key)) :
-                       host_content[objects[h].base + i - 1] = SubSeq(pre, 1, above + i)
+                       host_content[ObjPage(objects[h], i)] = SubSeq(pre, 1, above + i)
     /\ \A p \in dev_free : dev_content[p] = NoContent
     /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] = h
     /\ \A r \in Ranks : \A j \in DOMAIN spill_staged[r] :

@@ -189,6 +189,29 @@ Enqueue(q, ns) == IF L3 = 0 THEN q
 \* backup in flight.
 Unsplittable(s, n) == n \in s.pending /\ Bug # "split_pending"
 
+(* How the host pool hands out an object's pages (kvsm's `l2_alloc`): "run", one
+   contiguous run, first fit (an object is [base, length, committed, owner]);
+   "pages", any free pages, the lowest-numbered first (SGLang's host allocator):
+   the object also carries them in its order, `pages`. A definition a model
+   overrides in its cfg (`L2Alloc = "pages"`), as StalePrune. *)
+L2Alloc == "run"
+ASSUME L2Alloc \in {"run", "pages"}
+\* A load-back short of device pages evicts for the shortfall, or ("whole") for its
+\* whole size (kvsm's `load_back_evict`, SGLang's load_back); overridden as L2Alloc.
+LoadBackEvict == "shortfall"
+ASSUME LoadBackEvict \in {"shortfall", "whole"}
+
+\* The host page of object o at index i (1-based), and all of them.
+ObjPage(o, i) == IF L2Alloc = "pages" THEN o.pages[i] ELSE o.base + i - 1
+ObjectPages(o) == IF L2Alloc = "pages" THEN Range(o.pages) ELSE o.base .. o.base + o.length - 1
+
+\* Its `len` pages from index `from` (1-based), owned by `owner` (a split's part).
+ObjSlice(o, from, len, owner) ==
+    IF L2Alloc = "pages"
+    THEN [o EXCEPT !.base = o.pages[from], !.length = len, !.owner = owner,
+                   !.pages = SubSeq(o.pages, from, from + len - 1)]
+    ELSE [o EXCEPT !.base = o.base + from - 1, !.length = len, !.owner = owner]
+
 (* Split n after `at` pages, as the reference does. The upper part is a new node
    (id next_id) with the first `at` pages, their device pages and, when backed,
    their host pages as a new object (queued for a spill); it inherits lock, hits
@@ -210,9 +233,8 @@ SplitNode(s, n, at) ==
                             !.durable = nd.durable /\ (DurableSplit = "reference" \/ at % R = 0)]
         objs == IF nd.host = NoObject THEN s.objects
                 ELSE LET o == s.objects[nd.host]
-                     IN (u :> [o EXCEPT !.length = at, !.owner = u])
-                        @@ [s.objects EXCEPT ![nd.host] = [o EXCEPT !.base = o.base + at,
-                                                                    !.length = o.length - at]]
+                     IN (u :> ObjSlice(o, 1, at, u))
+                        @@ [s.objects EXCEPT ![nd.host] = ObjSlice(o, at + 1, o.length - at, o.owner)]
     IN [s EXCEPT !.nodes = (u :> upper) @@ [s.nodes EXCEPT ![n] = lower],
                  !.objects = objs,
                  !.next_id = u + 1,
@@ -390,7 +412,24 @@ FirstFit(free, len) ==
     IF len < 1 THEN Min(0 .. L2 - len)
     ELSE Min({b \in RunStarts(free) : RunAt(free, b, len)})
 
-ObjectPages(o) == o.base .. o.base + o.length - 1
+\* Whether an object of `len` pages fits the free host pages `free`.
+HasRoom(free, len) == IF L2Alloc = "pages" THEN Cardinality(free) >= len ELSE HasRun(free, len)
+
+\* The lowest k pages of `free`, in order.
+RECURSIVE Lowest(_, _)
+Lowest(free, k) == IF k = 0 THEN <<>> ELSE <<Min(free)>> \o Lowest(free \ {Min(free)}, k - 1)
+
+\* The host pages of a new object of `len` pages, in its order.
+HostAlloc(free, len) ==
+    IF L2Alloc = "pages" THEN Lowest(free, len)
+    ELSE LET b == FirstFit(free, len) IN [i \in 1 .. len |-> b + i - 1]
+
+\* An object on host pages `pages` (a sequence, in its order).
+NewObject(pages, committed, owner) ==
+    IF L2Alloc = "pages"
+    THEN [base |-> pages[1], length |-> Len(pages), committed |-> committed, owner |-> owner, pages |-> pages]
+    ELSE [base |-> pages[1], length |-> Len(pages), committed |-> committed, owner |-> owner]
+
 
 \* The host pages a reload has reserved (its object until it is admitted).
 ReloadPages(op) == op.base .. op.base + op.length - 1
@@ -486,7 +525,7 @@ HostRoom(s, len, key, victims) ==
             IF k = 0 THEN [s |-> s, rest |-> victims, done |-> FALSE, ok |-> FALSE]
             ELSE LET r == room[k - 1]
                  IN IF r.done THEN r
-                    ELSE IF HasRun(r.s.l2_free, len) THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
+                    ELSE IF HasRoom(r.s.l2_free, len) THEN [r EXCEPT !.done = TRUE, !.ok = TRUE]
                     ELSE IF r.rest = {} THEN [r EXCEPT !.done = TRUE]
                     ELSE LET n == LexLeast(key, r.rest)
                          IN [r EXCEPT !.s = EvictHostNode(r.s, n), !.rest = @ \ {n}]
@@ -500,7 +539,7 @@ HostRoom(s, len, key, victims) ==
    A backup whose pages are free already is passed over. *)
 InflightRoom(s, len) ==
     LET room[k \in 0 .. Len(s.writes)] ==
-            IF k = 0 THEN [s |-> s, ok |-> HasRun(s.l2_free, len)]
+            IF k = 0 THEN [s |-> s, ok |-> HasRoom(s.l2_free, len)]
             ELSE LET r == room[k - 1]
                      n == s.writes[k]
                  IN IF r.ok \/ n \notin r.s.pending THEN r
@@ -508,7 +547,7 @@ InflightRoom(s, len) ==
                          IN IF gone \cap r.s.l2_free # {} THEN r
                             ELSE LET s1 == [r.s EXCEPT !.l2_free = @ \cup gone,
                                                        !.host_content = [h \in gone |-> NoContent] @@ @]
-                                 IN [s |-> s1, ok |-> HasRun(s1.l2_free, len)]
+                                 IN [s |-> s1, ok |-> HasRoom(s1.l2_free, len)]
     IN room[Len(s.writes)]
 
 \* HostRoom over the host victims of `s` in rank v's order (the snapshot of `s`).
@@ -523,9 +562,9 @@ HostRoomAs(s0, s, len, v) ==
    not depend on each other. (An IF, not a disjunction, so that a guard made of
    it is one branch for TLC; the victims are looked at only when needed.) *)
 HostRoomFits(s, len) ==
-    IF HasRun(s.l2_free, len) THEN TRUE
+    IF HasRoom(s.l2_free, len) THEN TRUE
     ELSE IF Bug = "backup_host_uaf" THEN HostRoomAs(s, s, len, NoView).ok
-    ELSE HasRun(s.l2_free \cup UNION {ObjectPages(s.objects[s.nodes[v].host]) : v \in HostVictims(s)}, len)
+    ELSE HasRoom(s.l2_free \cup UNION {ObjectPages(s.objects[s.nodes[v].host]) : v \in HostVictims(s)}, len)
 
 -----------------------------------------------------------------------------
 (* The owner-lane planner (docs/model.md), in its reference form: every
@@ -675,10 +714,14 @@ LoadBackPlan(s, req, v) ==
         lanes == [i \in 1 .. count |-> Lane(i - 1)]
         need == LaneNeed(lanes)
         deficit == [lane \in Ranks |-> Max2(0, need[lane] - FreeIn(s.dev_free, lane))]
+        \* LoadBackEvict = "whole" (SGLang's evict(num_tokens=len(host_indices))): a
+        \* load short of pages evicts for its whole size; what it lacked must be freed
+        goal == IF LoadBackEvict = "whole" THEN need ELSE deficit
         plan == IF \A lane \in Ranks : deficit[lane] = 0
                 THEN [victims |-> <<>>, remaining |-> deficit]
-                ELSE Plan(s, deficit, v)
-    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, remaining |-> plan.remaining, view |-> v]
+                ELSE Plan(s, goal, v)
+    IN [run |-> run, lanes |-> lanes, victims |-> plan.victims, view |-> v,
+        remaining |-> [lane \in Ranks |-> Max2(0, plan.remaining[lane] - (goal[lane] - deficit[lane]))]]
 
 -----------------------------------------------------------------------------
 (* L3. A page inside an L2 object or a reload belongs to rank i mod R, i its

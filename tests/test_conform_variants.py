@@ -42,6 +42,16 @@ VARIANTS = {
                      {"Reserve", "Commit", "LoadBack"}),
     "two_tokens_a_page": (dict(P=2, MaxRequests=2), (((1, 2), 1), ((1, 3), 0), ((4, 5), 0)), {"Split", "Commit", "LoadBack"}),
     "output_pages": ({}, (((1, 2), 1), ((1,), 1), ((3,), 0)), {"Finish", "Commit", "LoadBack"}),
+    # host objects as page sets (SGLang's host allocator, L2Alloc = "pages"); the scattered
+    # placements themselves: a simulator log that TLC validates (tests/test_upstream_knobs.py)
+    "l2_pages": (dict(L2Alloc='"pages"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack", "EvictHost"}),
+    # write-through only below a backed parent (WriteThroughParent = "backed"): a split
+    # leaves unbacked parents above new leaves
+    "write_through_parent": (dict(WriteThroughParent='"backed"', MaxRequests=2), PROMPTS, {"Reserve", "Split", "Commit", "LoadBack"}),
+    # a load-back short of pages evicts for its whole size (LoadBackEvict = "whole"); a
+    # graph this small has no short load with a spare victim: a simulator log that TLC
+    # validates has them (tests/test_upstream_knobs.py)
+    "load_back_whole": (dict(LoadBackEvict='"whole"', L1=2, MaxRequests=2), PROMPTS, {"LoadBack", "LoadDone", "EvictDevice"}),
 }
 
 

@@ -463,3 +463,25 @@ def test_plan_and_hooks_do_not_import_torch():
 
     code = "import sys, kvsm.gpu.plan, kvsm.gpu.hooks, kvsm.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_page_set_objects_are_freed_by_the_owners_of_their_object_indices(tmp_path):
+    """Under l2_alloc = "pages" a freed object is several runs of host pages; page `base + i`
+    of a run that starts at object index `index` is poisoned by rank `(index + i) mod R`,
+    and every page once."""
+    path = tmp_path / "pages.toml"
+    # a host pool small enough that its free pages scatter
+    path.write_text(FOUR_RANKS.replace("L2 = 32", "l2_alloc = \"pages\"\nL2 = 12"))
+    steps = list(walk(load_config(path), 800, seed=2))
+    _every_page_operation_once(steps)
+    scattered = 0
+    for _, state in steps:
+        R = state.config.R
+        for e in state.effects:
+            if isinstance(e, fx.PoisonHost):
+                scattered += e.index > 0
+                for r in range(R):
+                    mine = {h for b in plan_rank(state, r) if b.op is fx.PoisonHost for h in b.host}
+                    want = {e.base + i for i in range(e.length) if (e.index + i) % R == r}
+                    assert want <= mine, (e, r, mine)
+    assert scattered > 0

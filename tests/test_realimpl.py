@@ -26,8 +26,7 @@ from kvsm.realimpl import sglang as adapter  # noqa: E402
 from kvsm.sim.workload import load_workload  # noqa: E402
 
 CFG = load_config("sglang-upstream")
-# a host pool large enough that the first 40 synthetic requests never meet the host pool's
-# fragmentation (the divergence docs/realimpl.md names `host-contiguous`), with load-backs
+# a host pool large enough that the first 60 synthetic requests evict no host leaf, with load-backs
 BIG = dataclasses.replace(CFG, L2=4096)
 
 
@@ -105,11 +104,13 @@ def test_a_real_eviction_order_the_model_does_not_have_is_refused() -> None:
     assert any(e.startswith("_evict_") for e in d.events) or d.field == "next device victim"
 
 
-def test_the_default_config_meets_the_host_pools_fragmentation() -> None:
+def test_host_objects_as_runs_meet_the_host_pools_fragmentation_and_page_sets_do_not() -> None:
     """docs/realimpl.md, divergence `host-contiguous`: with a 512-page host pool a backup
-    the real pool places in scattered free slots needs a contiguous run in the model,
-    whose evict-to-fit then takes a host leaf the real cache keeps."""
-    res = adapter.run(CFG, _requests("synthetic", 60))
+    the real pool places in scattered free slots needs a contiguous run in the model
+    under `l2_alloc = "run"`, whose evict-to-fit then takes a host leaf the real cache
+    keeps; under `"pages"` (the config's) the model places it as SGLang does."""
+    reqs = _requests("synthetic", 60)
+    res = adapter.run(dataclasses.replace(CFG, l2_alloc="run"), reqs)
     assert len(res.divergences) == 1
     d = res.divergences[0]
     assert d.event == "insert" and d.field.startswith("node ") and (d.real, d.model) == ("present", "absent")
@@ -120,6 +121,9 @@ def test_the_default_config_meets_the_host_pools_fragmentation() -> None:
     # before it, the real host evictions (backups making room) were the model's host
     # victims, in SGLang's order
     assert sum(t.name == "EvictHost" for t, _ in res.transitions) >= 5
+    paged = adapter.run(CFG, reqs)
+    assert CFG.l2_alloc == "pages" and paged.divergences == [] and paged.requests == 60
+    assert sum(t.name == "EvictHost" for t, _ in paged.transitions) >= 5
 
 
 @pytest.mark.tlc

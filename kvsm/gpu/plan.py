@@ -111,8 +111,8 @@ def plan_rank(state: Any, rank: int) -> list[Batch]:
         if type(eff) is not run:
             run, seen, cur = type(eff), set(), None
         match eff:
-            case PoisonHost(base=base, length=length):
-                mine = [base + i for i in range(rank, length, R)]
+            case PoisonHost(base=base, length=length, index=index):
+                mine = [base + i for i in range((rank - index) % R, length, R)]
                 if not mine:
                     continue
                 cur = _batch(out, cur, PoisonHost)

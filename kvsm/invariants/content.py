@@ -58,8 +58,8 @@ def node_pages(r: Any, s: Any, nid: int, n: Any, expect: tuple[int, ...], obj: A
         hc, L2 = s.host_content, s.config.L2
         for region in range(len(s.config.payloads)):
             for i in range(min(obj.length, len(expect))):
-                if hc.get(region * L2 + obj.base + i) != expect[i]:
-                    r.bad(I, _host(obj.base + i, nid, region))
+                if hc.get(region * L2 + obj.page(i)) != expect[i]:
+                    r.bad(I, _host(obj.page(i), nid, region))
 
 
 def _staging(r: Any, staged: Any, before: Any = None) -> None:
@@ -168,7 +168,7 @@ def step_pages(d: Any) -> None:
             n = An.get(obj.owner) if obj is not None else None
             if n is None or n.host != key or obj.owner in d.content_checked:
                 continue
-            i = page - obj.base
+            i = page - obj.base if not obj.pages else obj.pages.index(page)
             if i < len(n.hashes) and A.host_content.get(k) != n.hashes[i]:
                 d.bad(I, _host(page, n.id, k // L2))
     for key in d.l3_w:

@@ -74,7 +74,7 @@ def whole(w: Any) -> None:
                 continue
             n = w.nodes[where[0]]
             obj = s.objects.get(n.host) if n.host is not None else None
-            if obj is None or obj.base + where[1] != hp:
+            if obj is None or obj.page(where[1]) != hp:
                 w.bad(I, _load_copy(hp, p, where[1], n.id))
 
 
@@ -119,7 +119,7 @@ def loads_hold(s: ClusterState) -> bool:
                 return False
             n = nodes[w[0]]
             obj = s.objects.get(n.host) if n.host is not None else None
-            if obj is None or obj.base + w[1] != hp:
+            if obj is None or obj.page(w[1]) != hp:
                 return False
     return True
 
@@ -174,5 +174,5 @@ def step_loads(d: Any) -> None:
             n = d.An[holders[0][1]]
             i = n.dev.index(p)
             obj = A.objects.get(n.host) if n.host is not None else None
-            if obj is None or obj.base + i != hp:
+            if obj is None or obj.page(i) != hp:
                 d.bad(I, _load_copy(hp, p, i, n.id))

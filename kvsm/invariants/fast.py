@@ -163,7 +163,7 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any, cha
             return None
         k = min(obj.length, len(hashes))
         L2 = cfg.L2
-        host = tuple(p for region in range(len(cfg.payloads)) for p in range(region * L2 + obj.base, region * L2 + obj.base + k))
+        host = tuple(region * L2 + p for region in range(len(cfg.payloads)) for p in obj.page_list()[:k])
         host_exp = hashes[:k] * len(cfg.payloads)
     durable_keys = tuple(zip(cycle(range(cfg.R)), hashes)) if n.durable else ()
     return (n, prev, obj, pend, dev, hashes[: len(dev)], host, host_exp, durable_keys,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..state import ClusterState
+from ..state import ClusterState, page_runs
 
 I = 6
 
@@ -41,7 +41,7 @@ def _regions(w: Any) -> None:
     for region, runs in enumerate(s.l2_free):
         used: dict[int, str] = {}
         for key, obj in s.objects.items():
-            for page in range(obj.base, obj.base + obj.length):
+            for page in obj.page_list():
                 if page in used:
                     w.bad(I, _twice(page, region, used[page], key))
                 used[page] = f"{key}"
@@ -62,7 +62,9 @@ def _regions(w: Any) -> None:
 
 
 def _object(r: Any, s: ClusterState, key: int, obj: Any, prepared: set[int]) -> None:
-    """What an object belongs to."""
+    """What an object belongs to, and (l2_alloc = "pages") the pages it lists."""
+    if (s.config.l2_alloc == "pages") != bool(obj.pages) or (obj.pages and (len(obj.pages) != obj.length or obj.pages[0] != obj.base)):
+        r.bad(I, f"object {key} lists pages {list(obj.pages)} for base {obj.base} and length {obj.length} (l2_alloc = {s.config.l2_alloc})")
     n = s.nodes.get(obj.owner)
     if obj.committed:
         if n is None or n.host != key:
@@ -113,7 +115,7 @@ def holds(s: ClusterState, prepared: set[int]) -> bool:
         return False
     L2 = s.config.L2
     objects, nodes, pending = s.objects, s.nodes, s.pending
-    spans = sorted((o.base, o.length) for o in objects.values() if o.length > 0)
+    spans = sorted(run for o in objects.values() if o.length > 0 for run in (page_runs(o.pages) if o.pages else ((o.base, o.length),)))
     for runs in s.l2_free:
         free_runs = [run for chunk in runs._chunks for run in chunk]
         merged = sorted([(b, n, False) for b, n in spans] + [(b, n, True) for b, n in free_runs])
@@ -126,8 +128,9 @@ def holds(s: ClusterState, prepared: set[int]) -> bool:
             prev_free = is_free
         if at != L2:
             return False
+    paged = s.config.l2_alloc == "pages"
     for key, obj in objects.items():
-        if obj.length < 0:
+        if obj.length < 0 or paged != bool(obj.pages) or (paged and (len(obj.pages) != obj.length or obj.pages[0] != obj.base)):
             return False
         if obj.committed:
             n = nodes.get(obj.owner)

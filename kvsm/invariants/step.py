@@ -42,7 +42,7 @@ class Shadow:
         total = 0
         for key, o in s.objects.items():
             total += o.length
-            for p in range(o.base, o.base + o.length):
+            for p in o.page_list():
                 host.setdefault(p, []).append(key)
         self.dev, self.host, self.req_at, self.obj_pages = dev, host, req_at, total
 
@@ -211,9 +211,9 @@ class Step(Report):
                 host_pages.update(range(e.base, e.base + e.length))
         for key in self.objects_w:
             a, b = A.objects.get(key), B.objects.get(key)
-            old = range(b.base, b.base + b.length) if b is not None else ()
-            new = range(a.base, a.base + a.length) if a is not None else ()
-            if a is None or b is None or (a.base, a.length) != (b.base, b.length):
+            old = b.page_list() if b is not None else ()
+            new = a.page_list() if a is not None else ()
+            if a is None or b is None or (a.base, a.length, a.pages) != (b.base, b.length, b.pages):
                 host_pages.update(old)
                 host_pages.update(new)
                 _move(sh.host, key, old, new)

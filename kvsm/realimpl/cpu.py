@@ -12,6 +12,8 @@ Stood in:
 - the runtime-config getters the scheduler publishes (`get_memory`, `get_serving`,
   `get_observability`), answered by a `RuntimeConfig`;
 - a world-size-1 gloo process group for the cache's MIN all-reduces;
+- the host pool's check that 10 GiB of the machine's RAM stay free besides it (the
+  pool is a few MB here), as a reserve of 0;
 - `pin_memory=False` for the host pool, and its two transfer kernels
   (`backup_from_device_all_layer`, `load_to_device_per_layer`) as index copies;
 - `time.monotonic` in the radix-tree modules, as a logical clock, so that the LRU
@@ -228,6 +230,7 @@ def load() -> Loaded:
 
     import sglang.srt.mem_cache.hiradix_cache as hr  # noqa: PLC0415
     import sglang.srt.mem_cache.radix_cache as rc  # noqa: PLC0415
+    import sglang.srt.mem_cache.pool_host.base as host_base  # noqa: PLC0415
     import sglang.srt.mem_cache.pool_host.common as host_common  # noqa: PLC0415
     import sglang.srt.mem_cache.pool_host.mha as host_mha  # noqa: PLC0415
     import sglang.srt.mem_cache.base_prefix_cache as params  # noqa: PLC0415
@@ -242,6 +245,9 @@ def load() -> Loaded:
     hr.get_observability = lambda: runtime
 
     _host_pool_on_cpu(host_mha.MHATokenToKVPoolHost)
+    # a production guard against oversubscribing the host's RAM: it refuses even this
+    # run's few-MB pool on a machine with less than 10 GiB available
+    host_base.HICACHE_HOST_MEMORY_RESERVE_BYTES = 0
 
     clock = LogicalClock()
     for mod in (hr, rc):

@@ -11,7 +11,7 @@ from ..transitions.registry import cluster_view
 from ..transitions.evict import carried_run, host_run
 from ..transitions.prune import stale_cut
 from ..transitions.reload import reload_target
-from ..transitions.reserve import prepare_fits, prepare_length, reserve_fits
+from ..transitions.reserve import parent_allows, prepare_fits, prepare_length, reserve_fits
 from .cluster import View
 from .metrics import depth as _depth
 
@@ -86,7 +86,7 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
         return True, ()
     reserved = []
     for nid in reversed(s.path_to_root(s.requests[rid].node)):
-        if nid in v.state.backup_index:
+        if nid in v.state.backup_index and parent_allows(v.state, nid):
             if try_reserve(v, nid):
                 reserved.append(nid)
     return True, tuple(reserved)

@@ -39,6 +39,7 @@ import random
 from typing import Any
 
 from ..transitions import REGISTRY, Transition
+from ..transitions.reserve import backup_nodes
 from . import procedures as proc
 from .cluster import View
 from .events import ABORT, ARRIVE, DISK, FINISH, INSERT, LOAD, WAKE, WRITE, Event
@@ -254,7 +255,7 @@ class RandomSchedule:
 
     def _enabled(self, name: str, s: Any) -> bool:
         if name == "Reserve":
-            return self.wt_backup and bool(s.backup_index)
+            return self.wt_backup and next(iter(backup_nodes(s)), None) is not None
         if name == "Rollback":
             return any(n in s.pending for n in s.writes)
         return next(iter(REGISTRY[name].candidates(s)), None) is not None
@@ -269,7 +270,7 @@ class RandomSchedule:
         if not self._enabled(name, s):
             return False
         if name == "Reserve":
-            nid = min(s.backup_index)
+            nid = min(backup_nodes(s))
             if self.cluster.run(proc.try_reserve, nid):
                 self.copies.submit((nid,), tick)
             return False

@@ -79,6 +79,7 @@ class ObjectRow(NamedTuple):
     length: int
     committed: bool
     owner: int
+    pages: tuple[int, ...] = ()  # l2_alloc = "pages"
 
 
 class PendingRow(NamedTuple):

@@ -49,6 +49,8 @@ class Encoder:
             ("committed", "committed", lambda o: tla_bool(o.committed)),
             ("owner", "owner", lambda o: str(o.owner)),
         )
+        if self.cfg.l2_alloc == "pages":  # (an object lists its pages: KVTree's L2Alloc)
+            self.obj_fields += (("pages", "pages", lambda o: ints(o.pages)),)
         self.request_fields: Fields = (
             ("tokens", "tokens", lambda r: tok.ref(r.tokens)),
             ("out_pages", "out_pages", lambda r: str(r.out_pages)),
@@ -70,7 +72,7 @@ class Encoder:
         return self.record("Nd", self.node_fields, n)
 
     def obj(self, o: Any) -> str:
-        return self.record("Ob", self.obj_fields, o)
+        return self.record("ObP" if self.cfg.l2_alloc == "pages" else "Ob", self.obj_fields, o)
 
     def request(self, r: Any) -> str:
         return self.record("Rq", self.request_fields, r)

@@ -66,7 +66,7 @@ def canon_model(s: ClusterState) -> Canon:
         next_rid=s.next_rid,
         dev_free=frozenset(p for lane in s.dev_free for p in lane),
         l2_free=frozenset((i, p) for i, runs in enumerate(s.l2_free) for base, n in runs for p in range(base, base + n)),
-        objects=frozenset(ObjectRow(key=k, base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items() if k not in reload_objs),
+        objects=frozenset(ObjectRow(key=k, base=o.base, length=o.length, committed=o.committed, owner=o.owner, pages=o.pages) for k, o in s.objects.items() if k not in reload_objs),
         pending=frozenset(PendingRow(node=k, obj=b.obj, locked=b.locked) for k, b in s.pending.items()),
         writes=tuple(s.writes),
         requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried, hit=r.hit, hit_pages=r.hit_pages, hit_pin=r.hit_pin) for r in s.requests.values()),
@@ -143,7 +143,8 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "l2_free":
         return frozenset((i, p) for i in regions for p in v)
     if name == "objects":
-        return frozenset(ObjectRow(key=k, base=o["base"], length=o["length"], committed=o["committed"], owner=o["owner"]) for k, o in as_fcn(v).items())
+        return frozenset(ObjectRow(key=k, base=o["base"], length=o["length"], committed=o["committed"], owner=o["owner"],
+                                   pages=tuple(o["pages"]) if "pages" in o else ()) for k, o in as_fcn(v).items())
     if name == "pending":
         return frozenset(PendingRow(node=n, obj=n, locked=True) for n in v)
     if name == "writes":
@@ -277,7 +278,8 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "dev_free": frozenset(p for lane in s.dev_free for p in lane),
         "l2_free": regions[0],
         "objects": Fcn(
-            {k: Record(base=o.base, length=o.length, committed=o.committed, owner=o.owner) for k, o in s.objects.items() if k not in reload_objs}
+            {k: Record(base=o.base, length=o.length, committed=o.committed, owner=o.owner, **({"pages": o.pages} if o.pages else {}))
+             for k, o in s.objects.items() if k not in reload_objs}
         ),
         "pending": pending,
         "writes": tuple(s.writes),

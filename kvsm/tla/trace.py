@@ -224,6 +224,8 @@ Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
     [parent |-> parent, key |-> key, dev |-> dev, host |-> host, durable |-> durable,
      lock |-> lock, pin |-> pin, hits |-> hits, touched |-> touched]
 Ob(base, length, committed, owner) == [base |-> base, length |-> length, committed |-> committed, owner |-> owner]
+ObP(base, length, committed, owner, pages) ==
+    [base |-> base, length |-> length, committed |-> committed, owner |-> owner, pages |-> pages]
 Rq(tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin) ==
     [tokens |-> tokens, out_pages |-> out_pages, phase |-> phase, node |-> node, pages |-> pages, tried |-> tried,
      hit |-> hit, hitlen |-> hitlen, hitpin |-> hitpin]

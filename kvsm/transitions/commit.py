@@ -69,9 +69,9 @@ def write_done(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     n = tx.node(nid)
     obj = tx.objects[tx.pending[nid].obj]
-    R, base = cfg.R, obj.base
+    R = cfg.R
     mine = [i for i, p in enumerate(n.dev) if p % R == r]  # (its own lane: `lane_of`)
-    tx.store_hosts(r, [n.dev[i] for i in mine], [base + i for i in mine])
+    tx.store_hosts(r, [n.dev[i] for i in mine], [obj.page(i) for i in mine])
     tx.write_done[r] += 1
     if cfg.bug == "duplicate_ack" and tx.write_done[r] < len(s.writes):
         # the rank's ack of this write completes twice: the second completion is counted
@@ -229,8 +229,7 @@ def rollback(s: ClusterState, t: Transition) -> ClusterState:
         # the rollback frees the object's pages but does not release its registration:
         # the backup stays pending with its write and its object, which the next rollback
         # (or anything else that frees it) frees a second time
-        obj = tx.objects[pend.obj]
-        tx.free_host(obj.base, obj.length)
+        tx.free_pages_of(tx.objects[pend.obj])
         return tx.commit()
     drop_write(tx, nid)
     tx.pending.delete(nid)

@@ -124,7 +124,7 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         need[lane_of(i, R)] += 1
     deficits = [max(0, need[lane] - tx.free_in_lane(lane)) for lane in range(R)]
     # the host pages each node is loaded from, as the load gathers them before it evicts
-    sources = [tx.objects[tx.node(nid).host].base for nid in run]
+    sources = [tx.objects[tx.node(nid).host] for nid in run]
     if any(deficits):
         sync = sync_write_back(cfg)
         tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
@@ -135,9 +135,13 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
             held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
             cands += sorted(s.backup_index) + sorted(
                 n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
-        p = plan(tree, deficits, cands)
-        if any(p.remaining):
-            raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {list(p.remaining)}")
+        # load_back_evict = "whole" (SGLang's `evict(num_tokens=len(host_indices))`): a load
+        # short of pages evicts for its whole size, and loads once what it lacked is free
+        goal = need if cfg.load_back_evict == "whole" else deficits
+        p = plan(tree, goal, cands)
+        left = [max(0, r - (g - d)) for r, g, d in zip(p.remaining, goal, deficits)]
+        if any(left):
+            raise Rejected(f"owner-lane planner cannot free enough pages: remaining deficit {left}")
         # the load's own host copies are protected from the host eviction of its
         # write-backs; under loadback_evicts_own_host they are not (sglang PR 27631)
         keep = frozenset() if cfg.bug == "loadback_evicts_own_host" else frozenset(run)
@@ -170,11 +174,11 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
     pages_all = tx.alloc_lanes([lane_of(i, R) for i in range(pages)])
     i = 0
     copies: list[tuple[int, int]] = []
-    for nid, base in zip(run, sources):
+    for nid, obj in zip(run, sources):
         n = s.nodes[nid]
         dev = pages_all[i : i + n.pages]
         i += n.pages
-        copies.extend((page, base + j) for j, page in enumerate(dev))
+        copies.extend((page, obj.page(j)) for j, page in enumerate(dev))
         if nid in tx.nodes:
             tx.set_dev(nid, dev)
     # a node of the run that host eviction took is gone: the pages it was given are held

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 
 from ..config import Config
-from ..state import ROOT_ID, Obj, lane_of
+from ..state import ROOT_ID, lane_of
 from ..tx import Tx
 from ..victims import dev_victim_key, host_victim_key, in_rank_order, rank_order_key
 
@@ -76,8 +76,9 @@ def device_victims(tx: Tx, exclude: frozenset[int] = frozenset(), view: int | No
                 heapq.heappush(extra, (rank_order_key(pk, cfg, view), pk))
 
 
-def evict_host_to_fit(tx: Tx, length: int, view: int | None = None, snapshot: list[int] | None = None) -> int | None:
-    """The base of a free host run of `length` pages, evicting host leaves to make one:
+def evict_host_to_fit(tx: Tx, length: int, view: int | None = None, snapshot: list[int] | None = None) -> tuple[int, ...] | None:
+    """The host pages of an object of `length` pages (`Tx.host_alloc`: a free run, or
+    the lowest free pages under `l2_alloc = "pages"`), evicting host leaves to make room:
     a snapshot of the host victim order (rank `view`'s) taken before the first
     eviction, released one at a time with a retry after each (a parent that becomes a
     host leaf meanwhile is not added). None when the snapshot runs out; the evictions
@@ -88,15 +89,15 @@ def evict_host_to_fit(tx: Tx, length: int, view: int | None = None, snapshot: li
         # the rank sizes the room it needs from its own view: the pages of the object it
         # owns itself (index i mod R), not the whole object every rank shares
         need = len(tx.owned_indices(view, length))
-    if need and tx.first_fit(need) is None:
+    if need and not tx.host_room(need):
         # (the state's index, which the evictions do not change, read as they go)
         for victim in snapshot if snapshot is not None else (k[2] for k in in_rank_order(tx.s.host_index, tx.cfg, view)):
             evict_host_node(tx, victim)
-            if tx.first_fit(need) is not None:
+            if tx.host_room(need):
                 break
-    if tx.cfg.bug == "backup_host_uaf" and need and tx.first_fit(need) is None:
+    if tx.cfg.bug == "backup_host_uaf" and need and not tx.host_room(need):
         release_inflight_backups(tx, need)
-    return tx.first_fit(length)
+    return tx.host_alloc(length)
 
 
 def host_victims_now(tx: Tx, view: int | None, keep: frozenset[int]) -> list[int]:
@@ -120,13 +121,12 @@ def write_back(tx: Tx, nid: int, view: int | None, keep: frozenset[int]) -> bool
     of the pages in its lane, and the commit. False when no run fits: the evictions made
     stay and the node stays unbacked."""
     n = tx.node(nid)
-    base = evict_host_to_fit(tx, n.pages, view, host_victims_now(tx, view, keep))
-    if base is None:
+    got = evict_host_to_fit(tx, n.pages, view, host_victims_now(tx, view, keep))
+    if got is None:
         return False
-    tx.alloc_host(base, n.pages)
-    tx.objects.set(nid, Obj(base, n.pages, True, nid))
+    tx.objects.set(nid, tx.new_object(got, True, nid))
     for i, p in enumerate(n.dev):
-        tx.store_host(lane_of(p, tx.cfg.R), p, base + i)
+        tx.store_host(lane_of(p, tx.cfg.R), p, got[i])
     tx.update(nid, host=nid)
     return True
 
@@ -147,8 +147,8 @@ def release_inflight_backups(tx: Tx, need: int) -> None:
         if pend is None:
             continue
         obj = tx.objects[pend.obj]
-        if any(host_page_free(tx, p) for p in range(obj.base, obj.base + obj.length)):
+        if any(host_page_free(tx, p) for p in obj.page_list()):
             continue  # already released
-        tx.free_host(obj.base, obj.length)
-        if tx.first_fit(need) is not None:
+        tx.free_pages_of(obj)
+        if tx.host_room(need):
             return

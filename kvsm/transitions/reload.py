@@ -125,14 +125,13 @@ def reload_reserve(s: ClusterState, t: Transition, view: int | None = None) -> C
             return tx.commit()
     if len(s.reloads) >= cfg.reload_inflight:
         return tx.commit()
-    base = evict_host_to_fit(tx, c, view)
-    if base is None:
+    got = evict_host_to_fit(tx, c, view)
+    if got is None:
         # cannot fit even after evicting every host leaf of the snapshot: the mark is
         # dropped and, as in the reference, the evictions made stay
         return tx.commit()
-    tx.alloc_host(base, c)
     obj = reload_object_key(key)
-    tx.objects.set(obj, Obj(base, c, False, obj))
+    tx.objects.set(obj, tx.new_object(got, False, obj))  # (a run: l2_alloc = "pages" has no L3)
     tx.reloads = tx.reloads + (ReloadOp(key, obj, cand.anchor, cand.tokens[:c], cand.hashes[:c], (rid,), cfg.reload_ttl),)
     return tx.commit()
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..state import MATCHED, ClusterState, Obj, Pending, Rejected
+from ..state import MATCHED, ROOT_ID, ClusterState, Pending, Rejected
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, register
@@ -38,11 +38,29 @@ from .tree import walk_key
 from .eviction import evict_host_to_fit
 
 
+def parent_allows(s: ClusterState, nid: int) -> bool:
+    """Under `write_through_parent = "backed"` (SGLang's `write_backup`), a write-through
+    backup of node `nid` only when its parent is the root or is backed: committed, or
+    its write submitted (SGLang sets `host_value` at the submit)."""
+    cfg = s.config
+    if cfg.write_through_parent == "any" or cfg.policy != "write_through":
+        return True
+    p = s.nodes[nid].parent
+    return p == ROOT_ID or s.nodes[p].host is not None or p in s.pending
+
+
+def backup_nodes(s: ClusterState) -> Iterable[int]:
+    """The nodes a `Reserve` may take: eligible (`backup_index`) and allowed by their parent."""
+    return (nid for nid in s.backup_index if parent_allows(s, nid))
+
+
 def _eligible(s: ClusterState, nid: int) -> None:
     if nid not in s.backup_index:
         if nid not in s.nodes:
             raise Rejected(f"node {nid} does not exist")
         raise Rejected(f"node {nid} is not eligible for a backup under {s.config.policy}")
+    if not parent_allows(s, nid):
+        raise Rejected(f"node {nid}'s parent is not backed (write_through_parent = backed)")
 
 
 def reserve_fits(s: ClusterState, nid: int, view: int | None = None) -> bool:
@@ -52,9 +70,16 @@ def reserve_fits(s: ClusterState, nid: int, view: int | None = None) -> bool:
 
 
 def _fits(s: ClusterState, length: int, view: int | None) -> bool:
-    if Tx(s).first_fit(length) is not None:
+    if Tx(s).host_room(length):
         return True
     return evict_host_to_fit(Tx(s), length, view) is not None
+
+
+def _room(s: ClusterState, length: int, fits: bool) -> str:
+    """What a reserve of `length` pages finds, or does not (`l2_alloc`)."""
+    if s.config.l2_alloc == "pages":
+        return f"{length} free host pages {'are' if fits else 'are not'} there (l2_alloc = pages)"
+    return f"a run of {length} host pages fits" if fits else f"no free run of {length} host pages"
 
 
 class FitsByLength:
@@ -82,17 +107,16 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
     tx = Tx(s)
     n = tx.node(nid)
     length = n.pages
-    base = evict_host_to_fit(tx, length, view)
-    if (base is not None) != fits:
+    got = evict_host_to_fit(tx, length, view)
+    if (got is not None) != fits:
         if fits:
-            raise Rejected(f"no free run of {length} host pages even after evicting every host leaf of the snapshot (fits is false)")
-        raise Rejected(f"a run of {length} host pages fits (after evicting from the snapshot), so fits is true")
-    if base is None:
+            raise Rejected(f"{_room(s, length, False)} even after evicting every host leaf of the snapshot (fits is false)")
+        raise Rejected(f"{_room(s, length, True)} (after evicting from the snapshot), so fits is true")
+    if got is None:
         if not s.host_index:
             raise Rejected(f"node {nid}'s reserve cannot fit and there is no host leaf to evict: nothing would change")
         return tx.commit()
-    tx.alloc_host(base, length)
-    tx.objects.set(nid, Obj(base, length, False, nid))
+    tx.objects.set(nid, tx.new_object(got, False, nid))
     tx.pending.set(nid, Pending(nid, True))
     tx.writes = tx.writes + (nid,)
     tx.update(nid, lock=n.lock + 1)
@@ -101,7 +125,7 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
     fits = FitsByLength(s, cluster_view(s.config))
-    for nid in s.backup_index:
+    for nid in backup_nodes(s):
         yield Transition.make("Reserve", node=nid, fits=fits(nid))
 
 
@@ -140,14 +164,13 @@ def prepare(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
         raise Rejected(f"request {rid}'s key is in the tree already: nothing to back up")
     tx = Tx(s)
     nid = tx.new_id()
-    base = evict_host_to_fit(tx, length, view)
-    if (base is not None) != fits:
-        raise Rejected(f"a run of {length} host pages {'does not fit' if fits else 'fits'} (after evicting from the snapshot), so fits is {str(not fits).lower()}")
-    if base is None:
+    got = evict_host_to_fit(tx, length, view)
+    if (got is not None) != fits:
+        raise Rejected(f"{_room(s, length, not fits)} (after evicting from the snapshot), so fits is {str(not fits).lower()}")
+    if got is None:
         tx.prepared.set(rid, None)
         return tx.commit()
-    tx.alloc_host(base, length)
-    tx.objects.set(nid, Obj(base, length, False, nid))
+    tx.objects.set(nid, tx.new_object(got, False, nid))
     tx.prepared.set(rid, nid)
     tx.writes = tx.writes + (nid,)
     return tx.commit()

@@ -108,8 +108,8 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
                    durable=n.durable and keep))
     if n.host is not None:
         obj = tx.objects[n.host]
-        tx.objects.set(uid, obj.with_(length=at, owner=uid))
-        tx.objects.set(n.host, obj.with_(base=obj.base + at, length=obj.length - at))
+        tx.objects.set(uid, obj.slice(0, at, uid))
+        tx.objects.set(n.host, obj.slice(at, obj.length - at, obj.owner))
         enqueue_spill(tx, uid)
     return uid
 
@@ -127,7 +127,6 @@ def drop_write(tx: Tx, nid: int, keep_object: bool = False) -> None:
         # (`_remove_undrained_write_acks`)
         tx.acked = [a - 1 if a > j else a for a in tx.acked]
     if keep_object:
-        obj = tx.objects[nid]
-        tx.free_host(obj.base, obj.length)
+        tx.free_pages_of(tx.objects[nid])
     else:
         tx.free_object(nid)
