@@ -256,3 +256,13 @@ def test_the_simulator_orphans_under_the_reference_rule_every_invariant_holding_
     opts = SimOptions(config=str(cfg), ranks=2, l1_pages=64, l2_pages=160, check=True, workload="multi-turn", tiers="l1,l2", requests=300, seed=1)
     simulate(opts, on_transition=watch)  # raises on any violation
     assert seen["orphaned"] > 0 and seen["freed"] > 0
+
+
+@pytest.mark.tlc
+def test_conform_is_equal_on_the_orphan_model():
+    """The husks and orphans of `unbacked_evict = "reference"`: the spec and the model have
+    the same state graph (2,349 states)."""
+    from kvsm.tla.conform import conform
+
+    res = conform(str(spec_dir() / "MC_orphan_eviction.cfg"))
+    assert res.equal, res.to_json()["examples"]
