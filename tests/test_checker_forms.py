@@ -139,7 +139,9 @@ def _put(s: ClusterState, nid: int, **ch: Any) -> ClusterState:
 
 
 def _ids(s: ClusterState, pred: Callable = lambda n: True) -> list[int]:
-    return sorted(nid for nid, n in s.nodes.items() if nid != ROOT_ID and pred(n))
+    """The nodes `pred` accepts, but the root and the husks (their parent is `GONE`: the
+    corruptions that read a node's parent read a node of the tree)."""
+    return sorted(nid for nid, n in s.nodes.items() if nid != ROOT_ID and n.parent != GONE and pred(n))
 
 
 def _free_pages(s: ClusterState) -> list[int]:
@@ -302,18 +304,22 @@ def c_host_missing(s, pick):
     return _put(s, pick(ids), host=BIG) if ids else None
 
 
-def c_orphan(s, pick):
-    """A node on L1 under a parent evicted from L1 (the parent's pages freed)."""
-    ids = _ids(s, lambda n: n.dev and n.host in s.objects and not n.lock and n.ondev)
-    if not ids:
-        return None
-    n = s.nodes[pick(ids)]
+def _off_l1(s, n):
+    """Node `n` off L1, its pages given back to the free lists, its lock kept."""
     s = _put(s, n.id, dev=())
     R = s.config.R
     for p in n.dev:
         s = _set_lane(s, p % R, s.dev_free[p % R].add(p))
         s = replace(s, dev_content=s.dev_content.delete(p) if p in s.dev_content else s.dev_content)
     return _with_ondev(s, n.parent)
+
+
+def c_orphan(s, pick):
+    """A node on L1 under a parent evicted from L1 (the parent's pages freed)."""
+    ids = _ids(s, lambda n: n.dev and n.host in s.objects and not n.lock and n.ondev)
+    if not ids:
+        return None
+    return _off_l1(s, s.nodes[pick(ids)])
 
 
 def c_lock_high(s, pick):
@@ -415,13 +421,7 @@ def c_pending_off_l1(s, pick):
     ids = _pending_ids(s)
     if not ids:
         return None
-    n = s.nodes[pick(ids)]
-    s = _put(s, n.id, dev=())
-    R = s.config.R
-    for p in n.dev:
-        s = _set_lane(s, p % R, s.dev_free[p % R].add(p))
-        s = replace(s, dev_content=s.dev_content.delete(p) if p in s.dev_content else s.dev_content)
-    return _with_ondev(s, n.parent)
+    return _off_l1(s, s.nodes[pick(ids)])
 
 
 def c_pending_backed(s, pick):

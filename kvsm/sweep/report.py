@@ -59,7 +59,11 @@ def row(rec: dict[str, Any]) -> dict[str, str]:
 def write_csv(records: list[dict[str, Any]], path: Path) -> Path:
     """One row per record; the columns are the union of the rows' names, in the order
     they first appear (a field a point has not, e.g. a fault it did not inject, is empty)."""
-    rows = [row(r) for r in records]
+    return write_rows([row(r) for r in records], path)
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
+    """`rows` as a CSV file written atomically, the columns in the order they first appear."""
     columns = list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
     w = csv.DictWriter(buf, columns, lineterminator="\n")

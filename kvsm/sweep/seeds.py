@@ -134,11 +134,6 @@ def seed_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def write_seeds_csv(rows: list[dict[str, str]], path: Path) -> Path:
     """`results_seeds.csv`: `seed_rows(rows)`, the columns in the order they first appear."""
-    agg = seed_rows(rows)
-    columns = list(dict.fromkeys(k for r in agg for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(agg)
-    write_atomic(path, buf.getvalue().encode())
-    return path
+    from .report import write_rows  # (report imports this module)
+
+    return write_rows(seed_rows(rows), path)
