@@ -4,20 +4,22 @@ A transition opens a `Tx` on a state, reads and writes through it, and `commit()
 state; a guard that fails raises `Rejected` before `commit()`, so nothing is
 half-applied. The transaction records every write, so that the derived part of the
 state (victim orders, backup candidates, the digest sums) is maintained for exactly the
-entries written. It also owns the allocators (device pages per lane, host runs by first
-fit) and is the only way a transition emits an effect (`kvsm.effects`).
+entries written. It also owns the allocators (device pages per lane here; host pages in its
+mixin `kvsm.hostalloc.HostAlloc`) and is the only way a transition emits an effect
+(`kvsm.effects`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .digest import MOD, entry_hash, free_page_hash
+from .digest import MOD, free_page_hash
 from .digest_sums import I_DEV_FREE, I_L2_FREE, I_WRITES, MAP_COMPONENTS, seq_sum
 from . import content
 from . import effects as fx
 from .maptx import MapTx
-from .state import GONE, NO_PARENT, ROOT_ID, ClusterState, Node, Obj, Rejected, draft_of, page_runs
+from .hostalloc import HostAlloc
+from .state import GONE, NO_PARENT, ROOT_ID, ClusterState, Node, Rejected, draft_of
 from .victims import reindex
 from .writes import EMPTY, committed
 
@@ -58,7 +60,7 @@ class _OnFirstUse:
         return v
 
 
-class Tx:
+class Tx(HostAlloc):
     """A transient, mutable view of one state for the duration of one transition.
 
     The state's maps are read and written through a `MapTx` each (`tx.nodes`, ...), its
@@ -345,116 +347,6 @@ class Tx:
             for p in pages:
                 self.put_host(p.host, self.l3[(rank, p.hash)])
         self.effects.append(fx.ReloadRead(rank=rank, base=base, pages=pages, ok=ok))
-
-    # ---- host pages -------------------------------------------------------------------------------
-    def _take_run(self, i: int, run: tuple[int, int]) -> None:
-        self.l2_free[i] = self.l2_free[i].remove(run)
-        if self.track:
-            self._l2_free_delta -= entry_hash("l2_free", (i, run), True)
-
-    def _put_run(self, i: int, run: tuple[int, int]) -> None:
-        self.l2_free[i] = self.l2_free[i].add(run)
-        if self.track:
-            self._l2_free_delta += entry_hash("l2_free", (i, run), True)
-
-    def first_fit(self, length: int) -> int | None:
-        """Base of the lowest free run of `length` pages in every payload region, or None."""
-        found = None
-        for runs in self.l2_free:
-            run = runs.first_fit(length)
-            if run is None:
-                return None
-            base = run[0]
-            if found is None:
-                found = base
-            elif found != base:  # regions are allocated in lockstep, so this cannot differ
-                raise AssertionError("payload regions diverged")
-        return found
-
-    def host_room(self, length: int) -> bool:
-        """Whether an object of `length` pages fits the free host pages: a free run of
-        them (`l2_alloc = "run"`), or as many free pages anywhere (`"pages"`)."""
-        if self.cfg.l2_alloc == "pages":
-            return self._lowest_free(length) is not None
-        return self.first_fit(length) is not None
-
-    def _lowest_free(self, length: int) -> list[tuple[int, int]] | None:
-        """The lowest `length` free host pages as runs `(base, length)`, or None."""
-        out, left = [], length
-        if left <= 0:
-            return out
-        for base, n in self.l2_free[0]:
-            k = min(n, left)
-            out.append((base, k))
-            left -= k
-            if not left:
-                return out
-        return None
-
-    def host_alloc(self, length: int) -> tuple[int, ...] | None:
-        """The host pages, in the object's order, of a new object of `length` pages
-        (first fit of a run, or the lowest free pages: `l2_alloc`), not taken yet; None
-        when it does not fit."""
-        if self.cfg.l2_alloc == "pages":
-            runs = self._lowest_free(length)
-            return None if runs is None else tuple(p for b, k in runs for p in range(b, b + k))
-        base = self.first_fit(length)
-        return None if base is None else tuple(range(base, base + length))
-
-    def new_object(self, pages: tuple[int, ...], committed: bool, owner: int) -> Obj:
-        """Take host pages `pages` (from `host_alloc`) for an object and return it."""
-        if self.cfg.l2_alloc != "pages":  # (one run)
-            self.alloc_host(pages[0], len(pages))
-            return Obj(pages[0], len(pages), committed, owner)
-        for base, n in page_runs(pages):
-            self.alloc_host(base, n)
-        return Obj(pages[0], len(pages), committed, owner, pages)
-
-    def free_pages_of(self, obj: Obj) -> None:
-        """Free (and poison) the host pages of object `obj`, keeping its registration."""
-        if not obj.pages:
-            self.free_host(obj.base, obj.length)
-            return
-        i = 0
-        for base, n in page_runs(obj.pages):
-            self.free_host(base, n, i)
-            i += n
-
-    def alloc_host(self, base: int, length: int) -> None:
-        for i, runs in enumerate(self.l2_free):
-            run = runs.floor_lt((base + 1, 0)) if runs else None
-            if run is None or run[0] > base or run[0] + run[1] < base + length:
-                raise AssertionError(f"host pages {base}..{base + length - 1} are not free")
-            self._take_run(i, run)
-            if run[0] < base:
-                self._put_run(i, (run[0], base - run[0]))
-            end = run[0] + run[1]
-            if base + length < end:
-                self._put_run(i, (base + length, end - base - length))
-
-    def free_host(self, base: int, length: int, index: int = 0) -> None:
-        """Free host pages `base .. base+length-1`, indices `index ..` of their object."""
-        L2 = self.cfg.L2
-        for i, runs in enumerate(self.l2_free):
-            lo, n = base, length
-            before = runs.floor_lt((lo, 0))
-            if before is not None and before[0] + before[1] == lo:
-                self._take_run(i, before)
-                lo, n = before[0], before[1] + n
-            after = self.l2_free[i].ceil_ge((base + length, 0))
-            if after is not None and after[0] == base + length:
-                self._take_run(i, after)
-                n += after[1]
-            self._put_run(i, (lo, n))
-            for page in range(base, base + length):
-                k = i * L2 + page
-                if k in self.host_content:
-                    self.host_content.delete(k)
-        self.effects.append(fx.PoisonHost(base, length, index))
-
-    def free_object(self, key: int) -> None:
-        self.free_pages_of(self.objects[key])
-        self.objects.delete(key)
 
     # ---- commit ---------------------------------------------------------------------------------
     def commit(self) -> ClusterState:
