@@ -246,3 +246,18 @@ def check_distinct(outputs: Named, inputs: Named = ()) -> None:
                     f"{label} {path}",
                     f"{other_label} {other} writes the same file; give each output a path of its own",
                 )
+
+
+def write_csv_rows(rows: list[dict[str, Any]], path: Path) -> Path:
+    """`rows` as a CSV file written atomically, the columns the union of the rows' names
+    in the order they first appear (a name a row has not: an empty cell)."""
+    import csv
+    import io
+
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_atomic(path, buf.getvalue().encode())
+    return path

@@ -163,7 +163,8 @@ def test_the_dynamic_import_finder_finds_discovery(tmp_path):
 
 
 def test_the_command_line_imports_and_registers_every_command_module(graph):
-    commands = sorted(m for m in graph if m.startswith("kvsm.commands.") and m != "kvsm.commands.common")
+    # a command module defines register(app); the others (common, serving) are its helpers
+    commands = sorted(m for m in graph if m.startswith("kvsm.commands.") and "def register(" in _modules()[m].read_text())
     assert len(commands) >= 6
     missing = [m for m in commands if m not in graph[ENTRY_POINT]]
     assert not missing, f"{ENTRY_POINT} does not import " + ", ".join(missing)

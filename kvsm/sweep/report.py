@@ -12,16 +12,14 @@ is the smallest capacity whose (mean) hit rate is within 1% of the curve's best:
 from __future__ import annotations
 
 import base64
-import csv
 import html
-import io
 from pathlib import Path
 from typing import Any
 
-from ..output import write_atomic
+from ..output import write_atomic, write_csv_rows
 from ..sim.report import _png, flat_rows
-from .grid import AXES, CAPACITIES, OPTION, Axes, Point, label, show, used
-from .seeds import SEED, SEEDS_CSV, aggregate, bounded_legend, legend_columns, seeds_of, write_seeds_csv
+from .grid import AXES, CAPACITIES, OPTION, Axes, show, used
+from .seeds import SEED, SEEDS_CSV, aggregate, bounded_legend, curves, legend_columns, seeds_of, write_seeds_csv
 
 KNEE_WITHIN = 0.01
 TIERS = ("l1", "l2", "l3")
@@ -59,37 +57,10 @@ def row(rec: dict[str, Any]) -> dict[str, str]:
 def write_csv(records: list[dict[str, Any]], path: Path) -> Path:
     """One row per record; the columns are the union of the rows' names, in the order
     they first appear (a field a point has not, e.g. a fault it did not inject, is empty)."""
-    return write_rows([row(r) for r in records], path)
-
-
-def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
-    """`rows` as a CSV file written atomically, the columns in the order they first appear."""
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    write_atomic(path, buf.getvalue().encode())
-    return path
+    return write_csv_rows([row(r) for r in records], path)
 
 
 # ---- curves and knees -----------------------------------------------------------------------
-
-
-def curves(axes: Axes, records: list[dict[str, Any]], field: str, config_key: str) -> dict[str, list[dict[str, Any]]]:
-    """The ok records that have the capacity `field`, by curve: the other varying options
-    but the seed (their `kvsm sim` flags) name it; each curve sorted by the pages the run
-    had (a curve over several seeds has several records at one capacity)."""
-    others = [n for n in axes.varying() if n not in (field, SEED)]
-    out: dict[str, list[dict[str, Any]]] = {}
-    for rec in records:
-        p = Point.from_json(rec["options"])
-        if rec.get("status") != "ok" or getattr(p, field) is None:
-            continue
-        out.setdefault(label(p, others) if others else "all points", []).append(rec)
-    for recs in out.values():
-        recs.sort(key=lambda r: r["sim"]["config"][config_key])
-    return out
 
 
 def knees(axes: Axes, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

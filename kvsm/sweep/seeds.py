@@ -11,14 +11,13 @@ report's knee table).
 
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..output import write_atomic
+from ..output import write_csv_rows
+from .grid import Axes, Point, label
 
 SEED = "seed"
 LEGEND_MAX = 10
@@ -52,6 +51,22 @@ def aggregate(recs: list[dict[str, Any]], field: str, config_key: str, measure: 
         ys = [float(measure(r)) for r in rs]
         out.append(Agg(max(r["sim"]["config"][config_key] for r in rs), statistics.fmean(ys), min(ys), max(ys), len(ys)))
     return sorted(out, key=lambda a: a.x)
+
+
+def curves(axes: Axes, records: list[dict[str, Any]], field: str, config_key: str) -> dict[str, list[dict[str, Any]]]:
+    """The ok records that have the capacity `field`, by curve: the other varying options
+    but the seed (their `kvsm sim` flags) name it; each curve sorted by the pages the run
+    had (a curve over several seeds has several records at one capacity)."""
+    others = [n for n in axes.varying() if n not in (field, SEED)]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        p = Point.from_json(rec["options"])
+        if rec.get("status") != "ok" or getattr(p, field) is None:
+            continue
+        out.setdefault(label(p, others) if others else "all points", []).append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: r["sim"]["config"][config_key])
+    return out
 
 
 def seeds_of(recs: list[dict[str, Any]]) -> int:
@@ -134,6 +149,4 @@ def seed_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
 
 def write_seeds_csv(rows: list[dict[str, str]], path: Path) -> Path:
     """`results_seeds.csv`: `seed_rows(rows)`, the columns in the order they first appear."""
-    from .report import write_rows  # (report imports this module)
-
-    return write_rows(seed_rows(rows), path)
+    return write_csv_rows(seed_rows(rows), path)

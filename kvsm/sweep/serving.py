@@ -10,8 +10,7 @@ from typing import Any
 
 from ..sim.report import _png
 from .grid import CAPACITIES, OPTION, Axes
-from .report import curves
-from .seeds import aggregate, bounded_legend, legend_columns, seeds_of
+from .seeds import aggregate, bounded_legend, curves, legend_columns, seeds_of
 
 # (panel title, how to read the value off a record's sim summary)
 PANELS = (
