@@ -194,8 +194,9 @@ def test_a_walk_run_catches_the_reload_defects_and_reproduces_from_its_command()
 
 
 def test_lifted_walks_take_the_pairs_of_small_s_graph_the_models_weights_leave_out():
-    # with small's walk weights (rollbacks and free host evictions rare) no run of a
-    # 40- or 200-run campaign took these; one walk in two lifts both (WALK_LIFT)
+    # with small's walk weights (rollbacks and free host evictions rare) none of a default
+    # campaign's first 40 runs takes these, 4 to 15 of 200 take each; one walk in two
+    # lifts both (WALK_LIFT), and two lifted walks of small take all four
     rare = ("EvictHost>Rollback", "EvictHost>Split", "Rollback>CommitCall", "Rollback>EvictHost")
     space = make_space(["small"])
     specs = [derive(space, s) for s in range(200)]
