@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
 from kvsm.campaign.run import Budget, execute
-from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_REQUESTS, WORKLOADS, command, derive, make_space, walk_models
+from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_LIFT, WALK_REQUESTS, WORKLOADS, command, derive, make_space, walk_models
 from kvsm.campaign.spec_graph import compute, dumps, load
 from kvsm.campaign.summary import summarize
 from kvsm.cli import app
@@ -191,3 +191,36 @@ def test_a_walk_run_catches_the_reload_defects_and_reproduces_from_its_command()
     assert out.failure.detector == "invariant" and "Tree" in out.failure.what
     res = CliRunner().invoke(app, command(spec).split()[1:])
     assert res.exit_code != 0 and out.failure.what in res.output
+
+
+def test_lifted_walks_take_the_pairs_of_small_s_graph_the_models_weights_leave_out():
+    # with small's walk weights (rollbacks and free host evictions rare) none of a default
+    # campaign's first 40 runs takes these, 4 to 15 of 200 take each; one walk in two
+    # lifts both (WALK_LIFT), and two lifted walks of small take all four
+    rare = ("EvictHost>Rollback", "EvictHost>Split", "Rollback>CommitCall", "Rollback>EvictHost")
+    space = make_space(["small"])
+    specs = [derive(space, s) for s in range(200)]
+    lifted = [sp for sp in specs if WALK_LIFT in sp.settings]
+    assert all(sp.schedule == "walk" for sp in lifted) and 30 <= len(lifted) <= 70  # 1/2 of 1/2
+    assert "--set walk_weights=EvictHost:1,Rollback:1" in command(lifted[0])
+    assert derive(space, 5) == specs[5] and WALK_LIFT in specs[5].settings and WALK_LIFT in specs[19].settings
+    total = empty()
+    for seed in (5, 19):
+        out = execute(specs[seed], Budget(seconds=60), replay_log=False)
+        assert out.failure is None
+        merge(total, out.coverage)
+    assert all(total["pairs"].get(p, 0) > 0 for p in rare), {p: total["pairs"].get(p, 0) for p in rare}
+    assert not against_graph(total)["kinds"]["missing"]
+
+
+def test_set_walk_weights_replaces_the_named_families_weights_and_rejects_a_bad_one():
+    from kvsm.sim import SimError
+    from kvsm.sim.options import parse_setting, prepare
+
+    base = dict(load_config("small").walk_weights)
+    opts = derive(make_space(["small"]), 5).options()
+    assert dict(prepare(opts).cfg.walk_weights)["Rollback"] == 1.0 == dict(prepare(opts).cfg.walk_weights)["EvictHost"]
+    assert dict(prepare(opts).cfg.walk_weights)["LoadBack"] == base["LoadBack"]
+    for bad in ("walk_weights=Rollback", "walk_weights=Nope:1", "walk_weights=Rollback:-1", "walk_weights=Rollback:nan"):
+        with pytest.raises(SimError, match="walk_weights"):
+            parse_setting(bad)

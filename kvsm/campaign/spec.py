@@ -98,6 +98,14 @@ WALK_SHARE = 0.5
 # after its pages were evicted, spilled and reloaded (a walk of `small` takes about 13
 # steps a request)
 WALK_REQUESTS = 16
+# One walk run in two (drawn from the walk's own stream, after its model) takes
+# `WALK_LIFT`: rollbacks and free host evictions as likely as a request's steps. The
+# models' walk weights keep both rare, so that requests come back to host copies and
+# load them back; but an order such as a host eviction then a rollback (`EvictHost>
+# Rollback`, `Rollback>CommitCall`) needs both, and no run with the models' weights
+# takes it in hundreds.
+WALK_LIFT_SHARE = 0.5
+WALK_LIFT = ("walk_weights", "EvictHost:1,Rollback:1")
 
 
 class SpaceError(ValueError):
@@ -264,7 +272,10 @@ def derive(space: Space, seed: int) -> RunSpec:
         return replace(spec, schedule="random")
     # a walk run walks one of the campaign's models, its other features drawn for that model
     config = walk.choice(models)
-    return walk_run(_draw(replace(space, configs=(config,)), seed), space)
+    run = walk_run(_draw(replace(space, configs=(config,)), seed), space)
+    if run.schedule == "walk" and walk.random() < WALK_LIFT_SHARE:
+        run = replace(run, settings=run.settings + (WALK_LIFT,))
+    return run
 
 
 def _draw(space: Space, seed: int) -> RunSpec:

@@ -32,7 +32,7 @@ BIASES = (0.05, 0.15, 0.3, 0.5)
 WALK_FAULTS = {"abort": ("Abort", "Finish"), "disk": ("DiskFail", "DiskRecover")}
 # Config fields `--set` may not change: those with options of their own, the exploration
 # bounds and the model's prompts (the simulator's workload replaces them).
-_NOT_SETTABLE = frozenset(("name", "R", "P", "L1", "L2", "L3", "eviction", "bug", "payloads", "max_requests", "max_live", "max_disk_faults", "prompts", "walk_weights"))
+_NOT_SETTABLE = frozenset(("name", "R", "P", "L1", "L2", "L3", "eviction", "bug", "payloads", "max_requests", "max_live", "max_disk_faults", "prompts"))
 
 
 class SimError(ValueError):
@@ -147,11 +147,33 @@ def parse_setting(text: str) -> tuple[str, Any]:
         settable = sorted(k for k in Config.__dataclass_fields__ if k not in _NOT_SETTABLE)
         raise SimError(f"--set {text!r}: '{key}' is not a config field --set can change (one of {', '.join(settable)})")
     value: Any = raw
+    if key == "walk_weights":
+        walk_weights(raw)  # checked here; kept as given, so that it is written back the same
+        return key, raw
     if raw in ("true", "false"):
         value = raw == "true"
     elif raw.lstrip("-").isdigit():
         value = int(raw)
     return key, value
+
+
+def walk_weights(raw: str) -> dict[str, float]:
+    """`--set walk_weights=NAME:W,...`: walk weights of transition families, each
+    replacing the config's (the others are kept); a walk schedule's only."""
+    from ..bounds import MAX_WALK_WEIGHT
+    from ..transitions import NAMES
+
+    out: dict[str, float] = {}
+    for item in raw.split(","):
+        name, sep, w = item.partition(":")
+        try:
+            weight = float(w)
+        except ValueError:
+            weight = -1.0
+        if not sep or name not in NAMES or not 0.0 <= weight <= MAX_WALK_WEIGHT:
+            raise SimError(f"--set walk_weights={raw}: '{item}' must be NAME:WEIGHT, a transition name and a weight in [0, {MAX_WALK_WEIGHT:g}]")
+        out[name] = weight
+    return out
 
 
 def format_setting(key: str, value: Any) -> str:
@@ -310,7 +332,7 @@ def prepare(opts: SimOptions) -> Prepared:
     if opts.bug is not None:
         data["bug"] = opts.bug
     for key, value in opts.settings:
-        data[key] = value
+        data[key] = dict(data["walk_weights"]) | walk_weights(value) if key == "walk_weights" else value
     if opts.reload_ttl_s is not None:
         if any(k == "reload_ttl" for k, _ in opts.settings):
             raise SimError(f"--reload-ttl-s {opts.reload_ttl_s:g}: give --reload-ttl-s or --set reload_ttl=TICKS, not both")
