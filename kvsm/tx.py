@@ -143,14 +143,14 @@ class Tx(HostAlloc):
         `GONE` and its key is its whole prefix, so what its orphans' pages hold still
         follows from their parent links; no match reaches it or them."""
         n = self.nodes[nid]
+        # its ancestors, read in this transaction (an insert may have split one): all on
+        # L1 as it was, so in the tree, up to the root
         path = []
         cur = n.parent
-        while cur != ROOT_ID and cur != GONE:
+        while cur != ROOT_ID:
             path.append(cur)
             cur = self.nodes[cur].parent
         above = tuple(x for a in reversed(path) for x in self.nodes[a].key)
-        if cur == GONE:  # (never: a husk's children are off L1, so none is a device victim)
-            raise AssertionError("an orphan's parent evicted from L1")
         p = self.nodes[n.parent]
         self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
         key = above + n.key

@@ -119,7 +119,7 @@ def test_sigterm_to_a_campaign_in_the_middle_of_runs_leaves_no_temporary_file(tm
     out, tmp = tmp_path / "c", tmp_path / "tmp"
     tmp.mkdir()
     camp = subprocess.Popen(
-        [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "50", "--workers", "2", "--configs", "default",
+        [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", "50", "--workers", "2", "-c", "default",
          "--schedule", "random", "--requests", "300..400", "-o", str(out)],
         env={**_env(), "TMPDIR": str(tmp), "KVSM_PROGRESS_SECONDS": "0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
