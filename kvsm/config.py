@@ -185,6 +185,7 @@ class Prompt:
 
     pages: tuple[int, ...]
     out_pages: int = 0
+    ns: int = 0  # the namespace its requests arrive in (docs/model.md, "Namespaces")
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ class Config:
         `all_fields` (logs of configs that do not set it keep their bytes)."""
         d = asdict(self)
         d["payloads"] = list(self.payloads)
-        d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages} for p in self.prompts]
+        # a prompt's namespace only when it is not 0 (configs without one keep their bytes)
+        d["prompts"] = [{"pages": list(p.pages), "out_pages": p.out_pages, **({"ns": p.ns} if p.ns else {})} for p in self.prompts]
         d["walk_weights"] = {k: v for k, v in self.walk_weights}
         for k, v in _DEFAULT_KNOBS.items():
             if d[k] == v and not all_fields:
@@ -395,17 +397,20 @@ def _build(data: dict[str, Any], where: str) -> Config:
 
 def _prompt(p: Any, where: str) -> Prompt:
     if not isinstance(p, dict) or "pages" not in p:
-        raise ConfigError(f"{where}: a prompt is a table with 'pages' (and optional 'out_pages')")
+        raise ConfigError(f"{where}: a prompt is a table with 'pages' (and optional 'out_pages' and 'ns')")
     pages = p["pages"]
     if not isinstance(pages, list) or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= INT64_MAX for x in pages):
         raise ConfigError(f"{where}: 'pages' must be a list of integers within ±(2^63-1)")
     out = p.get("out_pages", 0)
     if not isinstance(out, int) or isinstance(out, bool) or out < 0:
         raise ConfigError(f"{where}: 'out_pages' must be an integer >= 0")
-    extra = set(p) - {"pages", "out_pages"}
+    ns = p.get("ns", 0)
+    if not isinstance(ns, int) or isinstance(ns, bool) or not 0 <= ns <= INT_MAX:
+        raise ConfigError(f"{where}: 'ns' (the prompt's namespace) must be an integer in [0, {INT_MAX}]")
+    extra = set(p) - {"pages", "out_pages", "ns"}
     if extra:
         raise ConfigError(f"{where}: unknown field '{sorted(extra)[0]}'")
-    return Prompt(tuple(pages), out)
+    return Prompt(tuple(pages), out, ns)
 
 
 def _generate_prompts(g: Any, where: str) -> list[Prompt]:

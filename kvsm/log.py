@@ -27,7 +27,7 @@ from .bounds import INT64_MAX, MAX_DEVICE_PAGES, MAX_LINE_BYTES
 from .config import Config, ConfigError
 from .output import AtomicFile, OutputError
 from .state import ClusterState
-from .transitions import REGISTRY, Transition
+from .transitions import REGISTRY, Transition, arrive_ns
 
 # Format 2 added the end line. Format 1 logs are still read (without truncation
 # detection at a line boundary); see `old_format_note`.
@@ -241,6 +241,8 @@ def _transition(path: str, lineno: int, d: Any) -> tuple[int, Transition, str]:
     args = d["args"]
     for k, typ in spec.args.items():
         if k not in args:
+            if k in spec.optional:
+                continue
             raise LogError(path, lineno, f"{name} needs argument '{k}'")
         v = args[k]
         if typ == "int" and not _int(v):
@@ -337,6 +339,8 @@ def read_log(path: str | Path) -> tuple[Header, Iterator[tuple[int, int, Transit
                     # a claim, not data: Insert would lay out that many positions (a request
                     # asking for more than its config's device pages is legal: it never fits)
                     raise LogError(p, lineno, f"Arrive argument 'out_pages' {t.arg('out_pages')} is more than the bound {MAX_DEVICE_PAGES}")
+                if t.name == "Arrive" and arrive_ns(t) < 0:
+                    raise LogError(p, lineno, f"Arrive argument 'ns' must be >= 0 (a namespace), got {arrive_ns(t)}")
                 if i != expect:
                     raise LogError(p, lineno, f"transition index {i}, expected {expect}")
                 expect += 1

@@ -111,6 +111,7 @@ class Request(_Record):
     hit: int = 0
     hit_pages: int = 0
     hit_pin: bool = False
+    ns: int = 0  # its namespace (tenant, adapter): its match never leaves it
 
     BULKY = "tokens"
 
@@ -118,7 +119,9 @@ class Request(_Record):
         tried = "|R" if self.reload_tried else ""
         # written only while a hit is carried, so that other requests keep their bytes
         hit = f"|H{self.hit}:{self.hit_pages}:{int(self.hit_pin)}" if self.hit else ""
-        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}{tried}{hit}"
+        # and the namespace only when it is not 0
+        ns = f"|N{self.ns}" if self.ns else ""
+        return f"Q{self.id}|{self.out_pages}|{self.phase}|{self.node}|{_tup(self.pages)}{tried}{hit}{ns}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ def parse_step(text: str) -> Transition:
             args[k] = [int(x) for x in items]
     if spec.per_rank and rank is None:
         raise StepError(f"{head} needs its rank (r=N)")
-    missing = [k for k in spec.args if k not in args]
+    missing = [k for k in spec.args if k not in args and k not in spec.optional]
     if missing:
         raise StepError(f"{head} needs argument '{missing[0]}'")
     return Transition.make(head, rank=rank, **args)

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 from .config import Config
 from .state import ClusterState, Rejected, initial_state
-from .transitions import REGISTRY, Transition, names_for
+from .transitions import REGISTRY, Transition, arrive_step, names_for
 from .transitions.registry import cluster_view, waits_for_round
 from .transitions.reserve import FitsByLength
 
@@ -48,7 +48,7 @@ def _candidates(
         # enumerated at every step); a rejected arrival rejects them all
         p = rng.choice(state.config.prompts)
         if not blocked:
-            yield Transition.make("Arrive", rid=state.next_rid, tokens=p.pages, out_pages=p.out_pages)
+            yield arrive_step(state.next_rid, p.pages, p.out_pages, p.ns)
         return
     if name == "Reserve":
         yield from _reserve_candidates(state, rng, blocked)

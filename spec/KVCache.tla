@@ -59,7 +59,8 @@ CONSTANTS
     LoadBackThreshold,  \* tokens a host hit must cover to be loaded back
     MaxRequests,        \* arrivals in all (0 = unbounded)
     MaxLive,            \* requests alive at once (0 = unbounded)
-    Prompts,            \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from
+    Prompts,            \* request shapes [pages: Seq(Int), out_pages: Nat] that Next draws from,
+                        \* each with a namespace `ns` (PromptNs) where some prompt's is not 0
     SpillInflight,      \* spills in flight at most
     ReloadInflight,     \* reloads in flight at most
     ReloadTTL,          \* ticks a request may wait for a reload before it is released
@@ -108,7 +109,7 @@ VARIABLES
     objects,        \* L2 object key -> [base, length, committed, owner]
     pending,        \* nodes whose backup is reserved but not committed (object key = node id)
     writes,         \* submitted backup writes (node ids), in submit order
-    requests,       \* request id -> [tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin]
+    requests,       \* request id -> [tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin, ns]
     write_done,     \* local: rank -> writes at the head of `writes` it has finished
     dev_content,    \* ghost: device page -> the prefix whose KV it holds
     host_content,   \* ghost: host page -> the prefix whose KV it holds
@@ -167,7 +168,7 @@ ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
 NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int, durable: BOOLEAN,
             lock: Nat, pin: Nat, hits: Nat, touched: Nat]
 RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool),
-               tried: BOOLEAN, hit: Nat, hitlen: Nat, hitpin: BOOLEAN]
+               tried: BOOLEAN, hit: Nat, hitlen: Nat, hitpin: BOOLEAN, ns: Nat]
 ObjectRec == IF L2Alloc = "pages"
              THEN [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat, pages: Seq(HostPool)]
              ELSE [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
@@ -317,18 +318,22 @@ RoundClosed == \A r \in Ranks : commit_round[r] = 0
 
 InPhase(rid, phase) == rid \in DOMAIN requests /\ requests[rid].phase = phase
 
+\* A prompt's namespace: a model whose prompts all arrive in namespace 0 names none.
+PromptNs(p) == IF "ns" \in DOMAIN p THEN p.ns ELSE 0
+
 ArrivalsLeft == MaxRequests = 0 \/ next_rid < MaxRequests
 LiveRoom == MaxLive = 0 \/ Cardinality(DOMAIN requests) < MaxLive
 
-Arrive(rid, tokens, out_pages) ==
+Arrive(rid, tokens, out_pages, ns) ==
     /\ RoundClosed
     /\ rid = next_rid
     /\ ArrivalsLeft
     /\ LiveRoom
     /\ out_pages \in Nat
+    /\ ns \in Nat
     /\ requests' = (rid :> [tokens |-> tokens, out_pages |-> out_pages, phase |-> "queued",
                             node |-> Root, pages |-> <<>>, tried |-> FALSE,
-                            hit |-> Root, hitlen |-> 0, hitpin |-> FALSE]) @@ requests
+                            hit |-> Root, hitlen |-> 0, hitpin |-> FALSE, ns |-> ns]) @@ requests
     /\ next_rid' = next_rid + 1
     /\ UNCHANGED <<treeVars, prepared, deviceVars, hostVars, backupVars, loadVars, spill_queue,
                    l3Vars, diverged, halted>>
@@ -1549,7 +1554,7 @@ NodeIds == Nat \ {Root}
 SplitOffsets == 1 .. (IF Prompts = {} THEN 0 ELSE Max({Len(p.pages) : p \in Prompts})) - 1
 
 Next ==
-    \/ \E p \in Prompts : Arrive(next_rid, p.pages, p.out_pages)
+    \/ \E p \in Prompts : Arrive(next_rid, p.pages, p.out_pages, PromptNs(p))
     \/ \E rid \in RequestIds : Match(rid)
     \/ \E rid \in RequestIds : Insert(rid)
     \/ \E rid \in RequestIds : Finish(rid)

@@ -99,6 +99,7 @@ class RequestRow(NamedTuple):
     hit: int = 0  # the carried host hit (carry_host_hit): node, pages, pinned
     hit_pages: int = 0
     hit_pin: bool = False
+    ns: int = 0  # its namespace
 
 
 class SpillRow(NamedTuple):
@@ -234,7 +235,7 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
         "pending": [b._asdict() for b in sorted(c.pending)],
         "writes": list(c.writes),
         "requests": [
-            {"id": r.id, "tokens": list(r.tokens), "out_pages": r.out_pages, "phase": r.phase, "node": r.node, "pages": list(r.pages),
+            {"id": r.id, "tokens": list(r.tokens), "out_pages": r.out_pages, "phase": r.phase, "node": r.node, "pages": list(r.pages), **({"ns": r.ns} if r.ns else {}),
              **({"reload_tried": True} if r.reload_tried else {}),
              **({"hit": r.hit, "hit_pages": r.hit_pages, "hit_pin": r.hit_pin} if r.hit else {})}
             for r in sorted(c.requests, key=lambda r: r.id)

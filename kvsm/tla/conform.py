@@ -103,7 +103,7 @@ def cut_module(stem: str) -> str:
     # evict_pending TLC fails applying a function outside its domain)
     for name, params in SPEC_PARAMS.items():
         if name == "Arrive":
-            body = "Healthy /\\ \\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages)"
+            body = "Healthy /\\ \\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages, PromptNs(p))"
         elif params:
             try:
                 binders = ", ".join(f"{x} \\in {PARAM_DOMAINS[x]}" for x in params)

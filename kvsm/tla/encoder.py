@@ -61,6 +61,7 @@ class Encoder:
             ("hit", "hit", lambda r: str(r.hit)),
             ("hitlen", "hit_pages", lambda r: str(r.hit_pages)),
             ("hitpin", "hit_pin", lambda r: tla_bool(r.hit_pin)),
+            ("ns", "ns", lambda r: str(r.ns)),
         )
 
     @staticmethod

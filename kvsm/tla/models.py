@@ -214,7 +214,8 @@ def config_of_model(module: Path, cfg: Path) -> Config:
     if not isinstance(prompts, frozenset):
         raise TLCError(f"{cfg}: constant Prompts must be a set of [pages, out_pages] records")
     data["prompts"] = [
-        {"pages": list(p["pages"]), "out_pages": p["out_pages"]} for p in sorted(prompts, key=lambda p: (p["pages"], p["out_pages"]))
+        {"pages": list(p["pages"]), "out_pages": p["out_pages"], **({"ns": p["ns"]} if p.get("ns") else {})}
+        for p in sorted(prompts, key=lambda p: (p["pages"], p["out_pages"], p.get("ns", 0)))
     ]
     try:
         return Config.from_json(data, where=str(cfg))
@@ -227,7 +228,11 @@ def constant_bindings(cfg: Config) -> dict[str, str]:
     out at its default, DEFINED_DEFAULTS)."""
     out = {const: to_tla(getattr(cfg, fld)) for fld, const in CONSTANT_FIELDS
            if DEFINED_DEFAULTS.get(const, None) != getattr(cfg, fld)}  # a default is left to the spec
-    out["Prompts"] = to_tla(frozenset(Record(pages=tuple(p.pages), out_pages=p.out_pages) for p in cfg.prompts))
+    # a prompt's namespace is a field of every prompt where some prompt's is not 0
+    # (KVCache's PromptNs): a model of namespace 0 alone binds the records it had
+    with_ns = any(p.ns for p in cfg.prompts)
+    out["Prompts"] = to_tla(frozenset(Record(pages=tuple(p.pages), out_pages=p.out_pages, **({"ns": p.ns} if with_ns else {}))
+                                      for p in cfg.prompts))
     return out
 
 

@@ -69,7 +69,7 @@ def canon_model(s: ClusterState) -> Canon:
         objects=frozenset(ObjectRow(key=k, base=o.base, length=o.length, committed=o.committed, owner=o.owner, pages=o.pages) for k, o in s.objects.items() if k not in reload_objs),
         pending=frozenset(PendingRow(node=k, obj=b.obj, locked=b.locked) for k, b in s.pending.items()),
         writes=tuple(s.writes),
-        requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried, hit=r.hit, hit_pages=r.hit_pages, hit_pin=r.hit_pin) for r in s.requests.values()),
+        requests=frozenset(RequestRow(id=r.id, tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, reload_tried=r.reload_tried, hit=r.hit, hit_pages=r.hit_pages, hit_pin=r.hit_pin, ns=r.ns) for r in s.requests.values()),
         write_done=tuple(s.write_done),
         dev_content=frozenset(s.dev_content.items()),
         host_content=frozenset(s.host_content.items()),
@@ -153,7 +153,7 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
         return frozenset(
             RequestRow(
                 id=rid, tokens=_seq(q["tokens"]), out_pages=q["out_pages"], phase=q["phase"], node=q["node"], pages=_seq(q["pages"]), reload_tried=q["tried"],
-                hit=q["hit"], hit_pages=q["hitlen"], hit_pin=q["hitpin"],
+                hit=q["hit"], hit_pages=q["hitlen"], hit_pin=q["hitpin"], ns=q["ns"],
             )
             for rid, q in as_fcn(v).items()
         )
@@ -286,7 +286,7 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "requests": Fcn(
             {
                 rid: Record(tokens=r.tokens, out_pages=r.out_pages, phase=r.phase, node=r.node, pages=r.pages, tried=r.reload_tried,
-                           hit=r.hit, hitlen=r.hit_pages, hitpin=r.hit_pin)
+                           hit=r.hit, hitlen=r.hit_pages, hitpin=r.hit_pin, ns=r.ns)
                 for rid, r in s.requests.items()
             }
         ),

@@ -40,7 +40,7 @@ MODULE = "KVTrace"
 # Each transition's parameters in the order of the spec's operator: log argument
 # names, and "rank" for the rank of a per-rank transition.
 SPEC_PARAMS: dict[str, tuple[str, ...]] = {
-    "Arrive": ("rid", "tokens", "out_pages"),
+    "Arrive": ("rid", "tokens", "out_pages", "ns"),
     "Match": ("rid",),
     "Insert": ("rid",),
     "Finish": ("rid",),
@@ -137,6 +137,8 @@ def step_record(t: Transition, tok: Tokens, delta: dict[str, str] | None) -> str
     fields = [f'name |-> "{t.name}"']
     if t.rank is not None:
         fields.append(f"rank |-> {t.rank}")
+    if t.name == "Arrive" and "ns" not in dict(t.args):
+        fields.append("ns |-> 0")  # (a log leaves namespace 0 out)
     for k, v in t.args:
         if k == "tokens":
             fields.append(f"tokens |-> {tok.ref(tuple(v))}")
@@ -226,9 +228,9 @@ Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
 Ob(base, length, committed, owner) == [base |-> base, length |-> length, committed |-> committed, owner |-> owner]
 ObP(base, length, committed, owner, pages) ==
     [base |-> base, length |-> length, committed |-> committed, owner |-> owner, pages |-> pages]
-Rq(tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin) ==
+Rq(tokens, out_pages, phase, node, pages, tried, hit, hitlen, hitpin, ns) ==
     [tokens |-> tokens, out_pages |-> out_pages, phase |-> phase, node |-> node, pages |-> pages, tried |-> tried,
-     hit |-> hit, hitlen |-> hitlen, hitpin |-> hitpin]
+     hit |-> hit, hitlen |-> hitlen, hitpin |-> hitpin, ns |-> ns]
 PR(t) == [r \\in Ranks |-> t[r + 1]]
 Lanes(ls, n) == [i \\in 1 .. n |-> ls[((i - 1) % R) + 1][((i - 1) \\div R) + 1]]
 

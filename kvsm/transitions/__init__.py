@@ -13,7 +13,7 @@ from typing import Iterator
 
 from ..config import Config
 from ..state import ClusterState, Rejected
-from .transition import Transition
+from .transition import Transition, arrive_ns, arrive_step
 from .registry import REGISTRY, Spec, rank_views
 from . import request, split, prune, reserve, commit, evict, spill, reload, fault  # noqa: F401  (registration)
 
@@ -95,4 +95,4 @@ def enabled(state: ClusterState) -> list[Transition]:
     return [t for t, _ in successors(state)]
 
 
-__all__ = ["names_for", "NAMES", "REGISTRY", "Rejected", "Spec", "Transition", "apply", "enabled", "successors"]
+__all__ = ["arrive_ns", "arrive_step", "names_for", "NAMES", "REGISTRY", "Rejected", "Spec", "Transition", "apply", "enabled", "successors"]

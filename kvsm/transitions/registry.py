@@ -31,6 +31,8 @@ class Spec:
     apply: Callable[..., ClusterState]
     candidates: Callable[[ClusterState], Iterable[Transition]]
     args: dict[str, str]  # name -> "int" | "ints"
+    # arguments a log or a step line may leave out (the transition reads their default)
+    optional: frozenset[str] = frozenset()
     per_rank: bool = False
     agreement: bool = False
     in_round: bool = False

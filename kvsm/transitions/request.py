@@ -14,7 +14,7 @@ import immutables
 from .. import content
 from ..state import DECODING, MATCHED, QUEUED, ROOT_ID, ClusterState, Node, Pending, Rejected, Request, lane_of
 from ..tx import Tx
-from .transition import Transition
+from .transition import Transition, arrive_ns, arrive_step
 from .registry import Spec, register
 from .tree import drop_write, split_node, unsplittable, walk_key
 from .eviction import device_victims, evict_device_node
@@ -35,6 +35,7 @@ def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
 
 def arrive(s: ClusterState, t: Transition) -> ClusterState:
     rid, tokens, out_pages = t.arg("rid"), tuple(t.arg("tokens")), t.arg("out_pages")
+    ns = arrive_ns(t)
     cfg = s.config
     if rid != s.next_rid:
         raise Rejected(f"the next request id is {s.next_rid}, not {rid}")
@@ -44,8 +45,10 @@ def arrive(s: ClusterState, t: Transition) -> ClusterState:
         raise Rejected(f"{cfg.max_live} requests are already alive")
     if out_pages < 0:
         raise Rejected("out_pages must be >= 0")
+    if ns < 0:
+        raise Rejected(f"namespace {ns} must be >= 0")
     tx = Tx(s)
-    tx.requests.set(rid, Request(rid, tokens, out_pages, QUEUED, ROOT_ID, ()))
+    tx.requests.set(rid, Request(rid, tokens, out_pages, QUEUED, ROOT_ID, (), ns=ns))
     tx.next_rid += 1
     return tx.commit()
 
@@ -53,10 +56,10 @@ def arrive(s: ClusterState, t: Transition) -> ClusterState:
 def arrive_candidates(s: ClusterState) -> Iterable[Transition]:
     seen = set()
     for p in s.config.prompts:
-        if (p.pages, p.out_pages) in seen:
+        if (p.pages, p.out_pages, p.ns) in seen:
             continue
-        seen.add((p.pages, p.out_pages))
-        yield Transition.make("Arrive", rid=s.next_rid, tokens=p.pages, out_pages=p.out_pages)
+        seen.add((p.pages, p.out_pages, p.ns))
+        yield arrive_step(s.next_rid, p.pages, p.out_pages, p.ns)
 
 
 # ---- Match -------------------------------------------------------------------------------------
@@ -336,7 +339,7 @@ def abort_candidates(s: ClusterState) -> Iterable[Transition]:
         yield Transition.make("Abort", rid=rid)
 
 
-register(Spec(name="Arrive", family="request", apply=arrive, candidates=arrive_candidates, args={"rid": "int", "tokens": "ints", "out_pages": "int"}))
+register(Spec(name="Arrive", family="request", apply=arrive, candidates=arrive_candidates, args={"rid": "int", "tokens": "ints", "out_pages": "int", "ns": "int"}, optional=frozenset({"ns"})))
 register(Spec(name="Match", family="request", apply=match, candidates=match_candidates, args={"rid": "int"}))
 register(Spec(name="Insert", family="request", apply=insert, candidates=insert_candidates, args={"rid": "int"}, decides=True))
 register(Spec(name="Finish", family="request", apply=finish, candidates=finish_candidates, args={"rid": "int"}))

@@ -55,3 +55,20 @@ class Transition:
 
 
 _new = object.__new__
+
+
+def arrive_step(rid: int, tokens: tuple[int, ...] | list[int], out_pages: int, ns: int = 0) -> Transition:
+    """The `Arrive` of request `rid` in namespace `ns` (a tenant or adapter: docs/model.md,
+    "Namespaces"). The namespace is an argument only when it is not 0, so that a log, a
+    digest and a trace module of namespace 0 alone keep the bytes they had without it."""
+    if ns:
+        return Transition.make("Arrive", rid=rid, tokens=tokens, out_pages=out_pages, ns=ns)
+    return Transition.make("Arrive", rid=rid, tokens=tokens, out_pages=out_pages)
+
+
+def arrive_ns(t: Transition) -> int:
+    """The namespace of an `Arrive` (0 when it names none)."""
+    for k, v in t.args:
+        if k == "ns":
+            return v
+    return 0
