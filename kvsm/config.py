@@ -35,7 +35,7 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
                   "carry_host_hit": False,
                   "write_back_evict": "locked", "l2_alloc": "run", "load_back_evict": "shortfall",
-                  "write_through_parent": "any"}
+                  "write_through_parent": "any", "l3_key": "namespace"}
 # write_back_evict (only under policy = write_back): how a load-back's owner-lane eviction
 # treats an unbacked device victim. `locked` (the default, the model before it): it is no
 # victim (a write-back is its own asynchronous, locked `Reserve`); `sync` (the reference's
@@ -63,6 +63,12 @@ MODEL_KNOBS: dict[str, tuple[str, ...]] = {
     # backed or is the root (SGLang's `write_backup` returns 0 otherwise)
     "write_through_parent": ("any", "backed"),
 }
+# l3_key: what an L3 page hash (a disk's key, a spill's and a reload's hashes) covers.
+# "namespace" (fixed): the page's content identity, namespace included; "tokens" (the
+# reference: its content hash is over token ids only, `compute_node_hash_values`): the
+# token chain alone, so two namespaces' pages of the same tokens share a disk key
+# (docs/model.md, "Namespaces"; docs/findings.md).
+L3_KEYS = ("namespace", "tokens")
 # stale_prune: the reference's stale-tail prune (`PruneStaleTail`, docs/model.md): a match
 # or insert whose key leaves a node inside a page splits the node at the page floor and
 # deletes the whole lower part with its subtree. `off` leaves it out (the default: every
@@ -109,6 +115,7 @@ REFERENCE_KNOBS: dict[str, tuple[str, str]] = {
     "commit_call": ("reference", "fixed"),
     **{k: ("reference", "fixed") for k in KNOBS},
     "stale_prune": ("reference", "fixed"),
+    "l3_key": ("tokens", "namespace"),
 }
 
 
@@ -218,6 +225,7 @@ class Config:
     l2_alloc: str = "run"
     load_back_evict: str = "shortfall"
     write_through_parent: str = "any"
+    l3_key: str = "namespace"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`
     # when the new node has that length, rolled back otherwise (docs/model.md).
@@ -329,6 +337,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["stale_prune"] not in STALE_PRUNES:
             raise ConfigError(f"{where}: field 'stale_prune' must be one of {', '.join(STALE_PRUNES)}, got {data['stale_prune']!r}")
         out["stale_prune"] = data["stale_prune"]
+    if "l3_key" in data:
+        if data["l3_key"] not in L3_KEYS:
+            raise ConfigError(f"{where}: field 'l3_key' must be one of {', '.join(L3_KEYS)}, got {data['l3_key']!r}")
+        out["l3_key"] = data["l3_key"]
     if "write_back_evict" in data:
         if data["write_back_evict"] not in WRITE_BACK_EVICTS:
             raise ConfigError(f"{where}: field 'write_back_evict' must be one of {', '.join(WRITE_BACK_EVICTS)}, got {data['write_back_evict']!r}")
@@ -493,4 +505,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "MODEL_KNOBS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "L3_KEYS", "MODEL_KNOBS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]

@@ -141,14 +141,16 @@ class SpillOp(_Record):
 @dataclass(frozen=True, slots=True)
 class Candidate(_Record):
     """A queued request whose key misses the radix tree below `anchor`, marked for an L3
-    reload of `tokens` (whose page hashes are `hashes`)."""
+    reload of `tokens` (whose page hashes, L3 keys, are `hashes`) in namespace `ns`."""
 
     anchor: int
     tokens: tuple[int, ...]
     hashes: tuple[int, ...]
+    ns: int = 0  # the request's namespace (written only when not 0)
 
     def encode(self) -> str:
-        return f"C{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}"
+        ns = f"|N{self.ns}" if self.ns else ""
+        return f"C{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}{ns}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +165,11 @@ class ReloadOp(_Record):
     hashes: tuple[int, ...]
     waiters: tuple[int, ...]
     ttl: int
+    ns: int = 0  # the namespace of the request that made it, its node's (written only when not 0)
 
     def encode(self) -> str:
-        return f"L{self.key}|{self.obj}|{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}|{_tup(self.waiters)}|{self.ttl}"
+        ns = f"|N{self.ns}" if self.ns else ""
+        return f"L{self.key}|{self.obj}|{self.anchor}|{_tup(self.tokens)}|{_tup(self.hashes)}|{_tup(self.waiters)}|{self.ttl}{ns}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,9 @@ class Node:
     # derived
     children: immutables.Map  # first symbol -> child id
     ondev: int  # children on L1
-    hashes: tuple[int, ...]  # content identity of each page (prefix-chained)
+    hashes: tuple[int, ...]  # content identity of each page (prefix-chained, in its namespace)
+    # its namespace (a tenant, an adapter: docs/model.md, "Namespaces"); the root's is 0
+    ns: int = 0
 
     # `dev` is digested as an entry of its own ("bulky"), re-hashed only when it changes
     BULKY = "dev"
@@ -99,9 +101,10 @@ class Node:
         # parent fixed, that identifies the key (the identity chains the whole prefix)
         # without re-encoding a long tuple at every touch.
         host = "~" if self.host is None else str(self.host)
+        ns = f"|n{self.ns}" if self.ns else ""  # (only when not 0: namespace 0 keeps its bytes)
         return (
             f"N{self.id}|{self.parent}|{len(self.key)}:{self.last_content}|{host}|"
-            f"{int(self.durable)}|{self.lock}|{self.pin}|{self.hits}|{self.touched}"
+            f"{int(self.durable)}|{self.lock}|{self.pin}|{self.hits}|{self.touched}{ns}"
         )
 
     def with_(self, **c: Any) -> "Node":
@@ -122,6 +125,7 @@ class Node:
         new.children = self.children
         new.ondev = self.ondev
         new.hashes = self.hashes
+        new.ns = self.ns
         for k, v in c.items():
             setattr(new, k, v)
         new.__class__ = Node
@@ -138,6 +142,11 @@ class Node:
     @property
     def pages(self) -> int:
         return len(self.key)
+
+    @property
+    def child_key(self) -> int:
+        """Its key in its parent's children map (`kvsm.content.child_key`)."""
+        return self.key[0] if not self.ns else content.child_key(self.ns, self.key[0])
 
     @property
     def last_content(self) -> int:

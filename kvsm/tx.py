@@ -122,7 +122,7 @@ class Tx(HostAlloc):
     def add_child(self, node: Node) -> Node:
         """Attach a new node under its parent (its first symbol must be free there)."""
         p = self.nodes[node.parent]
-        self.put(p.with_(children=p.children.set(node.key[0], node.id), ondev=p.ondev + (1 if node.dev else 0)))
+        self.put(p.with_(children=p.children.set(node.child_key, node.id), ondev=p.ondev + (1 if node.dev else 0)))
         return self.put(node)
 
     def remove_leaf(self, nid: int) -> None:
@@ -134,7 +134,7 @@ class Tx(HostAlloc):
         if p.parent == GONE and len(p.children) == 1:
             self.nodes.delete(p.id)
         else:
-            self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+            self.put(p.with_(children=p.children.delete(n.child_key), ondev=p.ondev - (1 if n.dev else 0)))
         self.nodes.delete(nid)
 
     def orphan_below(self, nid: int) -> None:
@@ -152,9 +152,9 @@ class Tx(HostAlloc):
             cur = self.nodes[cur].parent
         above = tuple(x for a in reversed(path) for x in self.nodes[a].key)
         p = self.nodes[n.parent]
-        self.put(p.with_(children=p.children.delete(n.key[0]), ondev=p.ondev - (1 if n.dev else 0)))
+        self.put(p.with_(children=p.children.delete(n.child_key), ondev=p.ondev - (1 if n.dev else 0)))
         key = above + n.key
-        self.put(n.with_(parent=GONE, key=key, hashes=content.prefix_content(key), dev=()))
+        self.put(n.with_(parent=GONE, key=key, hashes=content.prefix_content_in(n.ns, key), dev=()))
 
     def lock_path(self, nid: int, delta: int) -> None:
         if nid == ROOT_ID:

@@ -4,12 +4,12 @@ where it has one, the rule's fast whole-state form (`holds`):
 
     tree (1)  residency (2)  locks (3)  pending (4)  device_pages (5)  host_pages (6)
     content (7)  durable (8)  reload (9)  counts (10)  ownership (11)
-    collectives (12)  agreement (13)  running (14)
+    collectives (12)  agreement (13)  running (14)  isolation (15)
 
 Every check reports a violation of invariant `i` as one message, "{i} {Name}: ...",
 made by that invariant's module (`common.label`).
 
-`violations(state)` checks invariants 1-10 and 12-14 of a state and returns those
+`violations(state)` checks invariants 1-10 and 12-15 of a state and returns those
 messages, empty when every one holds. It recomputes everything it checks from the tree
 itself and never trusts a running structure (those are what invariant 10 checks), so it
 is O(size of state).
@@ -20,14 +20,14 @@ pages, its own pages of an L2 object and its own disk; a per-rank transition of 
 `rank` does only that rank's work. It is O(effects).
 
 `holds(state, cache)` decides `violations(state) == []` fast (`fast`), remembering in
-`cache` what helps the next state; `local_violations` checks invariants 1-10 and 12-14
+`cache` what helps the next state; `local_violations` checks invariants 1-10 and 12-15
 over what one transition wrote (`step`). `kvsm.checking.Checker` runs both along a run.
 """
 
 from __future__ import annotations
 
 from ..state import ClusterState
-from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, running, tree
+from . import agreement, collectives, content, counts, device_pages, durable, host_pages, isolation, locks, pending, reload, residency, running, tree
 from .agreement import agreement_violation
 from .collectives import collectives_violations
 from .common import INVARIANTS, NAMES, STATE_INVARIANTS, Whole, contract, label, prepared_ids
@@ -41,7 +41,7 @@ from .step import Shadow, local_violations
 WHOLE = (
     residency.whole, locks.whole, pending.whole, device_pages.whole, host_pages.whole, content.whole,
     durable.whole, reload.whole, counts.whole, locks.whole_matched, counts.whole_progress,
-    collectives.whole, agreement.whole, running.whole,
+    collectives.whole, agreement.whole, running.whole, isolation.whole,
 )
 
 
@@ -55,7 +55,7 @@ def violations(s: ClusterState) -> list[str]:
 
 
 def violations_after(rank: int | None, s: ClusterState) -> list[str]:
-    """Every invariant a transition must keep: 1-10 and 12-14 of the state `s` it
+    """Every invariant a transition must keep: 1-10 and 12-15 of the state `s` it
     produced, and 11 of the transition itself (`rank` is its rank, None for a replicated
     one)."""
     return violations(s) + step_violations(rank, s)

@@ -24,6 +24,7 @@ NAMES = {
     12: "Collectives",
     13: "Agreement",
     14: "Running",
+    15: "Isolation",
 }
 INVARIANTS = tuple(f"{i} {NAMES[i]}" for i in sorted(NAMES))
 # the invariants of a state (every one but 11, Ownership, which is of a transition)

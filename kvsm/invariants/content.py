@@ -62,13 +62,13 @@ def node_pages(r: Any, s: Any, nid: int, n: Any, expect: tuple[int, ...], obj: A
                     r.bad(I, _host(obj.page(i), nid, region))
 
 
-def _staging(r: Any, staged: Any, before: Any = None) -> None:
+def _staging(r: Any, staged: Any, by_tokens: bool, before: Any = None) -> None:
     for rank, ops in enumerate(staged):
         if before is not None and ops == before[rank]:
             continue
         for op_pages in ops:
             for h, c in op_pages:
-                if c != h:
+                if c != h and not prefixes.key_holds(by_tokens, h, c):
                     r.bad(I, _staged(rank, h))
 
 
@@ -78,30 +78,42 @@ def whole(w: Any) -> None:
     for nid, n in w.nodes.items():
         if nid == ROOT_ID:
             continue
-        expect = prefixes.prefix_content(w.chain_of(nid))[-len(n.key) :]
+        expect = prefixes.prefix_content_in(n.ns, w.chain_of(nid))[-len(n.key) :]
         obj = s.objects.get(n.host) if n.host is not None else None
         node_pages(w, s, nid, n, expect, obj, copying)
     owner = w.owner
     for p in s.dev_content.keys():
         if p not in owner or owner[p] == "the free list":
             w.bad(I, _free(p))
+    by_tokens = s.config.l3_key == "tokens"
     for (r, h), c in s.l3.items():
-        if c != h:
+        if c != h and not prefixes.key_holds(by_tokens, h, c):
             w.bad(I, _disk(r, h))
-    _staging(w, s.spill_staged)
+    _staging(w, s.spill_staged, by_tokens)
 
 
 def holds(s: Any, l3_ok: bool) -> bool:
     """The disks' and the staging's part of the whole-state rule, decided fast
-    (`kvsm.invariants.fast`; `l3_ok`: no disk entry holds another hash's KV)."""
+    (`kvsm.invariants.fast`; `l3_ok`: every disk entry holds the KV its hash names)."""
     if not l3_ok:
         return False
+    by_tokens = s.config.l3_key == "tokens"
     for staged in s.spill_staged:
         for op_pages in staged:
             for h, c in op_pages:
-                if c != h:
+                if c != h and not prefixes.key_holds(by_tokens, h, c):
                     return False
     return True
+
+
+def disks_hold(s: Any, wrong: int) -> bool:
+    """Whether every disk entry holds the KV its hash names, given `wrong`, the entries
+    whose content is not their hash (each checked here when keys cover tokens alone)."""
+    if not wrong:
+        return True
+    if s.config.l3_key != "tokens":
+        return False
+    return all(prefixes.key_holds(True, h, c) for (_, h), c in s.l3.items())
 
 
 # ---- over what a transition wrote (`kvsm.invariants.step`) ------------------------------------
@@ -116,7 +128,7 @@ def step_node(d: Any, nid: int, a: Any, b: Any, p: Any, obj: Any) -> bool:
         and (obj is None or obj is B.objects.get(a.host))
     )
     if not same:
-        node_pages(d, d.A, nid, a, d.chain(p.last_content, a.key), obj, d.copying)
+        node_pages(d, d.A, nid, a, prefixes.chain_in(a.ns, p.last_content, a.key, d.chain), obj, d.copying)
         d.content_checked.add(nid)
     return same
 
@@ -132,7 +144,7 @@ def step_children(d: Any) -> None:
             if cid not in d.content_checked:
                 c = An[cid]
                 obj = d.A.objects.get(c.host) if c.host is not None else None
-                node_pages(d, d.A, cid, c, d.chain(a.last_content, c.key), obj, d.copying)
+                node_pages(d, d.A, cid, c, prefixes.chain_in(c.ns, a.last_content, c.key, d.chain), obj, d.copying)
                 d.content_checked.add(cid)
 
 
@@ -176,7 +188,7 @@ def step_pages(d: Any) -> None:
         if c is None:
             d.l3_removed = d.l3_removed or key in B.l3
             continue
-        if c != key[1]:
+        if c != key[1] and not prefixes.key_holds(A.config.l3_key == "tokens", key[1], c):
             d.bad(I, _disk(key[0], key[1]))
     if A.spill_staged != B.spill_staged:
-        _staging(d, A.spill_staged, B.spill_staged)
+        _staging(d, A.spill_staged, A.config.l3_key == "tokens", B.spill_staged)

@@ -6,14 +6,23 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any
 
+from .. import content
 from ..state import lane_of
 
 I = 8
 
 
+def l3_keys_of(n: Any, cfg: Any) -> tuple[int, ...]:
+    """Node `n`'s pages' L3 keys: their content identities, or under `l3_key = "tokens"`
+    their token chain (`kvsm.content.tokens_key`)."""
+    if not n.ns or cfg.l3_key != "tokens":
+        return n.hashes
+    return tuple(content.tokens_key(h, n.ns) for h in n.hashes)
+
+
 def node(r: Any, s: Any, nid: int, n: Any) -> None:
     R = s.config.R
-    for i, h in enumerate(n.hashes):
+    for i, h in enumerate(l3_keys_of(n, s.config)):
         if (lane_of(i, R), h) not in s.l3:
             r.bad(I, f"durable node {nid}: page {i}'s owner rank {lane_of(i, R)} does not hold it on disk")
 

@@ -29,7 +29,7 @@ from ..digest import MOD, free_page_hash, memo_hash
 from ..digest_sums import COMPONENTS, CONTENT_COMPONENTS, MAP_COMPONENTS, value_hash
 from ..state import GONE, MATCHED, PHASES, QUEUED, ROOT_ID, ClusterState
 from ..victims import backup_candidate, dev_victim_key, host_victim_key
-from . import agreement, collectives, content, counts, device_pages, durable, host_pages, pending, reload, running
+from . import agreement, collectives, content, counts, device_pages, durable, host_pages, isolation, pending, reload, running
 from .common import contract, copying, prepared_ids
 from .facts import DEV, DEV_EXP, GET_DEV, GET_DEV_EXP, GET_DURABLE, HOST, HOST_EXP
 from .mirror import Disks, Pages
@@ -144,7 +144,7 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any, cha
     key, dev, hashes = n.key, n.dev, n.hashes
     if nid != n.id or not key:
         return None
-    if hashes != chain_(prev, key):
+    if hashes != (chain_(prev, key) if not n.ns else prefixes.chain_in(n.ns, prev, key, chain_)):
         return None
     if dev:
         if len(dev) != len(key) or min(dev) < 0 or max(dev) >= cfg.device_pages:
@@ -165,7 +165,7 @@ def _node_facts(nid: int, n: Any, prev: int, obj: Any, pend: bool, cfg: Any, cha
         L2 = cfg.L2
         host = tuple(region * L2 + p for region in range(len(cfg.payloads)) for p in obj.page_list()[:k])
         host_exp = hashes[:k] * len(cfg.payloads)
-    durable_keys = tuple(zip(cycle(range(cfg.R)), hashes)) if n.durable else ()
+    durable_keys = tuple(zip(cycle(range(cfg.R)), durable.l3_keys_of(n, cfg))) if n.durable else ()
     return (n, prev, obj, pend, dev, hashes[: len(dev)], host, host_exp, durable_keys,
             dev_victim_key(n, pend, cfg), host_victim_key(n, cfg), backup_candidate(n, pend, cfg), nid)
 
@@ -202,7 +202,7 @@ def _nodes_hold(s: ClusterState, cache: Cache) -> list | None:
             p, prev = None, ROOT
         else:
             p = nodes.get(parent)
-            if p is None or not key or p.children.get(key[0]) != nid:
+            if p is None or not key or p.children.get(n.child_key) != nid:
                 return None
             prev = ROOT if parent == ROOT_ID else p.last_content
         obj = objects.get(n.host) if n.host is not None else None
@@ -292,7 +292,7 @@ def _locks_hold(s: ClusterState) -> bool:
 
 
 def holds(s: ClusterState, cache: Cache | None = None) -> bool:
-    """Whether invariants 1-10 and 12-14 all hold in `s`: exactly `violations(s) == []`.
+    """Whether invariants 1-10 and 12-15 all hold in `s`: exactly `violations(s) == []`.
     `cache` remembers what helps the next state's check (a fresh one when None)."""
     if cache is None:
         cache = Cache()
@@ -313,12 +313,12 @@ def holds(s: ClusterState, cache: Cache | None = None) -> bool:
     used = list(chain.from_iterable(map(GET_DEV, facts)))
     if not device_pages.holds(s, used, cache.dev_pages.update(s.dev_content), cache.by_id):
         return False
-    if not host_pages.holds(s, prepared) or not content.holds(s, disks.wrong == 0):
+    if not host_pages.holds(s, prepared) or not content.holds(s, content.disks_hold(s, disks.wrong)):
         return False
     if not reload.holds(s, cache.chain):
         return False
     if s.loads and not device_pages.loads_hold(s):
         return False
-    if not collectives.holds(s):
+    if not collectives.holds(s) or not isolation.holds(s):
         return False
     return counts.holds(s, facts, disks.per_rank, cache.recompute_sums)

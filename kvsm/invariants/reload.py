@@ -44,6 +44,18 @@ def _candidate(rid: int) -> str:
     return f"reload candidate {rid} is not a queued, unheld request"
 
 
+def _chained(s: Any, op: Any, chain: Any) -> bool:
+    """Whether a reload's hashes chain from its first page's over its tokens, and its key
+    is its last page's hash. Its hashes are L3 keys: its namespace's identities, or under
+    `l3_key = "tokens"` the token chain (namespace 0's)."""
+    ns = 0 if s.config.l3_key == "tokens" else op.ns
+    if not ns:
+        return op.hashes[1:] == chain(op.hashes[0], op.tokens[1:]) and op.key == op.hashes[-1]
+    from .. import content
+
+    return op.hashes[1:] == content.chain_in(ns, op.hashes[0], op.tokens[1:], chain) and op.key == op.hashes[-1]
+
+
 def _ops(r: Any, s: Any, chain: Any, first_only: bool) -> None:
     """Each reload's hashes (`chain`: `kvsm.content.chain`, or a remembered form of it);
     `first_only` reports only the first thing wrong with a reload."""
@@ -53,7 +65,7 @@ def _ops(r: Any, s: Any, chain: Any, first_only: bool) -> None:
             r.bad(I, f"reload {op.key:x} claims {len(op.tokens)} pages with {len(op.hashes)} hashes")
             if first_only or not op.hashes:
                 continue
-        if op.hashes[1:] != chain(op.hashes[0], op.tokens[1:]) or op.key != op.hashes[-1]:
+        if not _chained(s, op, chain):
             r.bad(I, f"reload {op.key:x} carries hashes that are not its pages' prefix chain")
 
 
@@ -83,7 +95,7 @@ def holds(s: Any, chain: Any) -> bool:
     for op in s.reloads:
         if not (len(op.tokens) == len(op.hashes) >= 1):
             return False
-        if op.hashes[1:] != chain(op.hashes[0], op.tokens[1:]) or op.key != op.hashes[-1]:
+        if not _chained(s, op, chain):
             return False
     waiting = _waiting(s)
     if _waiters_bad(s, waiting):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .. import effects as fx
 from ..state import QUEUED, ROOT_ID, ClusterState
-from . import agreement, collectives, content, counts, device_pages, durable, host_pages, locks, pending, reload, residency, running, tree
+from . import agreement, collectives, content, counts, device_pages, durable, host_pages, isolation, locks, pending, reload, residency, running, tree
 from .common import Report, contract, copying, prepared_ids
 
 
@@ -269,7 +269,7 @@ def _node_rules(d: Step) -> None:
 
 
 def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...], sh: Shadow, chain: Callable, stats: Any = None) -> list[str]:
-    """Invariants 1-10 and 12-14 over what one transition from `B` to `A` wrote
+    """Invariants 1-10 and 12-15 over what one transition from `B` to `A` wrote
     (`written`, per map of `kvsm.digest_sums.MAP_COMPONENTS`); updates `sh`. `chain` is
     `kvsm.content.chain` or a remembered form of it."""
     if stats is not None:
@@ -309,4 +309,6 @@ def local_violations(B: ClusterState, A: ClusterState, written: tuple[Any, ...],
         agreement.whole(d)  # (the state's record: the same rule as the whole state's)
     if A.halted is not None:
         running.whole(d)  # (likewise)
+    if d.nodes or d.requests_w or (A.reloads and (A.reloads is not B.reloads or d.hostc_w or d.objects_w)):
+        isolation.step(d)
     return d.out

@@ -31,7 +31,7 @@ def _wrong_child(nid: int, cid: int, sym: Any) -> str:
 
 def _child_ok(nodes: Any, nid: int, cid: int, sym: Any) -> bool:
     c = nodes.get(cid)
-    return not (c is None or c.parent != nid or not c.key or c.key[0] != sym)
+    return not (c is None or c.parent != nid or not c.key or c.child_key != sym)
 
 
 def _chain_end(nodes: Any, nid: int) -> int | None:
@@ -96,7 +96,7 @@ def whole(w: Any) -> bool:
         p = nodes.get(n.parent)
         if p is None:
             w.bad(T, f"node {nid} has missing parent {n.parent}")
-        elif p.children.get(n.key[0] if n.key else None) != nid:
+        elif p.children.get(n.child_key if n.key else None) != nid:
             w.bad(T, f"node {nid} is not its parent {n.parent}'s child for its first page")
         if not _reaches(nodes, nid, n, w.cfg):
             w.bad(T, f"node {nid} does not reach the root")
@@ -128,8 +128,8 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
     if a is None:
         if b is not None and nid != ROOT_ID:
             p = An.get(b.parent)
-            if p is not None and b.key and p.children.get(b.key[0]) == nid:
-                d.bad(T, _wrong_child(b.parent, nid, b.key[0]))
+            if p is not None and b.key and p.children.get(b.child_key) == nid:
+                d.bad(T, _wrong_child(b.parent, nid, b.child_key))
         return None
     if nid != a.id:
         d.bad(T, _stored(nid, a))
@@ -156,12 +156,12 @@ def step_node(d: Any, nid: int, a: Any, b: Any) -> Any:
     if p is None:
         d.bad(T, f"node {nid} has missing parent {a.parent}")
         return None
-    if p.children.get(a.key[0]) != nid:
+    if p.children.get(a.child_key) != nid:
         d.bad(T, f"node {nid} is not its parent {a.parent}'s child for its first page")
-    if b is not None and b.key and (b.parent != a.parent or b.key[0] != a.key[0]):
+    if b is not None and b.key and (b.parent != a.parent or b.child_key != a.child_key):
         q = An.get(b.parent)
-        if q is not None and q.children.get(b.key[0]) == nid and (b.parent, b.key[0]) != (a.parent, a.key[0]):
-            d.bad(T, _wrong_child(b.parent, nid, b.key[0]))
+        if q is not None and q.children.get(b.child_key) == nid and (b.parent, b.child_key) != (a.parent, a.child_key):
+            d.bad(T, _wrong_child(b.parent, nid, b.child_key))
     if not _reaches(An, nid, a, d.A.config):
         d.bad(T, f"node {nid} does not reach the root")
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..content import child_key
 from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
 from ..victims import held_on_l1, in_rank_order, sync_write_back
@@ -70,7 +71,7 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     i = depth
     tokens = match_key(req.tokens)
     while i < len(tokens):
-        cid = cur.children.get(tokens[i])
+        cid = cur.children.get(child_key(req.ns, tokens[i]))
         if cid is None:
             break
         child = s.nodes[cid]

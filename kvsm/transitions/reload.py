@@ -32,7 +32,7 @@ from .transition import Transition
 from .registry import Spec, rank_of, register
 from .tree import walk_key
 from .eviction import evict_host_to_fit, host_page_free
-from .spill import need_l3
+from .spill import l3_contents, l3_keys, need_l3
 
 
 def held(s: ClusterState, rid: int) -> bool:
@@ -43,12 +43,13 @@ def reload_target(s: ClusterState, rid: int) -> Candidate | None:
     """What a reload for queued request `rid` would fetch: the suffix of its key below the
     deepest whole node it matches (the anchor), if its key diverges at a node boundary."""
     req = s.requests[rid]
-    w = walk_key(s.nodes, req.tokens)
+    w = walk_key(s.nodes, req.tokens, ns=req.ns)
     if w.cut is not None or w.covered >= len(req.tokens):
         return None
     anchor = w.full[-1] if w.full else ROOT_ID
     tokens = req.tokens[w.covered :]
-    return Candidate(anchor, tokens, content.chain(s.nodes[anchor].last_content, tokens))
+    hashes = content.chain_in(req.ns, s.nodes[anchor].last_content, tokens)
+    return Candidate(anchor, tokens, l3_keys(s.config, req.ns, hashes), req.ns)
 
 
 def claimable(s: ClusterState, hashes: tuple[int, ...], view: int | None = None) -> int:
@@ -68,14 +69,15 @@ def claimable(s: ClusterState, hashes: tuple[int, ...], view: int | None = None)
     return best
 
 
-def attach_ok(nodes: immutables.Map, anchor: int, tokens: tuple[int, ...], first_hash: int) -> bool:
-    """The anchor is still in the tree, the suffix is still a clean miss under it, and the
-    anchor's hash chain still leads to the suffix's first page hash."""
-    a = nodes.get(anchor)
+def attach_ok(s: ClusterState, anchor: int, tokens: tuple[int, ...], first_hash: int, ns: int) -> bool:
+    """The anchor is still in the tree, the suffix is still a clean miss under it (in
+    namespace `ns`), and the anchor's hash chain still leads to the suffix's first page
+    hash (an L3 key)."""
+    a = s.nodes.get(anchor)
     return (
         a is not None
-        and tokens[0] not in a.children
-        and content.page_content(a.last_content, tokens[0]) == first_hash
+        and content.child_key(ns, tokens[0]) not in a.children
+        and l3_keys(s.config, ns, content.chain_in(ns, a.last_content, tokens[:1]))[0] == first_hash
     )
 
 
@@ -114,7 +116,7 @@ def reload_reserve(s: ClusterState, t: Transition, view: int | None = None) -> C
     tx.reload_candidates.delete(rid)
     c = claimable(s, cand.hashes, view)
     floor = max(1, cfg.load_back_threshold // cfg.P)
-    if c < floor or not attach_ok(s.nodes, cand.anchor, cand.tokens, cand.hashes[0]):
+    if c < floor or not attach_ok(s, cand.anchor, cand.tokens, cand.hashes[0], cand.ns):
         return tx.commit()
     key = cand.hashes[c - 1]
     for j, op in enumerate(s.reloads):
@@ -132,7 +134,7 @@ def reload_reserve(s: ClusterState, t: Transition, view: int | None = None) -> C
         return tx.commit()
     obj = reload_object_key(key)
     tx.objects.set(obj, tx.new_object(got, False, obj))  # (a run: l2_alloc = "pages" has no L3)
-    tx.reloads = tx.reloads + (ReloadOp(key, obj, cand.anchor, cand.tokens[:c], cand.hashes[:c], (rid,), cfg.reload_ttl),)
+    tx.reloads = tx.reloads + (ReloadOp(key, obj, cand.anchor, cand.tokens[:c], cand.hashes[:c], (rid,), cfg.reload_ttl, cand.ns),)
     return tx.commit()
 
 
@@ -188,7 +190,7 @@ def reload_admit(s: ClusterState, t: Transition) -> ClusterState:
     tx = Tx(s)
     tx.reloads = s.reloads[1:]
     tx.reload_done = [x[1:] for x in s.reload_done]
-    attach = attach_ok(s.nodes, op.anchor, op.tokens, op.hashes[0])
+    attach = attach_ok(s, op.anchor, op.tokens, op.hashes[0], op.ns)
     if s.config.bug == "reload_stale_anchor":
         # admission trusts the check made at reserve: the node attaches under the anchor
         # as it was then, still in the tree with a clean miss below it or not
@@ -212,7 +214,8 @@ def reload_admit(s: ClusterState, t: Transition) -> ClusterState:
             touched=tx.clock,
             children=immutables.Map(),
             ondev=0,
-            hashes=op.hashes,
+            hashes=l3_contents(s.config, op.ns, op.hashes),
+            ns=op.ns,
         )
         if op.anchor in tx.nodes:
             tx.add_child(node)

@@ -86,7 +86,7 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
     req = request_in(tx, rid, (QUEUED,))
     if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
         raise Rejected(f"request {rid} waits for an L3 reload decision")
-    w = walk_key(tx.nodes, match_key(req.tokens))
+    w = walk_key(tx.nodes, match_key(req.tokens), ns=req.ns)
     path = list(w.full)
     for nid in path:
         tx.touch(nid)
@@ -197,7 +197,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
                 # its forward reads the matched pages, so it waits for their copies
                 raise Rejected(f"request {rid} matched node {nid}, whose load-back is still in flight")
     tokens = req.tokens
-    w = walk_key(tx.nodes, tokens)
+    w = walk_key(tx.nodes, tokens, ns=req.ns)
     path = list(w.full)
     covered = w.covered
     stop = False
@@ -244,7 +244,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         # an attached prepared backup brings the node id taken for it in advance
         nid = prep if attach else tx.new_id()
         dev = tx.alloc_positions(pos, len(new_tokens))
-        hashes = content.chain(parent.last_content, new_tokens)
+        hashes = content.chain_in(req.ns, parent.last_content, new_tokens)
         tx.clock += 1
         tx.add_child(
             Node(
@@ -262,6 +262,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
                 children=immutables.Map(),
                 ondev=0,
                 hashes=hashes,
+                ns=req.ns,
             )
         )
         tx.fill_devs(dev, hashes)

@@ -24,10 +24,24 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .. import content
+from ..config import Config
 from ..state import ClusterState, Rejected, SpillOp, lane_of
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
+
+
+def l3_keys(cfg: Config, ns: int, hashes: tuple[int, ...]) -> tuple[int, ...]:
+    """The L3 keys of pages of namespace `ns` whose content identities are `hashes`: the
+    identities themselves, or under `l3_key = "tokens"` (the reference) their token chain,
+    the same in every namespace (`kvsm.content.tokens_key`)."""
+    return content.l3_keys(cfg.l3_key == "tokens", ns, hashes)
+
+
+def l3_contents(cfg: Config, ns: int, keys: tuple[int, ...]) -> tuple[int, ...]:
+    """The content identities of namespace `ns`'s pages whose L3 keys are `keys`."""
+    return content.l3_contents(cfg.l3_key == "tokens", ns, keys)
 
 
 def _spillable(tx: Tx, nid: int) -> bool:
@@ -95,11 +109,12 @@ def spill_submit(s: ClusterState, t: Transition, view: int | None = None) -> Clu
         nid, tx.spill_queue = tx.spill_queue[0], tx.spill_queue[1:]
         if _spillable(tx, nid):
             n = tx.node(nid)
-            if s.config.own_disk_durable != "fixed" and _shortcut(s, view, n.hashes):
+            keys = l3_keys(s.config, n.ns, n.hashes)
+            if s.config.own_disk_durable != "fixed" and _shortcut(s, view, keys):
                 tx.put(n.with_(durable=True))
                 continue
             tx.put(n.with_(pin=n.pin + 1))
-            tx.spills = tx.spills + (SpillOp(nid, nid, n.hashes, True),)
+            tx.spills = tx.spills + (SpillOp(nid, nid, keys, True),)
             break
     return tx.commit()
 
@@ -193,7 +208,7 @@ def spill_ack(s: ClusterState, t: Transition) -> ClusterState:
         # after a split the node keeps only a suffix of what was spilled: its pages are
         # owned by the ranks that wrote them only if the offset is a multiple of R
         offset = len(op.hashes) - len(n.hashes)
-        if lane_of(offset, R) == 0 and op.hashes[offset:] == n.hashes:
+        if lane_of(offset, R) == 0 and op.hashes[offset:] == l3_keys(s.config, n.ns, n.hashes):
             tx.put(n.with_(durable=True))
     tx.spills = tuple(spills[d:])
     tx.spill_gathered = [x - d for x in s.spill_gathered]

@@ -9,6 +9,7 @@ from typing import Any
 import immutables
 
 from ..config import Config
+from ..content import child_key
 from ..state import ROOT_ID, Node, Rejected, lane_of
 from ..tx import Tx
 
@@ -23,13 +24,15 @@ class KeyWalk:
     cut: tuple[int, int] | None
 
 
-def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0) -> KeyWalk:
+def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0, ns: int = 0) -> KeyWalk:
+    """Where `tokens` (namespace `ns`'s) lead from node `start`, `offset` pages down: a walk
+    never leaves its namespace (children of another namespace are keyed apart)."""
     full: list[int] = []
     i = offset
     cur = nodes[start]
     cut = None
     while i < len(tokens):
-        cid = cur.children.get(tokens[i])
+        cid = cur.children.get(tokens[i] if not ns else child_key(ns, tokens[i]))
         if cid is None:
             break
         child = nodes[cid]
@@ -96,12 +99,13 @@ def split_node(tx: Tx, nid: int, at: int) -> int:
         pin=0,
         hits=n.hits,
         touched=n.touched,
-        children=immutables.Map({n.key[at]: nid}),
+        children=immutables.Map({child_key(n.ns, n.key[at]): nid}),
         ondev=1 if n.dev else 0,
         hashes=n.hashes[:at],
+        ns=n.ns,
     )
     parent = tx.node(n.parent)
-    tx.put(parent.with_(children=parent.children.set(n.key[0], uid)))
+    tx.put(parent.with_(children=parent.children.set(child_key(n.ns, n.key[0]), uid)))
     tx.put(upper)
     keep = tx.cfg.durable_split == "reference" or lane_of(at, tx.cfg.R) == 0
     tx.put(n.with_(parent=uid, key=n.key[at:], dev=n.dev[at:], hashes=n.hashes[at:],
