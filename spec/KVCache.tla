@@ -166,16 +166,16 @@ Phases == {"queued", "matched", "decoding"}
 
 ContentValues == Seq(Int)   \* prefixes of page symbols, <<>> when poisoned
 NodeRec == [parent: Int, key: Seq(Int), dev: Seq(DevicePool), host: Int, durable: BOOLEAN,
-            lock: Nat, pin: Nat, hits: Nat, touched: Nat]
+            lock: Nat, pin: Nat, hits: Nat, touched: Nat, ns: Nat]
 RequestRec == [tokens: Seq(Int), out_pages: Nat, phase: Phases, node: Nat, pages: Seq(DevicePool),
                tried: BOOLEAN, hit: Nat, hitlen: Nat, hitpin: BOOLEAN, ns: Nat]
 ObjectRec == IF L2Alloc = "pages"
              THEN [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat, pages: Seq(HostPool)]
              ELSE [base: HostPool, length: Nat \ {0}, committed: BOOLEAN, owner: Nat]
 SpillRec == [node: Nat, hashes: Seq(ContentValues), pinned: BOOLEAN]
-CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues)]
+CandidateRec == [anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues), ns: Nat]
 ReloadRec == [key: ContentValues, anchor: Nat, tokens: Seq(Int), hashes: Seq(ContentValues),
-              waiters: Seq(Nat), ttl: Nat, base: HostPool, length: Nat \ {0}]
+              waiters: Seq(Nat), ttl: Nat, base: HostPool, length: Nat \ {0}, ns: Nat]
 LoadRec == [node: Nat, pages: Seq(DevicePool \X HostPool)]
 
 TypeOK ==
@@ -216,7 +216,7 @@ TypeOK ==
 -----------------------------------------------------------------------------
 Init ==
     /\ nodes = (Root :> [parent |-> NoParent, key |-> <<>>, dev |-> <<>>, host |-> NoObject,
-                         durable |-> FALSE, lock |-> 0, pin |-> 0, hits |-> 0, touched |-> 0])
+                         durable |-> FALSE, lock |-> 0, pin |-> 0, hits |-> 0, touched |-> 0, ns |-> 0])
     /\ next_id = 1
     /\ clock = 0
     /\ next_rid = 0
@@ -347,7 +347,7 @@ AwaitsReload(rid) == rid \in DOMAIN reload_candidates \/ Held(rid)
 
 Matched(s, rid) ==
     LET req == s.requests[rid]
-        w == WalkKey(s.nodes, MatchKey(req.tokens))
+        w == WalkKey(s.nodes, MatchKey(req.tokens), req.ns)
         split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
         \* stamped in the reference's order: the whole nodes, the node the match ends
         \* inside (before its split), then its new upper part
@@ -435,7 +435,7 @@ Settled(s, rid, new) ==
    off the path. *)
 InsertLayout(s, rid, v) ==
     LET req == s.requests[rid]
-        kp == KeyPath(s, req.tokens)
+        kp == KeyPath(s, req.tokens, req.ns)
         path == kp.path
         fresh == IF kp.stop THEN <<>> ELSE SubSeq(req.tokens, kp.covered + 1, Len(req.tokens))
         sizes == [k \in DOMAIN path |-> Len(kp.s.nodes[path[k]].key)]
@@ -482,7 +482,7 @@ Inserted(s, rid, lay) ==
                     dev |-> SubSeq(pages, nReown + 1, nReown + Len(fresh)),
                     host |-> NoObject, durable |-> FALSE, lock |-> Bit(attach), pin |-> 0,
                     hits |-> IF WriteThrough /\ ~attach THEN 1 ELSE 0,
-                    touched |-> s1.clock + Len(path) + 1]
+                    touched |-> s1.clock + Len(path) + 1, ns |-> req.ns]
         \* path nodes: re-owned ones get their pages; all are touched root to leaf;
         \* under write_through those already on L1 count a hit
         pathNodes == [n \in DOMAIN s1.nodes |->
@@ -502,7 +502,7 @@ Inserted(s, rid, lay) ==
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
           !.dev_free = got.free,
           !.dev_content = Zip(SubSeq(pages, 1, nReown + Len(fresh)),
-                              [i \in filled |-> SubSeq(req.tokens, 1, lay.positions[i] + 1)]) @@ @,
+                              [i \in filled |-> NsPre(req.ns) \o SubSeq(req.tokens, 1, lay.positions[i] + 1)]) @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
                                         !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]], rid),
                rid, IF attach THEN prep ELSE NoNode)
@@ -594,9 +594,9 @@ Abort(rid) ==
    Insert, would split), and the node's backup is not pending. It stamps nothing
    (clock unchanged): a departure, since the reference splits only inside a walk
    that stamps the nodes it visits (docs/model.md, the mechanism table). *)
-LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens)).cut :
+LiveKeyCuts == {WalkKey(nodes, MatchKey(requests[rid].tokens), requests[rid].ns).cut :
                    rid \in {q \in DOMAIN requests : requests[q].phase = "queued"}}
-               \cup {WalkKey(nodes, requests[rid].tokens).cut :
+               \cup {WalkKey(nodes, requests[rid].tokens, requests[rid].ns).cut :
                    rid \in {q \in DOMAIN requests : requests[q].phase = "matched"}}
 
 IsDemandedSplit(n, at) ==
@@ -747,7 +747,7 @@ Reserve(n, fits) ==
 \* tree holds, the node it diverges inside included (the reference's probe).
 PrepareLen(s, rid) ==
     LET req == s.requests[rid]
-        w == WalkKey(s.nodes, req.tokens)
+        w == WalkKey(s.nodes, req.tokens, req.ns)
     IN Len(req.tokens) - w.covered - (IF w.cut = <<>> THEN 0 ELSE w.cut[2])
 
 Prepared(s, rid, fits, v) ==
@@ -1397,7 +1397,7 @@ ReloadReserved(s, rid, v) ==
         same == {j \in DOMAIN s.reloads : s.reloads[j].key = key}
         room == HostRoomAs(s0, s, RoomNeed(c, v), v)
         base == FirstFit(room.s.l2_free, c)
-    IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1])
+    IN IF c < ReloadFloor \/ ~AttachOk(s.nodes, cand.anchor, cand.tokens, cand.hashes[1], cand.ns)
        THEN s0
        ELSE IF same # {}
        THEN LET j == CHOOSE j \in same : TRUE
@@ -1414,7 +1414,7 @@ ReloadReserved(s, rid, v) ==
                                       tokens |-> SubSeq(cand.tokens, 1, c),
                                       hashes |-> SubSeq(cand.hashes, 1, c),
                                       waiters |-> <<rid>>, ttl |-> ReloadTTL,
-                                      base |-> base, length |-> c])]
+                                      base |-> base, length |-> c, ns |-> cand.ns])]
 
 \* ReloadReserve's effect: the mark dropped, the host victims released, the reload joined or reserved.
 ReloadReserveTo(s) ==
@@ -1479,10 +1479,10 @@ ReloadAdmit ==
            pages == ReloadPages(op)
        IN IF /\ op.waiters # <<>>
              /\ \A r \in Ranks : reload_done[r][1]
-             /\ (Bug = "reload_stale_anchor" \/ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1]))
+             /\ (Bug = "reload_stale_anchor" \/ AttachOk(nodes, op.anchor, op.tokens, op.hashes[1], op.ns))
           THEN /\ nodes' = (next_id :> [parent |-> op.anchor, key |-> op.tokens, dev |-> <<>>,
                                         host |-> next_id, durable |-> TRUE, lock |-> 0, pin |-> 0,
-                                        hits |-> 0, touched |-> clock + 1]) @@ nodes
+                                        hits |-> 0, touched |-> clock + 1, ns |-> op.ns]) @@ nodes
                /\ objects' = (next_id :> [base |-> op.base, length |-> op.length, committed |-> TRUE,
                                           owner |-> next_id]) @@ objects
                /\ next_id' = next_id + 1
@@ -1633,7 +1633,7 @@ Husk(n) == /\ UnbackedEvict = "reference" /\ nodes[n].parent = Gone
            /\ nodes[n].dev = <<>> /\ nodes[n].host = NoObject /\ Children(nodes, n) # {}
 
 \* 1. Parent links form a tree rooted at 0, but for the orphans: nodes off L1 whose
-\*    chain ends at a husk; siblings differ in their first page; keys are non-empty
+\*    chain ends at a husk; siblings differ in their first page or namespace; keys are non-empty
 \*    (whole pages).
 Tree ==
     /\ nodes[Root].parent = NoParent /\ nodes[Root].key = <<>>
@@ -1646,7 +1646,7 @@ Tree ==
                 /\ ReachesTop(n, Gone, Cardinality(DOMAIN nodes))
     /\ \A a, b \in DOMAIN nodes \ {Root} :
           (a # b /\ nodes[a].parent = nodes[b].parent /\ nodes[a].key # <<>> /\ nodes[b].key # <<>>)
-             => nodes[a].key[1] # nodes[b].key[1]
+             => nodes[a].key[1] # nodes[b].key[1] \/ nodes[a].ns # nodes[b].ns
 
 \* 2. Every node is on L1 or backed by a committed object; a node on L1 has its
 \*    parent on L1 (or is a child of the root).
@@ -1761,14 +1761,14 @@ Content ==
               h == nodes[n].host
           IN /\ \A i \in DOMAIN nodes[n].dev :
                    dev_content[nodes[n].dev[i]] = IF nodes[n].dev[i] \in Copying THEN NoContent
-                                                  ELSE SubSeq(pre, 1, above + i)
+                                                  ELSE NsPre(nodes[n].ns) \o SubSeq(pre, 1, above + i)
              /\ (h # NoObject /\ h \in DOMAIN objects) =>
                    \A i \in 1 .. Min2(objects[h].length, Len(nodes[n].key)) :
-                       host_content[ObjPage(objects[h], i)] = SubSeq(pre, 1, above + i)
+                       host_content[ObjPage(objects[h], i)] = NsPre(nodes[n].ns) \o SubSeq(pre, 1, above + i)
     /\ \A p \in dev_free : dev_content[p] = NoContent
-    /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : l3[r][h] = h
+    /\ \A r \in Ranks : \A h \in DOMAIN l3[r] : KeyOf(l3[r][h]) = h
     /\ \A r \in Ranks : \A j \in DOMAIN spill_staged[r] :
-          \A k \in DOMAIN spill_staged[r][j] : spill_staged[r][j][k][2] = spill_staged[r][j][k][1]
+          \A k \in DOMAIN spill_staged[r][j] : KeyOf(spill_staged[r][j][k][2]) = spill_staged[r][j][k][1]
 
 \* 8. A durable node's pages are each on its owner rank's disk (page i, 0-based,
 \*    belongs to rank i mod R).
@@ -1838,11 +1838,27 @@ Agreement == diverged = <<>>
 \*     planned victim finds a child it deferred for its write-back still on L1).
 Running == halted = ""
 
+\* 15. A request never holds KV computed in another namespace: every node is of
+\*     its parent's namespace (but the root's children), the node a matched or
+\*     decoding request holds and its carried host hit are of the request's (so
+\*     its whole path is, and Content says what those pages hold), and every
+\*     page an L3 reload has read holds the KV its key names in the reload's
+\*     namespace (under L3Key = "tokens" a key names the tokens alone).
+ReloadContent(op, i) == IF L3Key = "tokens" THEN NsPre(op.ns) \o op.hashes[i] ELSE op.hashes[i]
+Isolation ==
+    /\ \A n \in DOMAIN nodes :
+          (nodes[n].parent \in DOMAIN nodes /\ nodes[n].parent # Root) => nodes[nodes[n].parent].ns = nodes[n].ns
+    /\ \A q \in DOMAIN requests : requests[q].phase # "queued" =>
+          \A m \in ({requests[q].node, requests[q].hit} \ {Root}) \cap DOMAIN nodes : nodes[m].ns = requests[q].ns
+    /\ \A j \in DOMAIN reloads :
+          \A i \in 1 .. Min2(reloads[j].length, Len(reloads[j].hashes)) :
+              host_content[reloads[j].base + i - 1] \in {NoContent, ReloadContent(reloads[j], i)}
+
 \* The invariants the Python model checks of a state (kvsm.invariants.violations;
 \* TypeOK is the spec's own), in an order that keeps each one's operators defined
 \* (Tree first); `kvsm conform --bug` takes no step out of a state where it is false.
 Healthy == Tree /\ Residency /\ Locks /\ Pending /\ DevicePages /\ HostPages
-           /\ Content /\ Durable /\ Reload /\ Counts /\ Collectives /\ Agreement /\ Running
+           /\ Content /\ Durable /\ Reload /\ Counts /\ Collectives /\ Agreement /\ Running /\ Isolation
 
 -----------------------------------------------------------------------------
 (* Liveness: every pending backup is eventually committed or rolled back. *)

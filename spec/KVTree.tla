@@ -131,17 +131,34 @@ PathToRoot(ns, n) == IF n = Root THEN {} ELSE {n} \cup PathToRoot(ns, ns[n].pare
 RECURSIVE Prefix(_, _)
 Prefix(ns, n) == IF n = Root THEN <<>> ELSE IF ns[n].parent = Gone THEN ns[n].key ELSE Prefix(ns, ns[n].parent) \o ns[n].key
 
-\* The page hashes (content identities) of n's pages: the prefix through each.
+(* Namespaces (tenants, LoRA adapters). A node and a request carry one (`ns`);
+   the content of a page of namespace k > 0 is its prefix after the virtual
+   symbol -k (NsPre), that of namespace 0 the prefix alone, so namespace 0 is the
+   cache without namespaces. A walk from the root takes only children of its
+   namespace, and every node's children are of its own. *)
+NsPre(k) == IF k = 0 THEN <<>> ELSE <<-k>>
+(* What an L3 page hash covers (kvsm's `l3_key`): "namespace", the content,
+   namespace included; "tokens", the token prefix alone (the reference's content
+   hash over token ids). A definition a model overrides in its cfg, as L2Alloc. *)
+L3Key == "namespace"
+ASSUME L3Key \in {"namespace", "tokens"}
+\* What an L3 key of namespace k's pages starts with: the namespace, or nothing
+\* when keys cover the tokens alone (L3Key = "tokens").
+KeyPre(k) == IF L3Key = "tokens" THEN <<>> ELSE NsPre(k)
+\* The L3 key that names content c (its prefix without the namespace under "tokens").
+KeyOf(c) == IF L3Key = "tokens" /\ c # <<>> /\ c[1] < 0 THEN Tail(c) ELSE c
+
+\* The page hashes (L3 keys) of n's pages: the prefix through each, after KeyPre.
 NodeHashes(ns, n) ==
     LET pre == Prefix(ns, n)
         above == Len(pre) - Len(ns[n].key)
-    IN [i \in 1 .. Len(ns[n].key) |-> SubSeq(pre, 1, above + i)]
+    IN [i \in 1 .. Len(ns[n].key) |-> KeyPre(ns[n].ns) \o SubSeq(pre, 1, above + i)]
 
 \* The hashes of the pages `tokens` that follow the prefix `base`.
 Chain(base, tokens) == [i \in 1 .. Len(tokens) |-> base \o SubSeq(tokens, 1, i)]
 
-ChildWith(ns, n, sym) ==
-    LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym}
+ChildWith(ns, n, sym, k) ==
+    LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym /\ ns[c].ns = k}
     IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
 
 \* The least j >= i where a and b differ after j elements (or one of them ends).
@@ -152,15 +169,16 @@ CommonLen(a, b, i) ==
 (* Where a key leads: the nodes it covers whole (root to leaf), the pages they
    cover, and the node it diverges inside with the pages in common (`cut`,
    <<>> when none). A key that ends inside a node diverges there too. *)
-RECURSIVE WalkFrom(_, _, _, _, _)
-WalkFrom(ns, tokens, cur, i, full) ==
-    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
+RECURSIVE WalkFrom(_, _, _, _, _, _)
+WalkFrom(ns, tokens, cur, i, full, k) ==
+    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1], k) ELSE NoNode
     IN IF c = NoNode THEN [full |-> full, covered |-> i, cut |-> <<>>]
        ELSE LET n == CommonLen(ns[c].key, SubSeq(tokens, i + 1, Len(tokens)), 0)
-            IN IF n = Len(ns[c].key) THEN WalkFrom(ns, tokens, c, i + n, Append(full, c))
+            IN IF n = Len(ns[c].key) THEN WalkFrom(ns, tokens, c, i + n, Append(full, c), k)
                ELSE [full |-> full, covered |-> i, cut |-> <<c, n>>]
 
-WalkKey(ns, tokens) == WalkFrom(ns, tokens, Root, 0, <<>>)
+\* (in namespace k)
+WalkKey(ns, tokens, k) == WalkFrom(ns, tokens, Root, 0, <<>>, k)
 
 \* How many nodes of `path`, from its head, are on L1.
 RECURSIVE OnL1Run(_, _)
@@ -227,7 +245,7 @@ SplitNode(s, n, at) ==
                   dev |-> IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, 1, at),
                   host |-> IF nd.host # NoObject THEN u ELSE NoObject,
                   durable |-> FALSE, lock |-> nd.lock, pin |-> 0,
-                  hits |-> nd.hits, touched |-> nd.touched]
+                  hits |-> nd.hits, touched |-> nd.touched, ns |-> nd.ns]
         lower == [nd EXCEPT !.parent = u, !.key = SubSeq(nd.key, at + 1, Len(nd.key)),
                             !.dev = IF nd.dev = <<>> THEN <<>> ELSE SubSeq(nd.dev, at + 1, Len(nd.dev)),
                             !.durable = nd.durable /\ (DurableSplit = "reference" \/ at % R = 0)]
@@ -249,8 +267,8 @@ MatchKey(tokens) == SubSeq(tokens, 1, Len(tokens) - 1)
    whether the node the key diverges inside is split (it is unless it is
    unsplittable, and then the request stops above it), the state after that
    split, and the path of whole nodes down to where the key leaves the tree. *)
-KeyPath(s, tokens) ==
-    LET w == WalkKey(s.nodes, tokens)
+KeyPath(s, tokens, k) ==
+    LET w == WalkKey(s.nodes, tokens, k)
         split == w.cut # <<>> /\ ~Unsplittable(s, w.cut[1])
     IN [walk |-> w,
         stop |-> w.cut # <<>> /\ ~split,
@@ -675,18 +693,18 @@ EvictAll(s, victims) ==
 (* Load-back: the whole nodes directly below a request's lock, along its match
    key, that are only on L2. *)
 
-RECURSIVE HostRunFrom(_, _, _, _, _)
-HostRunFrom(ns, tokens, cur, i, run) ==
-    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1]) ELSE NoNode
+RECURSIVE HostRunFrom(_, _, _, _, _, _)
+HostRunFrom(ns, tokens, cur, i, run, k) ==
+    LET c == IF i < Len(tokens) THEN ChildWith(ns, cur, tokens[i + 1], k) ELSE NoNode
     IN IF c = NoNode THEN run
        ELSE IF \/ ns[c].dev # <<>>
                \/ ns[c].host = NoObject
                \/ i + Len(ns[c].key) > Len(tokens)
                \/ SubSeq(tokens, i + 1, i + Len(ns[c].key)) # ns[c].key
             THEN run
-       ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c))
+       ELSE HostRunFrom(ns, tokens, c, i + Len(ns[c].key), Append(run, c), k)
 
-HostRun(ns, req) == HostRunFrom(ns, MatchKey(req.tokens), req.node, Len(Prefix(ns, req.node)), <<>>)
+HostRun(ns, req) == HostRunFrom(ns, MatchKey(req.tokens), req.node, Len(Prefix(ns, req.node)), <<>>, req.ns)
 
 (* Under CarryHostHit: the nodes of the request's recorded host hit that a
    load-back brings back, as the reference walks them: from the recorded node up
@@ -734,14 +752,16 @@ OwnedSeq(r, n) == [k \in 1 .. Cardinality(Owned(r, n)) |-> r + (k - 1) * R]
 (* A reload's target for a queued request's key: the suffix below its deepest
    whole match (the anchor) when the key misses the tree at a node boundary;
    NoTarget (anchor NoNode) when it diverges inside a node or is all cached. *)
-NoTarget == [anchor |-> NoNode, tokens |-> <<>>, hashes |-> <<>>]
+NoTarget == [anchor |-> NoNode, tokens |-> <<>>, hashes |-> <<>>, ns |-> 0]
 
+\* (its hashes are L3 keys, of the request's namespace)
 ReloadTarget(ns, req) ==
-    LET w == WalkKey(ns, req.tokens)
+    LET w == WalkKey(ns, req.tokens, req.ns)
         anchor == IF w.full = <<>> THEN Root ELSE w.full[Len(w.full)]
         tokens == SubSeq(req.tokens, w.covered + 1, Len(req.tokens))
     IN IF w.cut # <<>> \/ w.covered >= Len(req.tokens) THEN NoTarget
-       ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(Prefix(ns, anchor), tokens)]
+       ELSE [anchor |-> anchor, tokens |-> tokens, hashes |-> Chain(KeyPre(req.ns) \o Prefix(ns, anchor), tokens),
+             ns |-> req.ns]
 
 \* The leading pages of `hs` whose owned hashes rank r holds, and their MIN over
 \* ranks, as rank v decides it: under l3_no_min there is no MIN, and the rank
@@ -757,11 +777,11 @@ Claimable(s, hs, v) ==
    it owns itself (index i mod R), not the whole object every rank shares. *)
 RoomNeed(len, v) == IF Bug = "local_host_alloc" /\ v # NoView THEN Cardinality(Owned(v, len)) ELSE len
 
-\* The anchor is still in the tree, the suffix still a clean miss under it, and
-\* the anchor's prefix still leads to the suffix's first page hash.
-AttachOk(ns, anchor, tokens, first) ==
+\* The anchor is still in the tree, the suffix still a clean miss under it (in
+\* namespace k), and the anchor's prefix still leads to the suffix's first page hash.
+AttachOk(ns, anchor, tokens, first, k) ==
     /\ anchor \in DOMAIN ns
-    /\ ChildWith(ns, anchor, tokens[1]) = NoNode
-    /\ Prefix(ns, anchor) \o <<tokens[1]>> = first
+    /\ ChildWith(ns, anchor, tokens[1], k) = NoNode
+    /\ KeyPre(k) \o Prefix(ns, anchor) \o <<tokens[1]>> = first
 
 =============================================================================

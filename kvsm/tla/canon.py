@@ -71,6 +71,7 @@ class NodeRow(NamedTuple):
     pin: int
     hits: int
     touched: int
+    ns: int = 0  # its namespace
 
 
 class ObjectRow(NamedTuple):
@@ -114,6 +115,7 @@ class CandidateRow(NamedTuple):
     anchor: int
     tokens: tuple
     hashes: tuple  # content ids
+    ns: int = 0
 
 
 class ReloadRow(NamedTuple):
@@ -125,6 +127,7 @@ class ReloadRow(NamedTuple):
     ttl: int
     base: int | None  # its reserved object's range (None when the model has no object)
     length: int | None
+    ns: int = 0
 
 
 class L3Row(NamedTuple):
@@ -177,7 +180,10 @@ assert Canon._fields == SPEC_VARIABLES
 
 @lru_cache(maxsize=1 << 16)
 def content_id(prefix: tuple[int, ...]) -> int:
-    """The model's content identity of the page whose prefix (through it) is `prefix`."""
+    """The model's content identity of the page whose prefix (through it) is `prefix`:
+    a prefix that starts with the virtual symbol -k is namespace k's (the spec's NsPre)."""
+    if prefix and prefix[0] < 0:
+        return content.prefix_content_in(-prefix[0], prefix[1:])[-1]
     return content.prefix_content(prefix)[-1]
 
 
@@ -193,9 +199,14 @@ class ContentNames:
         for t in token_seqs:
             self.add(t)
 
-    def add(self, tokens: tuple[int, ...]) -> None:
+    def add(self, tokens: tuple[int, ...], ns: int = 0) -> None:
+        """The prefixes of `tokens` in namespace 0 and, when `ns` is not 0, in namespace
+        `ns` (after its virtual symbol -ns, as the spec writes them)."""
         for k, c in enumerate(content.prefix_content(tokens), start=1):
             self.names.setdefault(c, tuple(tokens[:k]))
+        if ns:
+            for k, c in enumerate(content.prefix_content_in(ns, tokens), start=1):
+                self.names.setdefault(c, (-ns,) + tuple(tokens[:k]))
 
     def prefix(self, c: int) -> tuple[int, ...]:
         try:
@@ -223,6 +234,7 @@ def readable(c: Canon, names: ContentNames) -> dict[str, Any]:
                 "touched": n.touched,
                 **({"durable": n.durable} if n.durable else {}),
                 **({"pin": n.pin} if n.pin else {}),
+                **({"ns": n.ns} if n.ns else {}),
             }
             for n in sorted(c.nodes)
         ],

@@ -358,7 +358,9 @@ def conform(
         else:
             _check_node_ids(m.module, top)
         tg = tlc_graph(m.module, m.cfg, config, intern, workers, m.extra_modules)
-    names = ContentNames(p.pages for p in config.prompts)
+    names = ContentNames()
+    for p in config.prompts:
+        names.add(p.pages, p.ns)
     t0 = time.perf_counter()
     res = compare(tg, mg, intern, names)
     res.seconds["compare"] = round(time.perf_counter() - t0, 2)

@@ -42,6 +42,7 @@ class Encoder:
             ("pin", "pin", lambda n: str(n.pin)),
             ("hits", "hits", lambda n: str(n.hits)),
             ("touched", "touched", lambda n: str(n.touched)),
+            ("ns", "ns", lambda n: str(n.ns)),
         )
         self.obj_fields: Fields = (
             ("base", "base", lambda o: str(o.base)),
@@ -79,7 +80,7 @@ class Encoder:
         return self.record("Rq", self.request_fields, r)
 
     def candidate(self, c: Any) -> str:
-        return f"[anchor |-> {c.anchor}, tokens |-> {self.tok.tokens_of(c.tokens)}, hashes |-> {self.tok.hashes(c.hashes)}]"
+        return f"[anchor |-> {c.anchor}, tokens |-> {self.tok.tokens_of(c.tokens)}, hashes |-> {self.tok.hashes(c.hashes)}, ns |-> {c.ns}]"
 
     def spills(self, s: ClusterState) -> str:
         for op in s.spills:
@@ -96,7 +97,7 @@ class Encoder:
             out.append(
                 f"[key |-> {self.tok.content(op.key)}, anchor |-> {op.anchor}, tokens |-> {self.tok.tokens_of(op.tokens)}, "
                 f"hashes |-> {self.tok.hashes(op.hashes)}, waiters |-> {ints(op.waiters)}, ttl |-> {op.ttl}, "
-                f"base |-> {o.base}, length |-> {o.length}]"
+                f"base |-> {o.base}, length |-> {o.length}, ns |-> {op.ns}]"
             )
         return "<<" + ", ".join(out) + ">>"
 

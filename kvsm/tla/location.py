@@ -11,7 +11,7 @@ from pathlib import Path
 from .errors import TLCError, TLCUnavailable
 
 SPEC_MODULE = "KVCache"
-NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3", "l3-small": "MC_l3_small", "reference": "MC_reference", "reference-write-back": "MC_reference_write_back"}
+NAMED_MODELS = {"ci": "MC_ci", "deep": "MC_deep", "l3": "MC_l3", "l3-small": "MC_l3_small", "reference": "MC_reference", "reference-write-back": "MC_reference_write_back", "tenants": "MC_tenants"}
 
 INSTALL_HINT = (
     "TLC needs Java 17 or newer (Debian/Ubuntu: `apt-get install default-jre-headless`) and "

@@ -57,10 +57,10 @@ def canon_model(s: ClusterState) -> Canon:
     def reload_row(op: Any) -> ReloadRow:
         o = s.objects.get(op.obj)
         base, length = (None, None) if o is None else (o.base, o.length)
-        return ReloadRow(key=op.key, anchor=op.anchor, tokens=op.tokens, hashes=op.hashes, waiters=op.waiters, ttl=op.ttl, base=base, length=length)
+        return ReloadRow(key=op.key, anchor=op.anchor, tokens=op.tokens, hashes=op.hashes, waiters=op.waiters, ttl=op.ttl, base=base, length=length, ns=op.ns)
 
     return Canon(
-        nodes=frozenset(NodeRow(id=n.id, parent=n.parent, key=n.key, dev=n.dev, host=n.host, durable=n.durable, lock=n.lock, pin=n.pin, hits=n.hits, touched=n.touched) for n in s.nodes.values()),
+        nodes=frozenset(NodeRow(id=n.id, parent=n.parent, key=n.key, dev=n.dev, host=n.host, durable=n.durable, lock=n.lock, pin=n.pin, hits=n.hits, touched=n.touched, ns=n.ns) for n in s.nodes.values()),
         next_id=s.next_id,
         clock=s.clock,
         next_rid=s.next_rid,
@@ -75,7 +75,7 @@ def canon_model(s: ClusterState) -> Canon:
         host_content=frozenset(s.host_content.items()),
         spill_queue=tuple(s.spill_queue),
         spills=tuple(SpillRow(obj=op.obj, node=op.node, hashes=op.hashes, pinned=op.pinned) for op in s.spills),
-        reload_candidates=frozenset(CandidateRow(rid=rid, anchor=c.anchor, tokens=c.tokens, hashes=c.hashes) for rid, c in s.reload_candidates.items()),
+        reload_candidates=frozenset(CandidateRow(rid=rid, anchor=c.anchor, tokens=c.tokens, hashes=c.hashes, ns=c.ns) for rid, c in s.reload_candidates.items()),
         reloads=tuple(reload_row(op) for op in s.reloads),
         spill_gathered=tuple(s.spill_gathered),
         spill_done=tuple(tuple(x) for x in s.spill_done),
@@ -133,6 +133,7 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
                 pin=r["pin"],
                 hits=r["hits"],
                 touched=r["touched"],
+                ns=r["ns"],
             )
             for nid, r in as_fcn(v).items()
         )
@@ -169,7 +170,7 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
     if name == "spills":
         return tuple(SpillRow(obj=o["node"], node=o["node"], hashes=_ids(o["hashes"]), pinned=o["pinned"]) for o in _seq(v))
     if name == "reload_candidates":
-        return frozenset(CandidateRow(rid=rid, anchor=c["anchor"], tokens=_seq(c["tokens"]), hashes=_ids(c["hashes"])) for rid, c in as_fcn(v).items())
+        return frozenset(CandidateRow(rid=rid, anchor=c["anchor"], tokens=_seq(c["tokens"]), hashes=_ids(c["hashes"]), ns=c["ns"]) for rid, c in as_fcn(v).items())
     if name == "reloads":
         return tuple(
             ReloadRow(
@@ -181,6 +182,7 @@ def canon_spec_var(name: str, v: Any, cfg: Config) -> Any:
                 ttl=o["ttl"],
                 base=o["base"],
                 length=o["length"],
+                ns=o["ns"],
             )
             for o in _seq(v)
         )
@@ -236,6 +238,7 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
             pin=n.pin,
             hits=n.hits,
             touched=n.touched,
+            ns=n.ns,
         )
     regions = [frozenset(p for base, k in runs for p in range(base, base + k)) for runs in s.l2_free]
     if any(r != regions[0] for r in regions):
@@ -265,7 +268,7 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         if o is None:
             raise MappingError(f"reload {op.key:#x} has no object {op.obj}")
         return Record(key=pre(op.key), anchor=op.anchor, tokens=op.tokens, hashes=tuple(pre(h) for h in op.hashes),
-                      waiters=op.waiters, ttl=op.ttl, base=o.base, length=o.length)
+                      waiters=op.waiters, ttl=op.ttl, base=o.base, length=o.length, ns=op.ns)
 
     l3: dict[int, Fcn] = {r: Fcn() for r in range(cfg.R)}
     for (r, h), c in s.l3.items():
@@ -296,7 +299,7 @@ def spec_values(s: ClusterState, names: ContentNames) -> dict[str, Any]:
         "spill_queue": tuple(s.spill_queue),
         "spills": tuple(Record(node=op.node, hashes=tuple(pre(h) for h in op.hashes), pinned=op.pinned) for op in s.spills),
         "reload_candidates": Fcn(
-            {rid: Record(anchor=c.anchor, tokens=c.tokens, hashes=tuple(pre(h) for h in c.hashes)) for rid, c in s.reload_candidates.items()}
+            {rid: Record(anchor=c.anchor, tokens=c.tokens, hashes=tuple(pre(h) for h in c.hashes), ns=c.ns) for rid, c in s.reload_candidates.items()}
         ),
         "reloads": tuple(reload_rec(op) for op in s.reloads),
         "spill_gathered": Fcn({r: x for r, x in enumerate(s.spill_gathered)}),

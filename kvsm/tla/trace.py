@@ -222,9 +222,9 @@ FillFrom(rs) == LET F[i \\in 1 .. Len(rs) + 1] == IF i > Len(rs) THEN EmptyFn EL
                 IN F[1]
 Fill(d) == FillFrom(d[1]) @@ [p \\in d[2] |-> NoContent]
 
-Nd(parent, key, dev, host, durable, lock, pin, hits, touched) ==
+Nd(parent, key, dev, host, durable, lock, pin, hits, touched, ns) ==
     [parent |-> parent, key |-> key, dev |-> dev, host |-> host, durable |-> durable,
-     lock |-> lock, pin |-> pin, hits |-> hits, touched |-> touched]
+     lock |-> lock, pin |-> pin, hits |-> hits, touched |-> touched, ns |-> ns]
 Ob(base, length, committed, owner) == [base |-> base, length |-> length, committed |-> committed, owner |-> owner]
 ObP(base, length, committed, owner, pages) ==
     [base |-> base, length |-> length, committed |-> committed, owner |-> owner, pages |-> pages]
