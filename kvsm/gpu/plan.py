@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import content as prefixes
 from ..effects import Effect, Fill, Load, PoisonDev, PoisonHost, ReloadRead, SpillGather, SpillWrite, Store
 from ..state import lane_of
 from ..transitions import REGISTRY
@@ -187,15 +188,22 @@ def _l3_batch(state: Any, eff: SpillGather | SpillWrite | ReloadRead) -> Batch:
 
 
 def _check_reload(state: Any, r: int, b: Batch) -> None:
-    """A successful reload of rank `r`: the content the model gives its slab pages is the
-    hashes it reads, in every payload region; `b.content` becomes that content."""
-    L2 = state.config.L2
-    b.content = [state.host_content.get(p) for p in b.host]
-    for h, c, p in zip(b.hashes, b.content, b.host):
-        if c != h:
+    """A successful reload of rank `r`: the content the model gives its slab pages is what
+    the hashes it reads hold on disk, in every payload region; `b.content` becomes what
+    they must hold, the KV the hashes name in the reload's namespace (the same under
+    `l3_key = "namespace"`; under "tokens" a disk entry another namespace wrote under the
+    key holds other bytes, which the read's check then names: invariant 15)."""
+    cfg = state.config
+    L2, by_tokens = cfg.L2, cfg.l3_key == "tokens"
+    k = len(state.reload_done[r]) - 1
+    ns = state.reloads[k].ns if 0 <= k < len(state.reloads) else 0
+    ghost = [state.host_content.get(p) for p in b.host]
+    for h, c, p in zip(b.hashes, ghost, b.host):
+        if not prefixes.key_holds(by_tokens, h, c):
             raise PlanError(f"reload_read of rank {r} reads hash 0x{h:016x} into host page {p}, but the model says the page then holds {_hex([c])}")
-    if any(state.host_content.get(x * L2 + p) != c for x in range(1, len(state.config.payloads)) for p, c in zip(b.host, b.content)):
+    if any(state.host_content.get(x * L2 + p) != c for x in range(1, len(cfg.payloads)) for p, c in zip(b.host, ghost)):
         raise PlanError(f"reload_read of rank {r}: the model's payload regions disagree on its host pages")
+    b.content = list(prefixes.l3_contents(by_tokens, ns, tuple(b.hashes)))
 
 
 def _hex(xs: list[int | None]) -> str:
