@@ -121,3 +121,12 @@ def l3_contents(by_tokens: bool, ns: int, keys: tuple[int, ...]) -> tuple[int, .
     """The identities of namespace `ns`'s pages whose L3 keys are `keys` (the mask is its
     own inverse)."""
     return l3_keys(by_tokens, ns, keys)
+
+
+def rebase(c: int, ns: int, to: int) -> int:
+    """Identity `c` of a page of namespace `ns` as namespace `to` would name the same
+    tokens (ROOT stays ROOT): where a node's parent is of another namespace, what its
+    pages would chain from."""
+    if ns == to or c == ROOT:
+        return c
+    return c ^ ns_mask(ns) ^ ns_mask(to)

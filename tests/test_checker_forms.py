@@ -1076,6 +1076,54 @@ def c_halted(s, pick):
     return replace(s, halted="LoadBack")
 
 
+def c_child_other_namespace(s, pick):
+    """A node below a non-root parent moved to namespace 1, consistently (its parent's entry
+    for it, its hashes and what its pages hold are namespace 1's): only its namespace is
+    wrong, its parent's being 0."""
+    ids = _ids(s, lambda n: n.parent != ROOT_ID)
+    if not ids:
+        return None
+    n = s.nodes[pick(ids)]
+    p = s.nodes[n.parent]
+    hashes = prefixes.chain_in(1, prefixes.rebase(p.last_content, p.ns, 1), n.key)
+    nodes = s.nodes.set(p.id, p.with_(children=p.children.delete(n.child_key).set(prefixes.child_key(1, n.key[0]), n.id)))
+    nodes = nodes.set(n.id, n.with_(ns=1, hashes=hashes))
+    dev = s.dev_content
+    for i, page in enumerate(n.dev):
+        if page in dev:
+            dev = dev.set(page, hashes[i])
+    host = s.host_content
+    obj = s.objects.get(n.host) if n.host is not None else None
+    if obj is not None:
+        for i in range(min(obj.length, len(hashes))):
+            for region in range(len(s.config.payloads)):
+                k = region * s.config.L2 + obj.page(i)
+                if k in host:
+                    host = host.set(k, hashes[i])
+    return replace(s, nodes=nodes, dev_content=dev, host_content=host)
+
+
+def c_request_other_namespace(s, pick):
+    rids = _requests(s, lambda q: q.phase != QUEUED and q.node != ROOT_ID)
+    return _put_req(s, pick(rids), ns=1) if rids else None
+
+
+def c_reload_read_other(s, pick):
+    """A page a reload has read holding another prefix's KV (another namespace's, as a disk
+    key over the tokens alone would bring)."""
+    for op in s.reloads:
+        obj = s.objects.get(op.obj)
+        read = [i for i in range(obj.length) if obj is not None and s.host_content.get(obj.page(i)) is not None] if obj else []
+        if read:
+            i = pick(read)
+            other = prefixes.chain_in(1, prefixes.ROOT, op.tokens[: i + 1])[-1]
+            host = s.host_content
+            for region in range(len(s.config.payloads)):
+                host = host.set(region * s.config.L2 + obj.page(i), other)
+            return replace(s, host_content=host)
+    return None
+
+
 @dataclass(frozen=True)
 class Row:
     invariant: str  # as INVARIANTS names it
@@ -1211,6 +1259,9 @@ CORRUPTIONS = (
     Row("12 Collectives", "a round is open only with a backup in flight", "open with none", c_round_open_idle),
     Row("13 Agreement", "no rank decided otherwise than rank 0", "diverged", c_diverged),
     Row("14 Running", "the reference never stops", "halted", c_halted),
+    Row("15 Isolation", "a node is of its parent's namespace", "another", c_child_other_namespace),
+    Row("15 Isolation", "a held request's node is of its namespace", "another", c_request_other_namespace),
+    Row("15 Isolation", "a page a reload read holds its key's KV in its namespace", "another's", c_reload_read_other),
 )
 
 

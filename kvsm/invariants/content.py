@@ -124,11 +124,12 @@ def step_node(d: Any, nid: int, a: Any, b: Any, p: Any, obj: Any) -> bool:
     B = d.B
     same = (
         b is not None and a.key is b.key and a.hashes is b.hashes and a.dev is b.dev and a.host == b.host
-        and a.parent == b.parent and p.last_content == _last(d.Bn.get(a.parent))
+        and a.parent == b.parent and a.ns == b.ns and p.last_content == _last(d.Bn.get(a.parent))
+        and p.ns == _ns(d.Bn.get(a.parent))
         and (obj is None or obj is B.objects.get(a.host))
     )
     if not same:
-        node_pages(d, d.A, nid, a, prefixes.chain_in(a.ns, p.last_content, a.key, d.chain), obj, d.copying)
+        node_pages(d, d.A, nid, a, prefixes.chain_in(a.ns, prefixes.rebase(p.last_content, p.ns, a.ns), a.key, d.chain), obj, d.copying)
         d.content_checked.add(nid)
     return same
 
@@ -144,12 +145,16 @@ def step_children(d: Any) -> None:
             if cid not in d.content_checked:
                 c = An[cid]
                 obj = d.A.objects.get(c.host) if c.host is not None else None
-                node_pages(d, d.A, cid, c, prefixes.chain_in(c.ns, a.last_content, c.key, d.chain), obj, d.copying)
+                node_pages(d, d.A, cid, c, prefixes.chain_in(c.ns, prefixes.rebase(a.last_content, a.ns, c.ns), c.key, d.chain), obj, d.copying)
                 d.content_checked.add(cid)
 
 
 def _last(n: Any) -> int | None:
     return None if n is None else n.last_content
+
+
+def _ns(n: Any) -> int | None:
+    return None if n is None else n.ns
 
 
 def step_pages(d: Any) -> None:

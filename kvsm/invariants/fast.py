@@ -204,7 +204,7 @@ def _nodes_hold(s: ClusterState, cache: Cache) -> list | None:
             p = nodes.get(parent)
             if p is None or not key or p.children.get(n.child_key) != nid:
                 return None
-            prev = ROOT if parent == ROOT_ID else p.last_content
+            prev = ROOT if parent == ROOT_ID else prefixes.rebase(p.last_content, p.ns, n.ns)
         obj = objects.get(n.host) if n.host is not None else None
         pend = nid in pending_
         e = get(nid)

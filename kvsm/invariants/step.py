@@ -151,7 +151,7 @@ class Step(Report):
                     dev_pages.update(a.dev)
                     dev_pages.update(b.dev)
                     _move(sh.dev, ("node", nid), b.dev, a.dev)
-                if a.last_content != b.last_content:
+                if a.last_content != b.last_content or a.ns != b.ns:
                     self.content_children.add(nid)
             elif a is not None:
                 dev_pages.update(a.dev)

@@ -69,6 +69,7 @@ class _HuskParent:
 
     dev = ()
     last_content = ROOT_CONTENT
+    ns = 0  # (its children's namespace is their own: the root's identity is every namespace's)
 
 
 HUSK_PARENT = _HuskParent()
