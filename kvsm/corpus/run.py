@@ -32,7 +32,7 @@ from ..render.effects import effect_lines
 from ..render.story import Run, read_log_run, run_steps
 from ..state import ClusterState, initial_state
 from ..steptext import step_text
-from ..transitions import Rejected, Transition, apply
+from ..transitions import Rejected, Transition, apply, arrive_ns
 from .format import ORIGIN_DEFAULT, Case, CaseError, Entry, best_base, format_case, parse_case, read_case
 from .shrink import shrink
 
@@ -80,7 +80,7 @@ def play(case: Case, cfg: Config) -> Played:
         if e.kind == "step":
             t = e.step
             if t.name == "Arrive":
-                names.add(tuple(t.arg("tokens")))
+                names.add(tuple(t.arg("tokens")), ns=arrive_ns(t))
             if mark is None:
                 mark = view()
             try:

@@ -29,13 +29,16 @@ class Names:
         for t in token_seqs:
             self.add(t)
 
-    def add(self, tokens: tuple[int, ...], prev: int = content.ROOT, before: tuple[int, ...] = ()) -> None:
-        """The prefixes of `before + tokens`, whose identities chain from `prev`."""
+    def add(self, tokens: tuple[int, ...], prev: int = content.ROOT, before: tuple[int, ...] = (), ns: int = 0) -> None:
+        """The prefixes of `before + tokens`, whose identities chain from `prev`, in
+        namespace `ns` (named, as the spec writes them, after the symbol -ns)."""
+        if ns and (not before or before[0] != -ns):
+            before = (-ns,) + before
         whole = before + tuple(tokens)
         if whole in self._seen:
             return
         self._seen.add(whole)
-        for k, c in enumerate(content.chain(prev, tokens), start=1):
+        for k, c in enumerate(content.chain_in(ns, prev, tokens), start=1):
             if c not in self.names:
                 self.names[c] = before + tuple(tokens[:k])
 
@@ -131,17 +134,18 @@ def names_of(s: ClusterState, names: Names | None = None) -> Names:
             if p is None:
                 continue
             start = len(p) - len(node.key)
+            ns = (-node.ns,) if node.ns else ()
             for i, h in enumerate(node.hashes):
-                n.known(h, p[: start + i + 1])
+                n.known(h, ns + p[: start + i + 1])
             n.memo[("named", id(node))] = (node,)
     n.memo["named nodes"] = (s.nodes,)  # every node of this map is named (or has no path)
     for req in s.requests.values():
-        n.add(tuple(req.tokens))
+        n.add(tuple(req.tokens), ns=req.ns)
     ops = list(s.reload_candidates.values()) + list(s.reloads)
     paths = node_paths(s) if ops else {}
     for cand in ops:
         a = paths.get(cand.anchor)
         anchor = s.nodes.get(cand.anchor)
         if a is not None and anchor is not None:
-            n.add(tuple(cand.tokens), anchor.last_content, a)
+            n.add(tuple(cand.tokens), anchor.last_content, a, ns=cand.ns)
     return n

@@ -18,7 +18,7 @@ from ..invariants import violations as check_invariants
 from ..log import read_log
 from ..state import ClusterState, initial_state
 from ..steptext import step_text
-from ..transitions import Rejected, Transition, apply
+from ..transitions import Rejected, Transition, apply, arrive_ns
 from .effects import effect_lines
 from .text import render, render_diff
 from .view import Names, View, build
@@ -134,7 +134,7 @@ def run_steps(
             break
         line, t, digest = got
         if t.name == "Arrive":
-            run.names.add(tuple(t.arg("tokens")))
+            run.names.add(tuple(t.arg("tokens")), ns=arrive_ns(t))
         try:
             nxt = apply(s, t)
         except Rejected as e:

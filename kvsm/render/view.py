@@ -59,6 +59,7 @@ def _node_item_of(s: ClusterState, n: Node, parent: str | None) -> Item:
             Field("lock", str(n.lock), "0"),
             Field("hits", str(n.hits), "0"),
             Field("touched", str(n.touched), "0"),
+            Field("namespace", str(n.ns), "0"),
         ),
         parent,
         (n.key[0] if n.key else -1, n.id),
@@ -337,6 +338,7 @@ def _request_item(s: ClusterState, rid: int, q: Any, held: set[int]) -> Item:
             Field("held by a reload", "yes" if rid in held else "", "", "flag"),
             Field("prepared backup", _prepared(s, rid), "", "bare"),
             Field("host hit", _hit(q), "-"),
+            Field("namespace", str(q.ns), "0"),
         ),
         order=(rid,),
     )

@@ -98,6 +98,18 @@ class Tokens:
                 self.at.setdefault(c, (j, k))
         return j
 
+    def add_ns(self, tokens: tuple[int, ...], ns: int) -> int:
+        """An arrival of namespace `ns` > 0: its tokens after the virtual symbol -ns (the
+        spec's content of its pages), the contents of the prefixes of `tokens` in `ns`."""
+        seq = (-ns,) + tuple(tokens)
+        j = self.index.get(seq)
+        if j is None:
+            self.seqs.append(seq)
+            j = self.index[seq] = len(self.seqs)
+            for k, c in enumerate(content.prefix_content_in(ns, tokens), start=2):
+                self.at.setdefault(c, (j, k))
+        return j
+
     def ref(self, tokens: tuple[int, ...]) -> str:
         """The arrival's token sequence itself."""
         j = self.index.get(tokens)

@@ -32,7 +32,7 @@ from ..log import LogError, read_log
 
 from ..replay import model_config
 from ..state import Rejected, initial_state
-from ..transitions import Transition, apply
+from ..transitions import Transition, apply, arrive_ns
 from .models import ModelConfig, refuse_unmodelled
 from .location import spec_dir
 from .runner import TLCResult, run_tlc, stop_all
@@ -187,6 +187,8 @@ class TraceModules:
         for _, _, t, _ in self.items:
             if t.name == "Arrive":
                 self.tok.add(tuple(t.arg("tokens")))
+                if arrive_ns(t):
+                    self.tok.add_ns(tuple(t.arg("tokens")), arrive_ns(t))
         self.enc = DeltaEncoder(cfg, self.tok)
         self.config = trace_config(model_config(header, bug, path))
         self.plan = plan_segments([t.name for _, _, t, _ in self.items], workers, segments)
