@@ -18,6 +18,8 @@ from typing import Any, Iterable
 from ..bounds import MAX_HASH_ID, MAX_OUTPUT_TOKENS, MAX_TIMESTAMP_MS, MAX_TRACE_BYTES
 
 MOONCAKE_BLOCK_TOKENS = 512
+NAMESPACE_FIELD = "namespace"  # a line's optional tenant (docs/sim.md, "Tenants")
+MAX_NAMESPACE = 2**31 - 1  # TLC's integers; a namespace named by a string is in the top half
 
 # Bounds on a trace's numbers (kvsm/bounds.py; docs/sim.md, Workloads), checked line by
 # line before the run: what a line only claims (output tokens, a time) is bounded so the
@@ -38,6 +40,7 @@ class TraceRequest:
     input_length: int  # prompt tokens
     output_length: int  # generated tokens
     hash_ids: tuple[int, ...]  # one prefix hash per block of the prompt = one page symbol each
+    ns: int = 0  # its namespace (tenant): 0 without one (`kvsm.sim.tenants`)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Workload:
     block_tokens: int
     requests: tuple[TraceRequest, ...]
     sha256: str | None = None  # of the file, for a trace
+    # `--tenants`: ((`tenants`, N), (`tenant_mix`, X), (`shared_requests`, count)); () without
+    tenants: tuple[tuple[str, Any], ...] = ()
 
     def out_pages(self, req: TraceRequest) -> int:
         """Pages a request holds while it decodes: its output tokens, one page per started
@@ -63,6 +68,10 @@ class Workload:
         }
         if self.sha256:
             d["sha256"] = self.sha256
+        d.update(self.tenants)
+        ns = {r.ns for r in self.requests}
+        if ns != {0}:
+            d["namespaces"] = len(ns)
         return d
 
 
@@ -104,7 +113,26 @@ def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_
             f"'hash_ids' has {len(ids)} ids but input_length {d['input_length']} needs "
             f"ceil({d['input_length']}/{block_tokens}) = {need}",
         )
-    return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids))
+    ns = 0
+    if NAMESPACE_FIELD in d:
+        ns = parse_namespace(d[NAMESPACE_FIELD])
+        if ns is None:
+            raise WorkloadError(
+                where, lineno, f"field '{NAMESPACE_FIELD}' must be an integer in [0, {MAX_NAMESPACE}] or a non-empty string, got {d[NAMESPACE_FIELD]!r}"
+            )
+    return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids), ns)
+
+
+def parse_namespace(value: Any) -> int | None:
+    """A line's `namespace`: an integer in [0, MAX_NAMESPACE] is the namespace; a non-empty
+    string names one, in [2^30, 2^31) from its SHA-256 (the same name, the same namespace,
+    in every file and on every machine); None for anything else."""
+    if _int(value):
+        return value if 0 <= value <= MAX_NAMESPACE else None
+    if isinstance(value, str) and value:
+        h = int.from_bytes(hashlib.sha256(value.encode()).digest()[:4], "big")
+        return (1 << 30) | (h & ((1 << 30) - 1))
+    return None
 
 
 def parse_lines(where: str, lines: Iterable[str], limit: int | None = None) -> list[TraceRequest]:
@@ -165,5 +193,5 @@ def split_pages(w: Workload, page_tokens: int) -> Workload:
         for i, h in enumerate(r.hash_ids):
             n = k if i < last else -(-(r.input_length - last * bt) // page_tokens)
             ids.extend(range(h * k, h * k + n))
-        reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids)))
-    return Workload(w.name, w.source, page_tokens, tuple(reqs), w.sha256)
+        reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids), r.ns))
+    return Workload(w.name, w.source, page_tokens, tuple(reqs), w.sha256, w.tenants)
