@@ -78,6 +78,7 @@ def test_a_trace_with_namespaces_reports_each_and_refuses_tenants_on_top(tmp_pat
     assert r.exit_code == 0, r.output
     t = json.loads(r.stdout)["tenants"]
     assert set(t["per_namespace"]) == {"0", "5", str(parse_namespace("acme"))}
+    assert t["per_namespace"][str(parse_namespace("acme"))]["name"] == "acme" and "name" not in t["per_namespace"]["5"]
     assert sum(d["requests"] for d in t["per_namespace"].values()) == 30
     r = _sim("-w", str(p), "--tenants", "2")
     assert r.exit_code == 2 and "names its own namespaces" in r.stderr, r.output
@@ -253,6 +254,11 @@ def test_a_sweep_over_tenants_writes_isolation_png_and_csv(tmp_path):
     assert iso[2] <= iso[1] <= iso[0] and float(rows[0]["price_blocks"]) == 0.0
     assert "sim.tenants.price_of_isolation.blocks" in next(csv.reader((tmp_path / "results.csv").open()))
     assert "isolation.png" in (tmp_path / "report.html").read_text()
+    # a point is the kvsm sim run of its command (the isolated run and the shared baseline)
+    r = runner.invoke(app, records[2]["command"].split()[1:])
+    assert r.exit_code == 0 and "--tenants 8" in records[2]["command"], r.output
+    alone = json.loads(r.stdout)
+    assert {k: v for k, v in alone.items() if k != "seconds"} == {k: v for k, v in records[2]["sim"].items() if k != "seconds"}
 
 
 def test_kvsm_sweep_tenants_on_the_bundled_trace(tmp_path):

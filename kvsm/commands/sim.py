@@ -81,7 +81,8 @@ def tenant_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("price of isolation (blocks, tokens)", f"{t['price_of_isolation']['blocks']:.4f}, {t['price_of_isolation']['tokens']:.4f}"),
     ]
     for ns, d in list(t["per_namespace"].items())[:TABLE_NAMESPACES]:
-        rows.append((f"  namespace {ns}: requests, block hit rate isolated / shared", f"{d['requests']}, {d['hit_rate_blocks']:.4f} / {d['shared_hit_rate_blocks']:.4f}"))
+        name = f" ({d['name']})" if "name" in d else ""
+        rows.append((f"  namespace {ns}{name}: requests, block hit rate isolated / shared", f"{d['requests']}, {d['hit_rate_blocks']:.4f} / {d['shared_hit_rate_blocks']:.4f}"))
     if len(t["per_namespace"]) > TABLE_NAMESPACES:
         rows.append(("  more namespaces (in --json)", str(len(t["per_namespace"]) - TABLE_NAMESPACES)))
     return rows
@@ -183,6 +184,8 @@ def _duration(seconds: float) -> str:
 def _warn_if_slow(prep: Any, check: bool) -> None:
     n, R = len(prep.workload.requests), prep.cfg.R
     est = estimate_seconds(n, R, prep.l3, check, prep.replicas)
+    if prep.shared is not None:  # the shared baseline: the same requests again, no replicas
+        est += estimate_seconds(n, R, prep.l3, False, "off")
     if est >= _SLOW_RUN_SECONDS:
         why = (f"every replicated step is applied to each of the {R} ranks' replicas, and a step's work grows with the "
                f"ranks; --replicas agreement or off is faster") if prep.replicas == "every" else "a step's work grows with the ranks"

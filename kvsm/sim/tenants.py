@@ -142,8 +142,10 @@ def per_namespace(w: Workload, request_hits: list[tuple[int, int, int, int]]) ->
         a[2] += hits
         a[3] += r.input_length
         a[4] += min(hits * bt, r.input_length)
+    names = dict(w.namespace_names)
     return {
         ns: {
+            **({"name": names[ns]} if ns in names else {}),
             "requests": n,
             "pages_total": pages,
             "pages_hit": hit,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -52,6 +52,8 @@ class Workload:
     sha256: str | None = None  # of the file, for a trace
     # `--tenants`: ((`tenants`, N), (`tenant_mix`, X), (`shared_requests`, count)); () without
     tenants: tuple[tuple[str, Any], ...] = ()
+    # the namespaces a trace names by a string: (namespace, name), smallest first
+    namespace_names: tuple[tuple[int, str], ...] = ()
 
     def out_pages(self, req: TraceRequest) -> int:
         """Pages a request holds while it decodes: its output tokens, one page per started
@@ -79,8 +81,11 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> TraceRequest:
-    """One Mooncake trace line; every defect is a `WorkloadError` naming the line."""
+def parse_line(
+    where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS, names: dict[int, str] | None = None
+) -> TraceRequest:
+    """One Mooncake trace line; every defect is a `WorkloadError` naming the line. A
+    namespace named by a string goes into `names` (namespace -> name), when given."""
     if not text.strip():
         raise WorkloadError(where, lineno, "blank line")
     try:
@@ -120,6 +125,8 @@ def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_
             raise WorkloadError(
                 where, lineno, f"field '{NAMESPACE_FIELD}' must be an integer in [0, {MAX_NAMESPACE}] or a non-empty string, got {d[NAMESPACE_FIELD]!r}"
             )
+        if names is not None and isinstance(d[NAMESPACE_FIELD], str):
+            names[ns] = d[NAMESPACE_FIELD]
     return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids), ns)
 
 
@@ -135,12 +142,12 @@ def parse_namespace(value: Any) -> int | None:
     return None
 
 
-def parse_lines(where: str, lines: Iterable[str], limit: int | None = None) -> list[TraceRequest]:
+def parse_lines(where: str, lines: Iterable[str], limit: int | None = None, names: dict[int, str] | None = None) -> list[TraceRequest]:
     out: list[TraceRequest] = []
     for lineno, text in enumerate(lines, start=1):
         if limit is not None and len(out) >= limit:
             break
-        out.append(parse_line(where, lineno, text))
+        out.append(parse_line(where, lineno, text, names=names))
     if not out:
         raise WorkloadError(where, None, "no requests")
     return out
@@ -167,8 +174,10 @@ def read_trace(path: str | Path, limit: int | None = None, name: str | None = No
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    reqs = parse_lines(where, lines, limit)
-    return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), hashlib.sha256(data).hexdigest())
+    names: dict[int, str] = {}
+    reqs = parse_lines(where, lines, limit, names)
+    sha = hashlib.sha256(data).hexdigest()
+    return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), sha, namespace_names=tuple(sorted(names.items())))
 
 
 def split_pages(w: Workload, page_tokens: int) -> Workload:
@@ -194,4 +203,4 @@ def split_pages(w: Workload, page_tokens: int) -> Workload:
             n = k if i < last else -(-(r.input_length - last * bt) // page_tokens)
             ids.extend(range(h * k, h * k + n))
         reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids), r.ns))
-    return Workload(w.name, w.source, page_tokens, tuple(reqs), w.sha256, w.tenants)
+    return replace(w, block_tokens=page_tokens, requests=tuple(reqs))

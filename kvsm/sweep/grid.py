@@ -380,7 +380,7 @@ def show(name: str, v: Any) -> str:
 _USED = {"ranks": ("config", "R"), "requests": ("requests",), "page_tokens": ("config", "P"), "eviction": ("config", "eviction"),
          "l1_pages": ("config", "L1"), "l2_pages": ("config", "L2"), "l3_pages": ("config", "L3"),
          "reload_ttl_s": ("config", "reload_ttl_s"), "model": ("serving", "model", "name"), "prefill_tps": ("serving", "prefill_tps"),
-         "l2_gbps": ("serving", "l2_gbps"), "l3_gbps": ("serving", "l3_gbps")}
+         "l2_gbps": ("serving", "l2_gbps"), "l3_gbps": ("serving", "l3_gbps"), "tenant_mix": ("tenants", "tenant_mix")}
 
 
 def used_value(name: str, rec: dict[str, Any]) -> Any:
@@ -395,6 +395,8 @@ def used_value(name: str, rec: dict[str, Any]) -> Any:
     tiers = str(opts.get("tiers", "")).split(",")
     if (name.startswith("l2_") and "l2" not in tiers) or (name.startswith("l3_") and "l3" not in tiers):
         return None
+    if name == "tenants":  # one tenant: the workload as it is
+        return 1
     if name == "bug":
         try:
             return load_config(opts.get("config", "default")).bug
