@@ -8,13 +8,18 @@ cache, so a run is *isolated* by giving every namespace but 0 its own block ids
 for the hit rate. The *shared* baseline is the same requests with every namespace 0
 (`shared`). The model's own namespace (`Arrive`'s `ns`, where the model takes it) is
 passed by `arrive_ns`, the one place that does: it checks, it does not measure.
+
+The renumbering is the mechanism of the hit rates whether or not the model keys its tree
+by namespace: the same figures with a model that ignores namespaces and with one that
+keys by them. Where the model's namespace is to replace it, `isolate` is the one step to
+drop (`kvsm.sim.options._tenants`).
 """
 
 from __future__ import annotations
 
 import random
-from functools import cache
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 from .trace import Workload, WorkloadError
