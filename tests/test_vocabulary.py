@@ -133,3 +133,12 @@ def test_a_sweep_report_shows_the_values_its_points_ran_with() -> None:
     assert rows["--ranks"] == "4" and rows["--l2-pages"] == "4096" and rows["--eviction"] == "slru" and rows["--requests"] == "20"
     assert rows["--bug"] == "none" and rows["--model"] == "llama-3.1-8b"
     assert "default" not in {v for k, v in rows.items() if k != "--config"}
+
+
+@pytest.mark.parametrize("long", ["--tenants", "--tenant-mix"])
+def test_tenant_options_are_one_vocabulary_in_sim_and_sweep(long: str) -> None:
+    """`kvsm sweep` takes every `kvsm sim` tenant option under the same name, without a
+    short form (a list of the values sim takes one of)."""
+    uses = {name: p.opts for name, p in OPTIONS if long in p.opts}
+    assert {"sim", "sweep"} <= set(uses), uses
+    assert all(opts == [long] for opts in uses.values()), uses

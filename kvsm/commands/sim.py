@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ..bounds import MAX_DEVICE_PAGES, MAX_GENERATED_REQUESTS, MAX_RANKS
 from ..sim.shape import L2_GBPS, L3_GBPS, PREFILL_TPS
+from ..sim.tenants import MAX_TENANTS
 from .common import EXIT_FAILED, bug_option, console, emit_json, err, fail, output_option, progress, warn
 from .serving import model_option, rate_option, size_option, ttl_option
 
@@ -56,9 +57,35 @@ def _summary_table(s: dict[str, Any]) -> Table:
     from .serving import serving_rows
 
     rows[2:2] = serving_rows(s)
+    at = next(i for i, (k, _) in enumerate(rows) if k == "token hit rate") + 1
+    rows[at:at] = tenant_rows(s)
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+# the namespaces the table names one by one (all are in --json)
+TABLE_NAMESPACES = 16
+
+
+def tenant_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """With more than one namespace: the hit rates isolated and shared, the price of
+    isolation, and per namespace (the first TABLE_NAMESPACES)."""
+    t = s.get("tenants")
+    if t is None:
+        return []
+    mix = f", mix {t['tenant_mix']:g}" if "tenant_mix" in t else ""
+    rows = [
+        ("namespaces" + (f" (--tenants {t['tenants']}{mix})" if "tenants" in t else ""), str(t["namespaces"])),
+        ("block hit rate isolated / shared", f"{t['isolated']['hit_rate_blocks']:.4f} / {t['shared']['hit_rate_blocks']:.4f}"),
+        ("price of isolation (blocks, tokens)", f"{t['price_of_isolation']['blocks']:.4f}, {t['price_of_isolation']['tokens']:.4f}"),
+    ]
+    for ns, d in list(t["per_namespace"].items())[:TABLE_NAMESPACES]:
+        name = f" ({d['name']})" if "name" in d else ""
+        rows.append((f"  namespace {ns}{name}: requests, block hit rate isolated / shared", f"{d['requests']}, {d['hit_rate_blocks']:.4f} / {d['shared_hit_rate_blocks']:.4f}"))
+    if len(t["per_namespace"]) > TABLE_NAMESPACES:
+        rows.append(("  more namespaces (in --json)", str(len(t["per_namespace"]) - TABLE_NAMESPACES)))
+    return rows
 
 
 def sim_outputs(output: Optional[Path], plot: Optional[Path], report: Optional[Path]) -> list[tuple[str, Optional[Path]]]:
@@ -157,6 +184,8 @@ def _duration(seconds: float) -> str:
 def _warn_if_slow(prep: Any, check: bool) -> None:
     n, R = len(prep.workload.requests), prep.cfg.R
     est = estimate_seconds(n, R, prep.l3, check, prep.replicas)
+    if prep.shared is not None:  # the shared baseline: the same requests again, no replicas
+        est += estimate_seconds(n, R, prep.l3, False, "off")
     if est >= _SLOW_RUN_SECONDS:
         why = (f"every replicated step is applied to each of the {R} ranks' replicas, and a step's work grows with the "
                f"ranks; --replicas agreement or off is faster") if prep.replicas == "every" else "a step's work grows with the ranks"
@@ -198,6 +227,8 @@ def register(app: typer.Typer) -> None:
         l2_gbps: Optional[float] = rate_option("--l2-gbps", L2_GBPS, "host-to-device GB/s per rank, for the TTFT estimate"),
         l3_gbps: Optional[float] = rate_option("--l3-gbps", L3_GBPS, "disk-to-host GB/s per rank, for the TTFT estimate"),
         reload_ttl_s: Optional[float] = ttl_option(),
+        tenants: Optional[int] = typer.Option(None, "--tenants", min=1, max=MAX_TENANTS, help=f"spread the workload over N tenants, each its own namespace (cache never shared across namespaces), at most {MAX_TENANTS}; with N > 1 (or a trace whose lines name namespaces) the same requests also run in one shared namespace, and the summary gives the hit rate per namespace and the price of isolation (default 1: the workload as it is)"),
+        tenant_mix: Optional[float] = typer.Option(None, "--tenant-mix", min=0.0, max=1.0, help="with --tenants N > 1: the fraction of the requests on prompts every tenant shares (the same blocks); the rest are on prompts private to their tenant (default 1: every prompt shared)"),
     ) -> None:
         """Simulate a workload on the model: scheduler, per-rank replicas, timing and faults from one seed. A run estimated to take more than a minute is announced on stderr; progress goes to stderr."""
         from ..config import ConfigError, builtin_names
@@ -243,6 +274,8 @@ def register(app: typer.Typer) -> None:
             l2_gbps=l2_gbps,
             l3_gbps=l3_gbps,
             reload_ttl_s=reload_ttl_s,
+            tenants=tenants,
+            tenant_mix=tenant_mix,
         )
         try:  # what is written after the run is checked before it, so a run is never lost to a bad path
             # and no output replaces an input or another output (every file is left as it was)

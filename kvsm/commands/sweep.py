@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
         l2_gbps: Optional[str] = typer.Option(None, "--l2-gbps", metavar="RATES", help=f"host-to-device GB/s per rank, comma-separated (default {L2_GBPS:g})"),
         l3_gbps: Optional[str] = typer.Option(None, "--l3-gbps", metavar="RATES", help=f"disk-to-host GB/s per rank, comma-separated (default {L3_GBPS:g})"),
         reload_ttl_s: Optional[str] = typer.Option(None, "--reload-ttl-s", metavar="SECONDS", help="reload ttls in seconds, comma-separated, as kvsm sim --reload-ttl-s"),
+        tenants: Optional[str] = _list("--tenants", "1,2,8", ": tenant counts, as kvsm sim --tenants; with more than one, isolation.png draws the hit rate isolated and shared against them", "1"),
+        tenant_mix: Optional[str] = _list("--tenant-mix", "0,0.5,1", ": fractions of the requests on prompts the tenants share, for the points with --tenants N > 1", "1"),
     ) -> None:
         """Run a grid of simulations, one per combination of the values given (every kvsm
         sim option takes a comma-separated list), on Dask distributed; write the results
@@ -72,13 +74,14 @@ def register(app: typer.Typer) -> None:
         from ..output import OutputError, check_output_file
         from ..sweep.grid import CHOICES, GridError, Point, SweepResults, check_points, check_size, parse_axes, run_point, used_grid
         from ..sweep.report import CSV, REPORT, knees, write_outputs
+        from ..sweep.isolation import ISOLATION_CSV, isolation_rows
         from ..sweep.seeds import SEEDS_CSV
 
         given = {"workload": workload, "config": config, "ranks": ranks, "seed": seed, "requests": requests, "tiers": tiers,
                  "page_tokens": page_tokens, "l1_pages": l1_pages, "l2_pages": l2_pages, "l3_pages": l3_pages,
                  "eviction": eviction, "faults": faults, "schedule": schedule, "bug": bug, "replicas": replicas,
                  "model": model, "l1_size": l1_size, "l2_size": l2_size, "l3_size": l3_size, "prefill_tps": prefill_tps,
-                 "l2_gbps": l2_gbps, "l3_gbps": l3_gbps, "reload_ttl_s": reload_ttl_s}
+                 "l2_gbps": l2_gbps, "l3_gbps": l3_gbps, "reload_ttl_s": reload_ttl_s, "tenants": tenants, "tenant_mix": tenant_mix}
         if workers is not None and scheduler is not None:
             raise fail("give --workers or --scheduler, not both")
         try:
@@ -96,7 +99,7 @@ def register(app: typer.Typer) -> None:
         check_scheduler(scheduler)
         store = SweepResults(outdir)
         try:  # nothing is written, nor a cluster started, for a directory that cannot be used
-            for name in (CSV, SEEDS_CSV, REPORT):
+            for name in (CSV, SEEDS_CSV, ISOLATION_CSV, REPORT):
                 check_output_file(outdir / name)
             store.check(CHOICES, resume)
             done = store.done()
@@ -140,6 +143,9 @@ def register(app: typer.Typer) -> None:
             "grid": used_grid(axes, records),
             "knees": knees(axes, records),
         }
+        isolation = isolation_rows(axes, records)
+        if isolation:  # over several tenant counts: the price of isolation per curve
+            summary["isolation"] = isolation
         try:
             written = write_outputs(axes, records, summary, outdir)
         except OutputError as e:
@@ -153,6 +159,14 @@ def register(app: typer.Typer) -> None:
                 console.print(f"wrote {p}", highlight=False)
         if any(r.get("status") != "ok" for r in records):
             raise typer.Exit(EXIT_FAILED)
+
+
+def _isolation_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per curve of `isolation.csv`: the block hit rate isolated / shared at each tenant count."""
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        by.setdefault(r["curve"], []).append(f"{r['tenants']}: {r['isolated_blocks']:.4f} / {r['shared_blocks']:.4f}")
+    return [f"{name}: block hit rate isolated / shared by tenants, {', '.join(v)}" for name, v in by.items()]
 
 
 def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str]) -> Table:
@@ -175,6 +189,6 @@ def _table(s: dict[str, Any], records: list[dict[str, Any]], varying: list[str])
         t.add_row(*cells)
     from ..sweep.seeds import knee_lines
 
-    for line in knee_lines(s["knees"]):  # one a curve (the mean's over seeds)
+    for line in knee_lines(s["knees"]) + _isolation_lines(s.get("isolation", [])):  # one a curve (the mean's over seeds)
         t.caption = (t.caption + "\n" if t.caption else "") + line
     return t

@@ -13,7 +13,8 @@ from ..config import EVICTIONS, Config, ConfigError, builtin_file, builtin_names
 from .faults import Faults
 from .generators import CONFIG_PROMPTS
 from .shape import DEFAULT_MODEL, PRESETS, L2_GBPS, L3_GBPS, PREFILL_TPS, Serving, ShapeError, check_rate, load_model, size_pages
-from .trace import MOONCAKE_BLOCK_TOKENS, Workload, split_pages
+from .tenants import check_tenants, isolate, namespaces, shared, with_tenants
+from .trace import MOONCAKE_BLOCK_TOKENS, NAMESPACE_FIELD, Workload, split_pages
 from .workload import load_workload
 
 TIERS = ("l1", "l1,l2", "l1,l2,l3")
@@ -112,6 +113,11 @@ class SimOptions:
     l2_gbps: float | None = None  # host -> device GB/s per rank (default shape.L2_GBPS)
     l3_gbps: float | None = None  # disk -> host GB/s per rank (default shape.L3_GBPS)
     reload_ttl_s: float | None = None  # the config's reload_ttl in seconds of simulated time
+    # tenants (`kvsm.sim.tenants`, docs/sim.md "Tenants"): the workload spread over this
+    # many namespaces (None: 1, the workload as it is), a fraction tenant_mix (None: 1) of
+    # the requests on prompts the tenants share
+    tenants: int | None = None
+    tenant_mix: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,9 @@ class Prepared:
     bias: float | None = None  # the random schedule's bias, when given (None: drawn from the seed)
     replicas: str = "every"  # SimOptions.replicas
     serving: Serving = field(default_factory=lambda: Serving(PRESETS[DEFAULT_MODEL]))  # the shape and rates of the figures
+    # with more than one namespace: the same requests all in namespace 0, the baseline the
+    # isolated run (`workload`) is priced against; None otherwise
+    shared: Workload | None = None
 
 
 def config_file(name_or_path: str) -> Path | None:
@@ -269,9 +278,11 @@ def prepare(opts: SimOptions) -> Prepared:
         raise SimError(f"--l1-size {opts.l1_size}: {L1:,} pages per rank, {R * L1:,} on {R} ranks, more than the bound {MAX_DEVICE_PAGES:,} device pages")
     # a generator sizes itself by the device's blocks (pages of P tokens, P / block of a block each)
     workload = load_workload(opts.workload, opts.requests, opts.seed, device_pages=max(1, R * (L1 or base.L1) * P // block), config=base)
+    workload, baseline = _tenants(opts, workload)
     if P != workload.block_tokens:
         try:
             workload = split_pages(workload, P)
+            baseline = split_pages(baseline, P) if baseline is not None else None
         except ValueError as e:
             raise SimError(f"--page-tokens {P}: {e}") from None
     l2 = opts.tiers in ("l1,l2", "l1,l2,l3")
@@ -350,4 +361,23 @@ def prepare(opts: SimOptions) -> Prepared:
     # a walk steps the cluster's state alone: each step compares the ranks' own decisions
     # itself (invariant 13), and there is no per-rank event for a replica to apply
     replicas = "off" if schedule == "walk" else opts.replicas
-    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=replicas, serving=serving)
+    return Prepared(cfg=cfg, workload=workload, faults=faults, schedule=schedule, l2=l2, l3=l3, bias=bias, replicas=replicas, serving=serving, shared=baseline)
+
+
+def _tenants(opts: SimOptions, w: Workload) -> tuple[Workload, Workload | None]:
+    """The workload with `--tenants` and its namespaces isolated, and with more than one
+    namespace, the shared baseline (`kvsm.sim.tenants`)."""
+    n = opts.tenants if opts.tenants is not None else 1
+    try:
+        check_tenants(n, opts.tenant_mix)
+    except ValueError as e:
+        raise SimError(str(e)) from None
+    if opts.tenant_mix is not None and n == 1:
+        raise SimError(f"--tenant-mix {opts.tenant_mix:g}: needs --tenants N with N > 1")
+    if n > 1:
+        if any(r.ns for r in w.requests):
+            raise SimError(f"--tenants {n}: the trace {w.source} names its own namespaces (field '{NAMESPACE_FIELD}')")
+        w = with_tenants(w, n, opts.tenant_mix if opts.tenant_mix is not None else 1.0, opts.seed)
+    if len(namespaces(w)) < 2:
+        return isolate(w), None
+    return isolate(w), shared(w)

@@ -14,22 +14,23 @@ from ..transitions.reload import reload_target
 from ..transitions.reserve import parent_allows, prepare_fits, prepare_length, reserve_fits
 from .cluster import View
 from .metrics import depth as _depth
+from .tenants import arrive_ns
 
 T = Transition.make
 
 
-def arrive(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l3: bool) -> None:
-    """Arrive; with L3, mark the request for an L3 lookup if its key misses the tree
-    below a whole node (the reference's lookup on entry to the waiting queue; the model
-    allows one per request)."""
-    s = v.apply(T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages))
+def arrive(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l3: bool, ns: int = 0) -> None:
+    """Arrive (in namespace `ns`: `kvsm.sim.tenants.arrive_ns`); with L3, mark the request
+    for an L3 lookup if its key misses the tree below a whole node (the reference's lookup
+    on entry to the waiting queue; the model allows one per request)."""
+    s = v.apply(T("Arrive", rid=rid, tokens=tokens, out_pages=out_pages, **arrive_ns(ns)))
     if l3 and reload_target(s, rid) is not None:
         v.apply(T("ReloadMark", rid=rid))
 
 
-def admit(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l2: bool) -> tuple[int, int, bool]:
+def admit(v: View, rid: int, tokens: tuple[int, ...], out_pages: int, l2: bool, ns: int = 0) -> tuple[int, int, bool]:
     """Arrive and match at once (no L3 lookup to wait for)."""
-    arrive(v, rid, tokens, out_pages, False)
+    arrive(v, rid, tokens, out_pages, False, ns)
     return match(v, rid, l2)
 
 

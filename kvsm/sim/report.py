@@ -244,6 +244,11 @@ def grouped_tables(summary: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     for key, title in (("faults_injected", "Faults injected"), ("transitions_by_name", "Transitions by name")):
         rows = [(name, f"{key}.{name}", str(n)) for name, n in summary.get(key, {}).items()]
         out.append((title, rows or [("none", key, "0")]))
+    # with more than one namespace (docs/sim.md, "Tenants"): isolated and shared, per namespace
+    tenants = [(k.removeprefix("tenants.").replace(".", ", ").replace("_", " "), k, v) for k, v in flat.items() if k.startswith("tenants.")]
+    if tenants:
+        used.update(k for _, k, _ in tenants)
+        out.insert(3, ("Tenants: hit rates isolated and shared", tenants))
     rest = [(k, k, v) for k, v in flat.items() if k not in used]
     if rest:
         out.append(("Other", rest))
@@ -259,6 +264,15 @@ def _serving_headline(s: dict[str, Any]) -> str:
     return (f'<p class="headline">prefill tokens saved <b>{t["total"]:,}</b> of {s["tokens_total"]:,} (L1 {t["l1"]:,}, '
             f'L2 {t["l2"]:,}, L3 {t["l3"]:,}); TTFT estimate <b>{f["mean"]:,.1f} ms</b> mean, {f["p99"]:,.1f} ms p99 '
             f'({html.escape(m["name"])}{"" if m["given"] else ", the default model"}; an estimate from assumed rates)</p>')
+
+
+def _tenant_headline(s: dict[str, Any]) -> str:
+    """With more than one namespace: the hit rate isolated and shared, and their difference."""
+    t = s.get("tenants")
+    if t is None:
+        return ""
+    return (f'\n<p class="headline">{t["namespaces"]} namespaces: block hit rate isolated <b>{t["isolated"]["hit_rate_blocks"]:.4f}</b>, '
+            f'shared {t["shared"]["hit_rate_blocks"]:.4f}; the price of isolation <b>{t["price_of_isolation"]["blocks"]:.4f}</b> of the blocks</p>')
 
 
 def render_html(result: SimResult, steps: list[tuple[str, str, str]] | None = None, title: str | None = None) -> str:
@@ -306,7 +320,7 @@ figcaption {{ color: #555; font-size: 0.9em; }}
 <p class="headline">block hit rate <b>{s['hit_rate_blocks']:.4f}</b> (L1 {s['pages_hit_l1']} + L2 {s['pages_hit_l2']}{l3} of
 {s['pages_total']} pages), token hit rate <b>{s['hit_rate_tokens']:.4f}</b>, {s['requests']} requests on {s['config']['R']} ranks,
 {s['transitions']} transitions, {s['simulated_ms'] / 1000:.1f} s simulated in {s['seconds']} s.</p>
-{_serving_headline(s)}
+{_serving_headline(s)}{_tenant_headline(s)}
 {step_table}
 <h2>Plots</h2>
 {imgs}

@@ -42,7 +42,9 @@ def simulate(
     if on_start is not None:
         on_start(prep)
     total = len(prep.workload.requests)
-    progress = (lambda n: on_progress(n, total)) if on_progress is not None else None
+    # with tenants, the shared baseline runs the same requests after the isolated run
+    runs = 2 if prep.shared is not None else 1
+    progress = (lambda n: on_progress(n, runs * total)) if on_progress is not None else None
     sim = Simulation(prep, opts.timing, opts.seed, check=False, on_progress=progress)
     watch = Watch(sim.cluster.state, opts.check, on_transition) if (opts.check or on_transition) else None
     extra = {
@@ -111,7 +113,22 @@ def simulate(
     per_request = [(reqs[i].input_length, h1, h2, h3, i) for i, h1, h2, h3 in sim.metrics.request_hits]
     figures = serving_summary(per_request, summary["pages_moved"], cfg.P, cfg.R, prep.serving)
     summary.update(figures, capacity=capacities(cfg, figures["serving"]["page_bytes"], prep.l2, prep.l3))
+    if prep.shared is not None:
+        summary["tenants"] = _shared_baseline(prep, opts, summary, sim.metrics.request_hits, on_progress, total)
     return SimResult(summary=summary, samples=sim.metrics.samples, final_state=sim.cluster.state, request_hits=sim.metrics.request_hits)
+
+
+def _shared_baseline(prep: Prepared, opts: SimOptions, summary: dict[str, Any], hits: list, on_progress: Any, total: int) -> dict[str, Any]:
+    """The same run with every request in one namespace (no log, no checks, no replicas:
+    the same run at every level, docs/sim.md "Ranks and divergence"): its hit rates
+    against the isolated run's, over all and per namespace (`kvsm.sim.tenants`)."""
+    from .tenants import tenant_summary
+
+    progress = (lambda n: on_progress(total + n, 2 * total)) if on_progress is not None else None
+    base = Simulation(replace(prep, workload=prep.shared, shared=None, replicas="off"), opts.timing, opts.seed, check=False, on_progress=progress)
+    base.writer = None
+    base.run()
+    return tenant_summary(prep.workload, summary, hits, base.metrics.summary(), base.metrics.request_hits)
 
 
 class _Tee:

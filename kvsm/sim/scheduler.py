@@ -152,7 +152,7 @@ class Simulation(SerialSchedule, RandomSchedule, WalkSchedule):
     # ---- shared steps ----------------------------------------------------------------------------------
     def admit(self, rid: int, req_index: int, out_pages: int, t_ms: int) -> tuple[_Live, int, int]:
         req = self.workload.requests[req_index]
-        hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2)
+        hit_l1, hit_l2, refused = self.cluster.run(proc.admit, rid, req.hash_ids, out_pages, self.prep.l2, req.ns)
         self._prepare(rid, len(req.hash_ids))
         if self.carry:
             hit_l2, refused = self.cluster.run(proc.load_back, rid)
@@ -293,7 +293,7 @@ class Simulation(SerialSchedule, RandomSchedule, WalkSchedule):
         if self.prep.l3 or (self.bias is not None and self.rng.random() < self.bias):
             # the request waits for the L3 collective of this tick before it can match (the
             # random schedule's: for a later step of the tick or a later tick)
-            self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, self.prep.l3)
+            self.cluster.run(proc.arrive, rid, req.hash_ids, out_pages, self.prep.l3, req.ns)
             self.live[rid] = _Live(rid=rid, index=index, tokens=req.hash_ids, matched=False)
             self.queued.append(rid)
             if not self.prep.l3:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..bounds import MAX_HASH_ID, MAX_OUTPUT_TOKENS, MAX_TIMESTAMP_MS, MAX_TRACE_BYTES
 
 MOONCAKE_BLOCK_TOKENS = 512
+NAMESPACE_FIELD = "namespace"  # a line's optional tenant (docs/sim.md, "Tenants")
+MAX_NAMESPACE = 2**31 - 1  # TLC's integers; a namespace named by a string is in the top half
 
 # Bounds on a trace's numbers (kvsm/bounds.py; docs/sim.md, Workloads), checked line by
 # line before the run: what a line only claims (output tokens, a time) is bounded so the
@@ -38,6 +40,7 @@ class TraceRequest:
     input_length: int  # prompt tokens
     output_length: int  # generated tokens
     hash_ids: tuple[int, ...]  # one prefix hash per block of the prompt = one page symbol each
+    ns: int = 0  # its namespace (tenant): 0 without one (`kvsm.sim.tenants`)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,10 @@ class Workload:
     block_tokens: int
     requests: tuple[TraceRequest, ...]
     sha256: str | None = None  # of the file, for a trace
+    # `--tenants`: ((`tenants`, N), (`tenant_mix`, X), (`shared_requests`, count)); () without
+    tenants: tuple[tuple[str, Any], ...] = ()
+    # the namespaces a trace names by a string: (namespace, name), smallest first
+    namespace_names: tuple[tuple[int, str], ...] = ()
 
     def out_pages(self, req: TraceRequest) -> int:
         """Pages a request holds while it decodes: its output tokens, one page per started
@@ -63,6 +70,10 @@ class Workload:
         }
         if self.sha256:
             d["sha256"] = self.sha256
+        d.update(self.tenants)
+        ns = {r.ns for r in self.requests}
+        if ns != {0}:
+            d["namespaces"] = len(ns)
         return d
 
 
@@ -70,8 +81,11 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> TraceRequest:
-    """One Mooncake trace line; every defect is a `WorkloadError` naming the line."""
+def parse_line(
+    where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS, names: dict[int, str] | None = None
+) -> TraceRequest:
+    """One Mooncake trace line; every defect is a `WorkloadError` naming the line. A
+    namespace named by a string goes into `names` (namespace -> name), when given."""
     if not text.strip():
         raise WorkloadError(where, lineno, "blank line")
     try:
@@ -104,15 +118,36 @@ def parse_line(where: str, lineno: int, text: str, block_tokens: int = MOONCAKE_
             f"'hash_ids' has {len(ids)} ids but input_length {d['input_length']} needs "
             f"ceil({d['input_length']}/{block_tokens}) = {need}",
         )
-    return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids))
+    ns = 0
+    if NAMESPACE_FIELD in d:
+        ns = parse_namespace(d[NAMESPACE_FIELD])
+        if ns is None:
+            raise WorkloadError(
+                where, lineno, f"field '{NAMESPACE_FIELD}' must be an integer in [0, {MAX_NAMESPACE}] or a non-empty string, got {d[NAMESPACE_FIELD]!r}"
+            )
+        if names is not None and isinstance(d[NAMESPACE_FIELD], str):
+            names[ns] = d[NAMESPACE_FIELD]
+    return TraceRequest(d["timestamp"], d["input_length"], d["output_length"], tuple(ids), ns)
 
 
-def parse_lines(where: str, lines: Iterable[str], limit: int | None = None) -> list[TraceRequest]:
+def parse_namespace(value: Any) -> int | None:
+    """A line's `namespace`: an integer in [0, MAX_NAMESPACE] is the namespace; a non-empty
+    string names one, in [2^30, 2^31) from its SHA-256 (the same name, the same namespace,
+    in every file and on every machine); None for anything else."""
+    if _int(value):
+        return value if 0 <= value <= MAX_NAMESPACE else None
+    if isinstance(value, str) and value:
+        h = int.from_bytes(hashlib.sha256(value.encode()).digest()[:4], "big")
+        return (1 << 30) | (h & ((1 << 30) - 1))
+    return None
+
+
+def parse_lines(where: str, lines: Iterable[str], limit: int | None = None, names: dict[int, str] | None = None) -> list[TraceRequest]:
     out: list[TraceRequest] = []
     for lineno, text in enumerate(lines, start=1):
         if limit is not None and len(out) >= limit:
             break
-        out.append(parse_line(where, lineno, text))
+        out.append(parse_line(where, lineno, text, names=names))
     if not out:
         raise WorkloadError(where, None, "no requests")
     return out
@@ -139,8 +174,10 @@ def read_trace(path: str | Path, limit: int | None = None, name: str | None = No
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    reqs = parse_lines(where, lines, limit)
-    return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), hashlib.sha256(data).hexdigest())
+    names: dict[int, str] = {}
+    reqs = parse_lines(where, lines, limit, names)
+    sha = hashlib.sha256(data).hexdigest()
+    return Workload(name or p.stem, where, MOONCAKE_BLOCK_TOKENS, tuple(reqs), sha, namespace_names=tuple(sorted(names.items())))
 
 
 def split_pages(w: Workload, page_tokens: int) -> Workload:
@@ -165,5 +202,5 @@ def split_pages(w: Workload, page_tokens: int) -> Workload:
         for i, h in enumerate(r.hash_ids):
             n = k if i < last else -(-(r.input_length - last * bt) // page_tokens)
             ids.extend(range(h * k, h * k + n))
-        reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids)))
-    return Workload(w.name, w.source, page_tokens, tuple(reqs), w.sha256)
+        reqs.append(TraceRequest(r.timestamp, r.input_length, r.output_length, tuple(ids), r.ns))
+    return replace(w, block_tokens=page_tokens, requests=tuple(reqs))

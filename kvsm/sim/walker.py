@@ -32,6 +32,7 @@ from ..state import ClusterState
 from ..transitions import Transition
 from ..walk import names_for, step
 from .metrics import depth
+from .tenants import arrive_ns
 
 STEPS_PER_REQUEST = 64  # a walk's step budget, per request of its workload
 
@@ -59,7 +60,7 @@ def _run_walk(sim: Any) -> None:
         if i >= n:
             return None
         r = reqs[i]
-        return Transition.make("Arrive", rid=i, tokens=r.hash_ids, out_pages=w.out_pages(r))
+        return Transition.make("Arrive", rid=i, tokens=r.hash_ids, out_pages=w.out_pages(r), **arrive_ns(r.ns))
 
     # request -> [L1 pages its match hit, pages its load-back brought]: counted as admitted
     # once its forward pass is over (Insert or Abort), or at the end

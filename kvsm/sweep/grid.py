@@ -25,6 +25,7 @@ from ..config import BUGS, EVICTIONS, ConfigError, load_config
 from ..sim import STOPS, FaultSpecError, Faults, SimError, SimOptions, WorkloadError, simulate, stop_record
 from ..sim.options import REPLICAS, TIERS, parse_schedule, prepare
 from ..sim.shape import ShapeError, check_rate, load_model, parse_size
+from ..sim.tenants import MAX_TENANTS
 from ..sim.trace import Workload
 
 
@@ -94,6 +95,16 @@ def _schedule(option: str, text: str) -> str:
     return name if bias is None else f"{name}:{bias!r}"
 
 
+def _fraction(option: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise GridError(f"{option} {text!r}: must be a fraction in [0, 1]")
+    return v
+
+
 def _model(option: str, text: str) -> str:
     try:
         load_model(text)
@@ -137,6 +148,8 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
     ("l2_gbps", "--l2-gbps", _rate),
     ("l3_gbps", "--l3-gbps", _rate),
     ("reload_ttl_s", "--reload-ttl-s", _rate),
+    ("tenant_mix", "--tenant-mix", _fraction),
+    ("tenants", "--tenants", _int(1, MAX_TENANTS)),
     ("seed", "--seed", _int(0, 2**63 - 1)),
     ("l3_pages", "--l3-pages", _int(0)),
     ("l3_size", "--l3-size", _size),
@@ -147,7 +160,7 @@ AXES: tuple[tuple[str, str, Callable[[str, str], Any]], ...] = (
 )
 # options added after sweeps had named their points: left out of a point's name while
 # not given, so that a point keeps the name it had before them
-_NAMED_WHEN_GIVEN = ("model", "l1_size", "l2_size", "l3_size", "prefill_tps", "l2_gbps", "l3_gbps", "reload_ttl_s")
+_NAMED_WHEN_GIVEN = ("model", "l1_size", "l2_size", "l3_size", "prefill_tps", "l2_gbps", "l3_gbps", "reload_ttl_s", "tenants", "tenant_mix")
 OPTION = {name: option for name, option, _ in AXES}
 # the capacity axes a sweep plots against: (field, the resolved config's field, label)
 CAPACITIES = (
@@ -194,6 +207,8 @@ class Point:
     l2_gbps: float | None = None
     l3_gbps: float | None = None
     reload_ttl_s: float | None = None
+    tenants: int | None = None
+    tenant_mix: float | None = None
 
     @property
     def key(self) -> str:
@@ -274,6 +289,8 @@ class Axes:
                 p = replace(p, l2_pages=None, l2_size=None)
             if p.tiers != "l1,l2,l3":
                 p = replace(p, l3_pages=None, l3_size=None)
+            if p.tenants in (None, 1):  # one tenant shares with no other
+                p = replace(p, tenant_mix=None)
             seen.setdefault(p.key, p)
         return list(seen.values())
 
@@ -305,6 +322,8 @@ def parse_axes(given: dict[str, str | None], check: bool = False) -> Axes:
         raise GridError(f"--l2-size {given['l2_size']}: no point has an L2 tier (--tiers l1)")
     if given.get("l3_size") is not None and "l1,l2,l3" not in d["tiers"]:
         raise GridError(f"--l3-size {given['l3_size']}: no point has an L3 tier (add --tiers l1,l2,l3)")
+    if given.get("tenant_mix") is not None and all(n in (None, 1) for n in d["tenants"]):
+        raise GridError(f"--tenant-mix {given['tenant_mix']}: no point has more than one tenant (add --tenants N with N > 1)")
     if given.get("l2_pages") is not None and d["tiers"] == ("l1",):
         raise GridError(f"--l2-pages {given['l2_pages']}: no point has an L2 tier (--tiers l1)")
     if given.get("l3_pages") is not None and "l1,l2,l3" not in d["tiers"]:
@@ -361,7 +380,7 @@ def show(name: str, v: Any) -> str:
 _USED = {"ranks": ("config", "R"), "requests": ("requests",), "page_tokens": ("config", "P"), "eviction": ("config", "eviction"),
          "l1_pages": ("config", "L1"), "l2_pages": ("config", "L2"), "l3_pages": ("config", "L3"),
          "reload_ttl_s": ("config", "reload_ttl_s"), "model": ("serving", "model", "name"), "prefill_tps": ("serving", "prefill_tps"),
-         "l2_gbps": ("serving", "l2_gbps"), "l3_gbps": ("serving", "l3_gbps")}
+         "l2_gbps": ("serving", "l2_gbps"), "l3_gbps": ("serving", "l3_gbps"), "tenant_mix": ("tenants", "tenant_mix")}
 
 
 def used_value(name: str, rec: dict[str, Any]) -> Any:
@@ -376,6 +395,8 @@ def used_value(name: str, rec: dict[str, Any]) -> Any:
     tiers = str(opts.get("tiers", "")).split(",")
     if (name.startswith("l2_") and "l2" not in tiers) or (name.startswith("l3_") and "l3" not in tiers):
         return None
+    if name == "tenants":  # one tenant: the workload as it is
+        return 1
     if name == "bug":
         try:
             return load_config(opts.get("config", "default")).bug

@@ -228,14 +228,19 @@ CSV = "results.csv"
 
 
 def write_outputs(axes: Axes, records: list[dict[str, Any]], summary: dict[str, Any], outdir: Path) -> list[Path]:
-    """`results.csv` (and `results_seeds.csv` over several seeds), the plots and
-    `report.html` in `outdir`, each written atomically."""
+    """`results.csv` (and `results_seeds.csv` over several seeds, `isolation.csv` over
+    several tenant counts), the plots and `report.html` in `outdir`, each written
+    atomically."""
     paths = [write_csv(records, outdir / CSV)]
     if SEED in axes.varying():
         paths.append(write_seeds_csv([row(r) for r in records], outdir / SEEDS_CSV))
+    from .isolation import ISOLATION_CSV, isolation_rows, render_isolation, write_isolation_csv
     from .serving import render_serving_plots
 
-    plots = render_plots(axes, records) | render_serving_plots(axes, records)
+    isolation = isolation_rows(axes, records)
+    if isolation:
+        paths.append(write_isolation_csv(isolation, outdir / ISOLATION_CSV))
+    plots = render_plots(axes, records) | render_serving_plots(axes, records) | render_isolation(isolation)
     for name, data in plots.items():
         write_atomic(outdir / name, data)
         paths.append(outdir / name)
