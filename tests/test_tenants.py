@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvsm import content
-from kvsm.config import ConfigError, load_config
+from kvsm.config import ConfigError, Prompt, load_config
 from kvsm.explore import explore
 from kvsm.invariants import Cache, holds, violations
 from kvsm.log import Header, LogError, LogWriter, read_log
@@ -148,3 +148,69 @@ def test_tlc_and_the_model_agree_on_the_tenants_model_and_tlc_finds_the_referenc
     assert out.tlc.violation is not None and out.tlc.violation.property == "Isolation"
     rep = replay(tmp_path / "leak.jsonl", check=True)
     assert rep.violations and rep.violations[0]["violation"].startswith("15 Isolation")
+
+
+def _leak_log(path: Path) -> Path:
+    """Finding 6's case (TLC's shortest counterexample at the reference's L3 key), its
+    steps written as a log."""
+    from kvsm.steptext import StepError
+
+    cfg = replace(load_config("tenants"), l3_key="tokens")
+    text = (ROOT / "traces" / "finding-l3-key-tokens.txt").read_text()
+    steps = []
+    for line in text.split("\n\n", 1)[1].splitlines():
+        if line and not line[0].isspace():
+            try:
+                steps.append(parse_step(line))
+            except StepError:
+                continue  # (a directive: diff, show, ...)
+    s = initial_state(cfg)
+    with LogWriter(path, Header(config=cfg, seed=None, source="hand", initial_digest=s.digest(), extra={})) as w:
+        for t in steps:
+            s = apply(s, t)
+            w.write(t, s)
+    assert len(steps) == 18 and violations(s)[0].startswith("15 Isolation")
+    return path
+
+
+def _own_reload_log(path: Path) -> Path:
+    """A walk where namespace 1 spills and reloads its own pages: both prompts in both
+    namespaces, four arrivals, the fixed key; cut after the read (seed 39 is the first)."""
+    cfg = replace(load_config("tenants"), l3_key="namespace", max_requests=4,
+                  prompts=tuple(Prompt(p, 0, ns) for ns in (0, 1) for p in ((1,), (1, 2))))
+    s0 = initial_state(cfg)
+    steps = []
+    for t, s in walk(cfg, 400, 39, s0):
+        steps.append((t, s))
+        if t.name == "ReloadDone" and t.rank == 0 and dict(t.args)["ok"] and s.reloads[len(s.reload_done[0]) - 1].ns == 1:
+            break
+    else:
+        raise AssertionError("seed 39's walk no longer reloads namespace 1's pages")
+    with LogWriter(path, Header(config=cfg, seed=39, source="walk", initial_digest=s0.digest(), extra={})) as w:
+        for t, s in steps:
+            w.write(t, s)
+    return path
+
+
+def test_the_gpu_backend_names_another_namespace_s_bytes_read_from_disk_and_passes_the_fixed_key(tmp_path):
+    from kvsm.gpu.launch import Options
+    from kvsm.gpu.launch import replay as gpu_replay
+
+    small = dict(device="cpu", page_bytes=128, layers=1, timeout_s=120)
+    bad = gpu_replay(Options(str(_leak_log(tmp_path / "leak.jsonl")), **small))
+    assert not bad["ok"] and bad["digest_mismatches"] == 0
+    [f] = bad["failures"]
+    assert (f["kind"], f["op"], f["rank"]) == ("verify", "reload_read", 0) and "does not hold content" in f["message"]
+    good = _own_reload_log(tmp_path / "good.jsonl")
+    ok = gpu_replay(Options(str(good), **small))
+    assert ok["ok"] and ok["pages_reloaded"] > 0 and ok["failures"] == []
+
+
+@pytest.mark.tlc
+def test_tlc_follows_a_log_of_two_namespaces_step_by_step(tmp_path):
+    from kvsm.tla.validate import validate
+
+    log = _own_reload_log(tmp_path / "own.jsonl")
+    assert replay(log, check=True).ok
+    res = validate(str(log), workers=1)
+    assert res.ok and res.matched == res.steps == len(list(read_log(log)[1]))
