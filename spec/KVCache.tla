@@ -24,8 +24,9 @@
 (* symbols whose KV it holds, up to and including the page itself; the     *)
 (* empty prefix marks a poisoned (freed) page, since no page ever holds    *)
 (* it. The Python model names the same content by a chained hash. A page  *)
-(* hash (L3's address) is that content identity, so here it is the prefix  *)
-(* too.                                                                    *)
+(* of namespace k > 0 holds its prefix after the virtual symbol -k        *)
+(* (NsPre). A page hash (L3's address) is that content, or under L3Key =  *)
+(* "tokens" the prefix without -k (KeyPre).                               *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC, KVTree
 
