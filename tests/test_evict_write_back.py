@@ -1,0 +1,129 @@
+"""The reference's `evict()` under write_back (`evict_write_back`, docs/model.md): a
+device eviction takes an unbacked leaf too, writes it back inside its own step and
+evicts it as backed; where the write-back finds no host run the reference asserts
+(invariant 14 Running, docs/findings.md path b), and `sync_fixed` skips that victim."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvsm import effects as fx
+from kvsm.config import Config, ConfigError
+from kvsm.invariants import violations, violations_after
+from kvsm.state import Rejected
+from kvsm.transitions import REGISTRY, apply
+
+from .helpers import T, backup, fresh, run, serve
+
+
+def _one_unbacked(value: str, L2: int = 2):
+    """Node 1 ([1], one page in lane 0) unbacked on L1, its request finished."""
+    s = serve(fresh(R=2, L1=1, L2=L2, policy="write_back", evict_write_back=value), 0, [1])
+    assert s.nodes[1].host is None and s.nodes[1].dev == (0,)
+    return s
+
+
+def _host_held_by_a_pending_backup(value: str):
+    """One host page, held by node 1's backup in flight (node 1 is held on L1 by it),
+    and node 2 ([2]) unbacked on L1: no host victim can make room for node 2."""
+    s = serve(fresh(R=2, L1=2, L2=1, policy="write_back", evict_write_back=value), 0, [1])
+    s = run(s, T("Reserve", node=1, fits=True))
+    s = serve(s, 1, [2])
+    assert 1 in s.pending and s.nodes[2].host is None and s.nodes[2].dev and not s.host_index
+    return s
+
+
+def _first(s):
+    return [t.arg("node") for t in REGISTRY["EvictDevice"].candidates(s)]
+
+
+@pytest.mark.parametrize("value", ["sync", "sync_fixed"])
+def test_an_unbacked_leaf_is_written_back_and_evicted_in_one_step(value):
+    s = _one_unbacked(value)
+    assert _first(s) == [1]
+    after = run(s, T("EvictDevice", node=1))
+    n = after.nodes[1]
+    obj = after.objects[n.host]
+    # backed (committed) and off L1; its host copy holds the KV its device page held
+    assert obj.committed and n.dev == () and after.host_content[obj.base] == s.dev_content[0]
+    assert [e for e in after.effects if isinstance(e, fx.Store)] == [fx.Store(0, 0, obj.base)]
+    assert after.halted is None and not violations(after)
+
+
+def test_under_the_model_before_the_knob_an_unbacked_leaf_is_no_victim():
+    s = _one_unbacked("locked")
+    assert _first(s) == []
+    with pytest.raises(Rejected, match="no node can be evicted from L1"):
+        apply(s, T("EvictDevice", node=1))
+    # and under write_through the knob changes nothing: the leaf is deleted, as before
+    wt = serve(fresh(R=2, L1=1, L2=2, evict_write_back="sync"), 0, [1])
+    after = apply(wt, T("EvictDevice", node=1))
+    assert 1 not in after.nodes and not after.objects
+
+
+def test_the_write_back_evicts_host_leaves_to_fit():
+    # the one host page holds node 1, backed and off L1: node 2's write-back evicts it
+    s = _one_unbacked("sync", L2=1)
+    s = run(backup(s, 1), T("EvictDevice", node=1))
+    s = serve(s, 1, [2])
+    assert list(s.host_index) and s.nodes[2].host is None
+    after = run(s, T("EvictDevice", node=2))
+    assert 1 not in after.nodes and after.nodes[2].host is not None and not after.nodes[2].dev
+
+
+def test_a_write_back_that_finds_no_run_makes_the_reference_s_assert_fire():
+    s = _host_held_by_a_pending_backup("sync")
+    assert _first(s) == [2]
+    after = apply(s, T("EvictDevice", node=2))
+    # the reference appends the victim all the same and asserts it is backed: it stops
+    assert after.halted == "EvictDevice" and after.effects == ()
+    assert replace(after, halted=None) == s
+    v = violations_after(None, after)
+    assert len(v) == 1 and v[0].startswith("14 Running: EvictDevice: ") and "write_backup returned 0" in v[0]
+
+
+def test_with_the_fix_a_victim_whose_write_back_finds_no_room_is_skipped():
+    s = _host_held_by_a_pending_backup("sync_fixed")
+    assert _first(s) == []
+    with pytest.raises(Rejected, match="no node can be evicted from L1"):
+        apply(s, T("EvictDevice", node=2))
+    # once node 1's backup commits it is a backed victim (touched first): taken before node 2
+    for r in range(2):
+        s = run(s, T("WriteDone", rank=r))
+    s = run(s, T("CommitCall", rank=0), T("CommitCall", rank=1), T("Commit"))
+    assert _first(s) == [1]
+    s = run(s, T("EvictDevice", node=1))
+    # node 1 is a host leaf now: node 2's write-back evicts it to fit, so node 2 is a victim
+    assert _first(s) == [2]
+    after = run(s, T("EvictDevice", node=2))
+    assert after.nodes[2].host is not None and 1 not in after.nodes
+
+
+def test_the_argument_must_name_the_victim_the_order_picks():
+    s = _one_unbacked("sync")
+    with pytest.raises(Rejected, match="picks node 1, not 7"):
+        apply(s, T("EvictDevice", node=7))
+
+
+def test_the_knob_is_left_out_of_a_config_s_json_at_its_default_and_checked():
+    assert "evict_write_back" not in Config().to_json()
+    assert Config(evict_write_back="sync").to_json()["evict_write_back"] == "sync"
+    with pytest.raises(ConfigError, match="field 'evict_write_back' must be one of locked, sync, sync_fixed, got 'async'"):
+        Config.from_json({"evict_write_back": "async"})
+
+
+# ---- the GPU backend ---------------------------------------------------------------------------------
+
+
+def test_the_gpu_backend_stores_the_write_back_and_agrees_after_the_step():
+    from kvsm.gpu.plan import agreements, plan_rank
+
+    s = _one_unbacked("sync")
+    after = apply(s, T("EvictDevice", node=1))
+    obj = after.objects[after.nodes[1].host]
+    store = [b for b in plan_rank(after, 0) if b.op is fx.Store]
+    assert [(b.dev, b.host, b.content) for b in store] == [([0], [obj.base], [s.dev_content[0]])]
+    # its commit is in the step: the ranks agree after it, as after a Commit
+    assert agreements("EvictDevice", after.effects) == (False, True)
