@@ -127,3 +127,20 @@ def test_the_gpu_backend_stores_the_write_back_and_agrees_after_the_step():
     assert [(b.dev, b.host, b.content) for b in store] == [([0], [obj.base], [s.dev_content[0]])]
     # its commit is in the step: the ranks agree after it, as after a Commit
     assert agreements("EvictDevice", after.effects) == (False, True)
+
+
+@pytest.mark.exhaustive
+def test_the_gpu_backend_replays_an_eviction_s_write_back_and_loads_it_back_on_real_bytes(tmp_path):
+    # rank processes on the CPU: [1,2] written back inside its EvictDevice, then loaded back
+    # by request 1 from the host pages the write-back filled (several seconds: torch)
+    pytest.importorskip("torch")
+    from kvsm.defects import write_log
+    from kvsm.gpu.launch import Options, replay as gpu_replay
+
+    cfg = Config(R=2, L1=1, L2=2, policy="write_back", evict_write_back="sync")
+    steps = [T("Arrive", rid=0, tokens=(1, 2), out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Finish", rid=0),
+             T("EvictDevice", node=1), T("Arrive", rid=1, tokens=(1, 2, 5), out_pages=0), T("Match", rid=1),
+             T("LoadBack", rid=1), T("LoadDone", rank=1), T("LoadDone", rank=0), T("Abort", rid=1)]
+    log = write_log(cfg, steps, tmp_path / "evict-write-back.jsonl")
+    out = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
+    assert out["ok"] and out["pages_stored"] == 2 and out["pages_loaded"] == 2, out
