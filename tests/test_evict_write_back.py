@@ -144,3 +144,35 @@ def test_the_gpu_backend_replays_an_eviction_s_write_back_and_loads_it_back_on_r
     log = write_log(cfg, steps, tmp_path / "evict-write-back.jsonl")
     out = gpu_replay(Options(str(log), device="cpu", page_bytes=512, layers=1, timeout_s=120))
     assert out["ok"] and out["pages_stored"] == 2 and out["pages_loaded"] == 2, out
+
+
+# ---- the finding (docs/findings.md, finding 6) -------------------------------------------------------
+
+FINDINGS_FIXED = {"commit_call": "fixed", "own_disk_durable": "fixed", "unbacked_evict": "fixed",
+                  "durable_split": "fixed", "write_back_evict": "deferred_fixed"}
+
+
+def test_the_profile_runs_evict_at_the_reference_s_value_and_the_finding_s_case_is_a_knob_case_of_it():
+    from kvsm.config import load_config
+    from kvsm.corpus.format import read_case
+    from kvsm.tla.location import spec_dir
+
+    assert load_config("reference-write-back").evict_write_back == "sync"
+    assert load_config("reference-write-back-default").evict_write_back == "sync"
+    case = read_case(str(spec_dir().parent / "traces" / "finding-evict-write-back.txt"))
+    assert case.knob == "evict_write_back" and case.config_base == "reference-write-back"
+    assert case.config.L2 == 2 and all(getattr(case.config, k) == v for k, v in FINDINGS_FIXED.items())
+    assert case.violations and case.violations[0].startswith("14 Running: EvictDevice")
+    assert case.steps[-1].name == "EvictDevice"
+
+
+def test_the_simulator_s_check_catches_the_assert_at_realistic_sizes_and_not_with_the_fix():
+    from kvsm.sim import SimOptions, simulate
+    from kvsm.sim.stops import SimInvariantError
+
+    base = dict(config="reference-write-back-default", workload="multi-turn", seed=1, requests=300, tiers="l1,l2",
+                l1_pages=32, l2_pages=64, check=True)
+    sets = tuple(FINDINGS_FIXED.items())
+    with pytest.raises(SimInvariantError, match="14 Running: EvictDevice"):
+        simulate(SimOptions(**base, settings=sets))
+    simulate(SimOptions(**base, settings=sets + (("evict_write_back", "sync_fixed"),)))
