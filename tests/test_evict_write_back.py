@@ -176,3 +176,49 @@ def test_the_simulator_s_check_catches_the_assert_at_realistic_sizes_and_not_wit
     with pytest.raises(SimInvariantError, match="14 Running: EvictDevice"):
         simulate(SimOptions(**base, settings=sets))
     simulate(SimOptions(**base, settings=sets + (("evict_write_back", "sync_fixed"),)))
+
+
+def _profile_model(d, name: str, consts: dict[str, str]):
+    """spec/MC_reference_write_back with `consts` (TLA+ values as written) bound otherwise."""
+    import re
+    import shutil
+
+    from kvsm.tla.location import spec_dir
+
+    for f in spec_dir().glob("KV*.tla"):
+        shutil.copy(f, d / f.name)
+    base = spec_dir() / "MC_reference_write_back"
+    (d / f"{name}.tla").write_text(base.with_suffix(".tla").read_text().replace("MODULE MC_reference_write_back ", f"MODULE {name} "))
+    text = base.with_suffix(".cfg").read_text()
+    for k, v in consts.items():
+        text, n = re.subn(rf"^(    {k}) = .*$", rf"\1 = {v}", text, flags=re.M)
+        assert n == 1, k
+    (d / f"{name}.cfg").write_text(text)
+    return d / f"{name}.cfg"
+
+
+FIXED_CONSTS = {"CommitEntry": '"fixed"', "OwnDiskDurable": '"fixed"', "UnbackedEvict": '"fixed"',
+                "DurableSplit": '"fixed"', "WriteBackEvict": '"deferred_fixed"'}
+
+
+@pytest.mark.tlc
+def test_tlc_finds_finding_6_on_the_profile_with_a_two_page_host_pool(tmp_path):
+    from kvsm.log import read_log
+    from kvsm.tla.check import check
+
+    cfg = _profile_model(tmp_path, "MC_wb_evict_l2_2", {**FIXED_CONSTS, "L2": "2"})
+    res = check(str(cfg), log_path=tmp_path / "v.jsonl")
+    v = res.tlc.violation
+    assert v is not None and v.property == "Running"
+    steps = [t for _, _, t, _ in read_log(str(tmp_path / "v.jsonl"))[1]]
+    assert len(steps) == 12 and steps[-1].name == "EvictDevice"
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("consts", [{"L2": "2", "EvictWriteBack": '"sync_fixed"'}, {}], ids=["fix", "four_host_pages"])
+def test_tlc_exhausts_the_fix_and_the_profile_s_own_host_pool_clean(tmp_path, consts):
+    from kvsm.tla.check import check
+
+    cfg = _profile_model(tmp_path, "MC_wb_evict_clean", {**FIXED_CONSTS, **consts})
+    res = check(str(cfg), log_path=tmp_path / "v.jsonl")
+    assert res.tlc.violation is None
