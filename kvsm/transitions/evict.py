@@ -72,13 +72,19 @@ def _device_victim(s: ClusterState, view: int | None) -> int | None:
     reference's `evict()` under write_back) the unbacked leaves are victims too, but
     under `"sync_fixed"` one whose write-back finds no room (skipped)."""
     cfg = s.config
+    first = first_victim(s.dev_index, cfg, view) if s.dev_index else None
     if not evict_write_back(cfg):
-        return first_victim(s.dev_index, cfg, view) if s.dev_index else None
-    keys = list(s.dev_index)
-    for nid in unbacked_leaves(s):
-        if cfg.evict_write_back == "sync" or _written_back_and_evicted(s, nid, view) is not None:
-            keys.append(victim_order(s.nodes[nid], cfg))
-    return min(keys, key=lambda k: rank_order_key(k, cfg, view))[2] if keys else None
+        return first
+    order = lambda k: rank_order_key(k, cfg, view)  # noqa: E731
+    bound = order(victim_order(s.nodes[first], cfg)) if first is not None else None
+    # the unbacked leaves before the first backed victim, in order (only those are tried
+    # for room under sync_fixed)
+    for key in sorted((victim_order(s.nodes[nid], cfg) for nid in unbacked_leaves(s)), key=order):
+        if bound is not None and order(key) > bound:
+            break
+        if cfg.evict_write_back == "sync" or _written_back_and_evicted(s, key[2], view) is not None:
+            return key[2]
+    return first
 
 
 def evict_device(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
