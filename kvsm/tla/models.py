@@ -125,6 +125,7 @@ CONSTANT_FIELDS = (
     ("ack_append", "AckTiming"),
     ("unbacked_evict", "UnbackedEvict"),
     ("write_back_evict", "WriteBackEvict"),
+    ("evict_write_back", "EvictWriteBack"),
     ("durable_split", "DurableSplit"),
     ("own_disk_durable", "OwnDiskDurable"),
     ("stale_prune", "StalePrune"),
@@ -140,7 +141,8 @@ CONSTANT_FIELDS = (
 # Spec constants that KVCache defines with a default, which a model overrides by binding
 # them in its cfg (`StalePrune = "reference"`); a model that does not bind one has the
 # default, so the models written before it need not name it.
-DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall"}
+DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall",
+                    "EvictWriteBack": "locked"}
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
 NOT_IN_SPEC: dict[str, Any] = {}
