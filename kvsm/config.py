@@ -34,7 +34,7 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 # that logs of configs that do not set them keep their bytes.
 _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
                   "carry_host_hit": False,
-                  "write_back_evict": "locked", "l2_alloc": "run", "load_back_evict": "shortfall",
+                  "write_back_evict": "locked", "evict_write_back": "locked", "l2_alloc": "run", "load_back_evict": "shortfall",
                   "write_through_parent": "any", "l3_key": "namespace"}
 # write_back_evict (only under policy = write_back): how a load-back's owner-lane eviction
 # treats an unbacked device victim. `locked` (the default, the model before it): it is no
@@ -49,6 +49,15 @@ _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_appe
 # same order with the re-check fixed, counting the victims it deferred as evicted (as the
 # same loop's own leaf update after each eviction already does).
 WRITE_BACK_EVICTS = ("locked", "sync", "deferred", "deferred_fixed")
+# evict_write_back (only under policy = write_back): how `EvictDevice` treats an unbacked
+# device leaf. `locked` (the default, the model before it): it is no victim (a write-back
+# is its own asynchronous, locked `Reserve`); `sync` (the reference's `evict()`): it is a
+# victim, written back inside the step (host evict-to-fit, copy, commit) and evicted as
+# a backed node; where no host run fits, the reference appends it to the nodes it
+# evicts after the loop all the same and asserts they are backed, which the model
+# records in `halted` (invariant 14). `sync_fixed`: a victim whose write-back finds no
+# room is skipped (the reference's `if written > 0` guard of its pinned branch).
+EVICT_WRITE_BACKS = ("locked", "sync", "sync_fixed")
 # Model knobs for SGLang 0.5.20's HiRadixCache (docs/realimpl.md), each with its
 # values, the default (the model before it) first:
 MODEL_KNOBS: dict[str, tuple[str, ...]] = {
@@ -121,7 +130,8 @@ REFERENCE_KNOBS: dict[str, tuple[str, str]] = {
 
 # The fidelity knobs of the write_back policy (the `reference-write-back` profile): only
 # that profile sets them, since they change nothing under write_through.
-WRITE_BACK_KNOBS: dict[str, tuple[str, str]] = {"write_back_evict": ("deferred", "deferred_fixed")}
+WRITE_BACK_KNOBS: dict[str, tuple[str, str]] = {"write_back_evict": ("deferred", "deferred_fixed"),
+                                                 "evict_write_back": ("sync", "sync_fixed")}
 # Every knob a corpus case's `knob` line may name.
 CASE_KNOBS: dict[str, tuple[str, str]] = {**REFERENCE_KNOBS, **WRITE_BACK_KNOBS}
 
@@ -222,6 +232,7 @@ class Config:
     ack_append: str = "fixed"
     stale_prune: str = "off"
     write_back_evict: str = "locked"
+    evict_write_back: str = "locked"
     l2_alloc: str = "run"
     load_back_evict: str = "shortfall"
     write_through_parent: str = "any"
@@ -345,6 +356,10 @@ def _build(data: dict[str, Any], where: str) -> Config:
         if data["write_back_evict"] not in WRITE_BACK_EVICTS:
             raise ConfigError(f"{where}: field 'write_back_evict' must be one of {', '.join(WRITE_BACK_EVICTS)}, got {data['write_back_evict']!r}")
         out["write_back_evict"] = data["write_back_evict"]
+    if "evict_write_back" in data:
+        if data["evict_write_back"] not in EVICT_WRITE_BACKS:
+            raise ConfigError(f"{where}: field 'evict_write_back' must be one of {', '.join(EVICT_WRITE_BACKS)}, got {data['evict_write_back']!r}")
+        out["evict_write_back"] = data["evict_write_back"]
     for k, values in MODEL_KNOBS.items():
         if k in data:
             if data[k] not in values:
@@ -505,4 +520,4 @@ def load_config(name_or_path: str | Path) -> Config:
     return _build(data, where)
 
 
-__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "L3_KEYS", "MODEL_KNOBS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]
+__all__ = ["Config", "ConfigError", "Prompt", "load_config", "builtin_names", "POLICIES", "EVICTIONS", "COMMIT_CALLS", "STALE_PRUNES", "WRITE_BACK_EVICTS", "EVICT_WRITE_BACKS", "L3_KEYS", "MODEL_KNOBS", "BUGS", "IMPLEMENTED_BUGS", "RANK_VIEW_BUGS", "KNOBS", "KNOB_VALUES", "KNOB_CHOICES", "REFERENCE_KNOBS", "WRITE_BACK_KNOBS", "CASE_KNOBS", "knob_readings"]

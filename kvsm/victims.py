@@ -49,6 +49,13 @@ def sync_write_back(cfg: Config) -> bool:
     return cfg.policy == "write_back" and cfg.write_back_evict != "locked"
 
 
+def evict_write_back(cfg: Config) -> bool:
+    """Whether `EvictDevice` takes unbacked device leaves too, writing each back inside
+    its step (`evict_write_back = "sync"` or `"sync_fixed"` under the write_back
+    policy)."""
+    return cfg.policy == "write_back" and cfg.evict_write_back != "locked"
+
+
 def held_on_l1(node: Node, is_pending: bool, cfg: Config) -> bool:
     """Whether something holds the node on L1: a lock (requests, its own pending backup)
     or a backup in flight."""

@@ -137,7 +137,8 @@ VARIABLES
                     \* (only under a defect in RankViewBugs, or OwnDiskDurable = "reference"):
                     \* [action, ranks]
     halted          \* ghost: "", or the action at which the reference stops at a raise or an
-                    \* assert (only under WriteBackEvict = "deferred": invariant Running)
+                    \* assert (only under WriteBackEvict = "deferred" or EvictWriteBack = "sync":
+                    \* invariant Running)
 
 (* The variables in named groups, each the state of one part of the cluster. An
    action assigns the variables it changes and names the rest UNCHANGED, by group
@@ -932,30 +933,9 @@ Rollback(n) ==
 (* Eviction: the victim is the first of its tier's order; the argument names it
    so that a log reads plainly, and the guard checks that the order picks it. *)
 
-\* (in rank v's victim order)
-IsDeviceVictim(n, v) ==
-    /\ DevEvictable(State, n)
-    /\ n = FirstVictimAs(nodes, DevVictims(State), v)
-
 IsHostVictim(n, v) ==
     /\ HostEvictable(State, n)
     /\ n = FirstVictimAs(nodes, HostVictims(State), v)
-
-\* EvictDevice's effect: the node off L1.
-EvictDeviceTo(s) ==
-    /\ nodes' = s.nodes
-    /\ dev_free' = s.dev_free
-    /\ dev_content' = s.dev_content
-    /\ diverged' = s.diverged
-    /\ UNCHANGED <<halted, next_id, clock, requestVars, hostVars, backupVars, loadVars, spill_queue,
-                   l3Vars>>
-
-EvictDevice(n) ==
-    /\ RoundClosed
-    /\ n \in DOMAIN nodes
-    /\ IsDeviceVictim(n, ClusterView)
-    /\ EvictDeviceTo(Decided("EvictDevice", [v \in Views |-> IF IsDeviceVictim(n, v) THEN EvictDeviceNode(State, n)
-                                                            ELSE NoOutcome]))
 
 \* EvictHost's effect: the node and its object gone.
 EvictHostTo(s) ==
@@ -1014,6 +994,62 @@ EvictAllSync(s, victims, keep, v) ==
                             THEN [r EXCEPT !.s = [FreeDev(room.s, room.s.nodes[n].dev) EXCEPT !.nodes[n].dev = <<>>]]
                             ELSE [r EXCEPT !.ok = FALSE]
     IN after[Len(victims)]
+
+(* EvictWriteBack (under write_back): "locked", an unbacked device leaf is no
+   victim of EvictDevice (its write-back is its own Reserve); "sync", the
+   reference's evict(): it is one, written back inside the step (as a load-back's
+   victims are, EvictAllSync) and evicted as backed, and where no host run fits the
+   reference's assert that it is backed fires: the step records it in `halted`
+   (invariant Running); "sync_fixed": one whose write-back finds no run is skipped. *)
+EvictWriteBack == "locked"
+ASSUME EvictWriteBack \in {"locked", "sync", "sync_fixed"}
+EvictWritesBack == Policy = "write_back" /\ EvictWriteBack # "locked"
+
+\* Device victim n evicted in rank v's view, written back first if unbacked: [s, ok].
+EvictedAs(s, n, v) == EvictAllSync(s, <<n>>, {}, v)
+
+\* EvictDevice's victims (rank v's view): under EvictWritesBack the unbacked leaves
+\* too, but under "sync_fixed" one whose write-back finds no room.
+EvictVictims(s, v) ==
+    DevVictims(s) \cup {n \in UnbackedLeaves(s) : EvictWriteBack = "sync" \/ EvictedAs(s, n, v).ok}
+
+\* (in rank v's victim order)
+IsDeviceVictim(n, v) ==
+    IF ~EvictWritesBack THEN DevEvictable(State, n) /\ n = FirstVictimAs(nodes, DevVictims(State), v)
+    ELSE LET vs == EvictVictims(State, v) IN n \in vs /\ n = FirstVictimAs(nodes, vs, v)
+
+(* Rank v's outcome of EvictDevice(n): the node off L1 (written back first under
+   EvictWritesBack); where its write-back finds no room, the state as it was (the
+   reference stops at its assert). *)
+EvictDeviceAs(n, v) ==
+    IF ~IsDeviceVictim(n, v) THEN NoOutcome
+    ELSE IF ~EvictWritesBack THEN EvictDeviceNode(State, n)
+    ELSE LET e == EvictedAs(State, n, v) IN IF e.ok THEN e.s ELSE State
+
+\* EvictDevice(n)'s step: the cluster's outcome, and whether the reference stops there.
+EvictDeviceStep(n) ==
+    [s |-> Decided("EvictDevice", [v \in Views |-> EvictDeviceAs(n, v)]),
+     halt |-> EvictWritesBack /\ ~EvictedAs(State, n, ClusterView).ok]
+
+(* EvictDevice's effect: the node off L1 (and under EvictWritesBack its write-back:
+   host evictions, the object, the copy, its spill queued), or the reference's stop. *)
+EvictDeviceTo(e) ==
+    /\ nodes' = e.s.nodes
+    /\ dev_free' = e.s.dev_free
+    /\ dev_content' = e.s.dev_content
+    /\ l2_free' = e.s.l2_free
+    /\ objects' = e.s.objects
+    /\ host_content' = e.s.host_content
+    /\ spill_queue' = e.s.spill_queue
+    /\ diverged' = e.s.diverged
+    /\ halted' = IF e.halt THEN "EvictDevice" ELSE halted
+    /\ UNCHANGED <<next_id, clock, requestVars, backupVars, loadVars, l3Vars>>
+
+EvictDevice(n) ==
+    /\ RoundClosed
+    /\ n \in DOMAIN nodes
+    /\ IsDeviceVictim(n, ClusterView)
+    /\ EvictDeviceTo(EvictDeviceStep(n))
 
 (* Under WriteBackEvict = "deferred", the reference's own order: as EvictAllSync,
    but a victim written back stays on L1 until every victim has been taken (it is

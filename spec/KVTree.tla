@@ -353,13 +353,15 @@ HostVictims(s) ==
     LET parents == Parents(s.nodes)
     IN {n \in DOMAIN s.nodes : HostEvictableAmong(s, n, parents)}
 
-\* Under SyncWriteBack, the unbacked device leaves the planner may take too (they are
-\* written back first): on L1, unlocked, no pending backup, no child on L1.
-SyncVictims(s) ==
-    IF ~SyncWriteBack THEN {}
-    ELSE LET parentsOnL1 == ParentsOnL1(s.nodes)
-         IN {n \in DOMAIN s.nodes \ {Root} : s.nodes[n].dev # <<>> /\ s.nodes[n].host = NoObject
-                                              /\ ~HeldOnL1(s, n, Bug) /\ n \notin parentsOnL1}
+\* The unbacked device leaves a synchronous write-back may take: on L1, unlocked, no
+\* pending backup, no child on L1.
+UnbackedLeaves(s) ==
+    LET parentsOnL1 == ParentsOnL1(s.nodes)
+    IN {n \in DOMAIN s.nodes \ {Root} : s.nodes[n].dev # <<>> /\ s.nodes[n].host = NoObject
+                                         /\ ~HeldOnL1(s, n, Bug) /\ n \notin parentsOnL1}
+
+\* Under SyncWriteBack, those the planner may take too (they are written back first).
+SyncVictims(s) == IF ~SyncWriteBack THEN {} ELSE UnbackedLeaves(s)
 
 -----------------------------------------------------------------------------
 (* Pages *)

@@ -4,7 +4,8 @@
    under its write_back policy. Every fidelity knob at the reference's value, and
    a load-back's write-back eviction in the reference's own order (WriteBackEvict =
    "deferred": a victim written back is evicted after the others, and every victim
-   is re-checked first). No prepared backups and no L3. Two ranks with one device
+   is re-checked first), and evict()'s own write-back of an unbacked device victim
+   (EvictWriteBack = "sync"). No prepared backups and no L3. Two ranks with one device
    page a lane and a four-page host pool; four arrivals, one alive at a time, drawn
    from the chains [1], [1, 2] and [3, 4], [3, 4, 5]: a match that splits a node
    leaves two unbacked nodes on L1, one above the other, and a load-back of the

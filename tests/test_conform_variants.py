@@ -36,6 +36,15 @@ VARIANTS = {
     # to fail: tests/test_write_back_profile.py has that path)
     "write_back_deferred": (dict(Policy='"write_back"', WriteBackEvict='"deferred"', MaxRequests=2), PROMPTS,
                             {"Reserve", "Commit", "LoadBack", "LoadDone", "EvictHost"}),
+    # the reference's evict() under write_back (EvictWriteBack = "sync"): EvictDevice writes
+    # an unbacked leaf back in its step (its failed write-back, the assert, is
+    # tests/test_evict_write_back.py's; none fails in a graph this small)
+    "evict_write_back": (dict(Policy='"write_back"', EvictWriteBack='"sync"', MaxRequests=2), PROMPTS,
+                         {"EvictDevice", "EvictHost", "LoadBack", "Reserve"}),
+    # its fix (EvictWriteBack = "sync_fixed"): a one-page host pool a pending backup holds,
+    # where a victim whose write-back finds no room is skipped
+    "evict_write_back_fixed": (dict(Policy='"write_back"', EvictWriteBack='"sync_fixed"', L1=2, L2=1),
+                               (((1,), 0), ((2,), 0), ((3,), 0)), {"EvictDevice", "EvictHost", "Reserve", "Commit"}),
     "three_ranks": (dict(R=3, MaxRequests=2), (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Split", "CommitCall", "Commit", "LoadBack", "LoadDone"}),
     # three-page prompts: a match covers all but the last page, and a load-back needs two
     "thresholds_2": (dict(WriteThreshold=2, LoadBackThreshold=2, L1=2), (((1, 2, 3), 0), ((1, 2, 4), 0)),

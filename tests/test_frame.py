@@ -29,7 +29,10 @@ def test_the_spec_s_frames_leave_each_action_the_variables_it_assigns():
     assert may["Commit"] == {"acked", "commit_round", "nodes", "objects", "pending", "spill_queue", "write_done", "writes"}
     # an action that computes the record after it takes its frame from its To-operator
     assert may["Match"] == {"nodes", "next_id", "clock", "objects", "requests", "spill_queue"}
-    assert may["EvictDevice"] == {"nodes", "dev_free", "dev_content", "diverged"}
+    # a device eviction's write-back (evict_write_back = "sync"): host evictions, the
+    # object, its copy and spill; `halted` where the reference's assert fires
+    assert may["EvictDevice"] == {"nodes", "dev_free", "dev_content", "l2_free", "objects", "host_content",
+                                  "spill_queue", "diverged", "halted"}
     assert may["SpillAck"] == {"nodes", "spills", "spill_gathered", "spill_done"}
     # a load-back's write-backs (write_back_evict = "sync") reserve, fill and commit
     # host objects and queue them for a spill

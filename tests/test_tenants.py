@@ -151,7 +151,7 @@ def test_tlc_and_the_model_agree_on_the_tenants_model_and_tlc_finds_the_referenc
 
 
 def _leak_log(path: Path) -> Path:
-    """Finding 6's case (TLC's shortest counterexample at the reference's L3 key), its
+    """Finding 7's case (TLC's shortest counterexample at the reference's L3 key), its
     steps written as a log."""
     from kvsm.steptext import StepError
 

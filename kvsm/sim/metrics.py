@@ -109,6 +109,10 @@ class Metrics:
         if name in _DEV_EVICTING:
             # (effect classes have no subclasses: counted by exact type, at C speed)
             self.evicted_l1 += list(map(type, after.effects)).count(PoisonDev)
+            if name == "EvictDevice" and before.config.evict_write_back != "locked":
+                # its write-back (evict_write_back): the copy and the host evictions to fit
+                self.moved_l1_to_l2 += list(map(type, after.effects)).count(Store)
+                self.evicted_l2 += sum(e.length for e in after.effects if isinstance(e, PoisonHost))
         elif name in _HOST_EVICTING:
             self.evicted_l2 += sum(e.length for e in after.effects if isinstance(e, PoisonHost))
         if name == "WriteDone":

@@ -8,10 +8,11 @@ from ..config import RANK_VIEW_BUGS
 from ..state import ReloadOp, Rejected, SpillOp
 from ..transitions import Transition
 from ..transitions.registry import cluster_view
-from ..transitions.evict import carried_run, host_run
+from ..transitions.evict import carried_run, evict_device_candidates, host_run
 from ..transitions.prune import stale_cut
 from ..transitions.reload import reload_target
 from ..transitions.reserve import parent_allows, prepare_fits, prepare_length, reserve_fits
+from ..victims import evict_write_back
 from .cluster import View
 from .metrics import depth as _depth
 from .tenants import arrive_ns
@@ -82,7 +83,9 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     try:
         s = v.apply(T("Insert", rid=rid))
     except Rejected:
-        return False, ()
+        if not evict_write_back(v.state.config) or not _evict_to_insert(v, rid):
+            return False, ()
+        s = v.state
     if not backup:
         return True, ()
     reserved = []
@@ -91,6 +94,25 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
             if try_reserve(v, nid):
                 reserved.append(nid)
     return True, tuple(reserved)
+
+
+def _evict_to_insert(v: View, rid: int) -> bool:
+    """Under evict_write_back, the reference's `evict()` before it allocates the pages of
+    an insert that does not fit: `EvictDevice` of the first victim (an unbacked one
+    written back in the step), then the insert again, until it fits; whether it was
+    inserted. It stops where no victim is left or the reference's assert fires
+    (`halted`: the check reports invariant 14)."""
+    while v.state.halted is None:
+        first = next(iter(evict_device_candidates(v.state)), None)
+        if first is None:
+            return False
+        v.apply(first)
+        try:
+            v.apply(T("Insert", rid=rid))
+            return True
+        except Rejected:
+            continue
+    return False
 
 
 def _view(v: View) -> int | None:

@@ -125,6 +125,7 @@ CONSTANT_FIELDS = (
     ("ack_append", "AckTiming"),
     ("unbacked_evict", "UnbackedEvict"),
     ("write_back_evict", "WriteBackEvict"),
+    ("evict_write_back", "EvictWriteBack"),
     ("durable_split", "DurableSplit"),
     ("own_disk_durable", "OwnDiskDurable"),
     ("stale_prune", "StalePrune"),
@@ -142,7 +143,7 @@ CONSTANT_FIELDS = (
 # them in its cfg (`StalePrune = "reference"`); a model that does not bind one has the
 # default, so the models written before it need not name it.
 DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall",
-                    "L3Key": "namespace"}
+                    "EvictWriteBack": "locked", "L3Key": "namespace"}
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
 NOT_IN_SPEC: dict[str, Any] = {}

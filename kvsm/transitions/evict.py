@@ -18,7 +18,7 @@ from typing import Iterable
 from ..content import child_key
 from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
-from ..victims import held_on_l1, in_rank_order, sync_write_back
+from ..victims import evict_write_back, held_on_l1, in_rank_order, rank_order_key, sync_write_back, victim_order
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
@@ -41,8 +41,74 @@ def _evict_first(s: ClusterState, t: Transition, tier: str, view: int | None) ->
     return tx.commit()
 
 
+def unbacked_leaves(s: ClusterState) -> list[int]:
+    """The unbacked device leaves a synchronous write-back may take (`UnbackedLeaves`):
+    on L1, unlocked, no pending backup, no child on L1 (a pending one too where the
+    victim test does not see its backup: evict_pending)."""
+    cfg = s.config
+    held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
+    return sorted(s.backup_index) + sorted(
+        n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
+
+
+def _written_back_and_evicted(s: ClusterState, nid: int, view: int | None) -> Tx | None:
+    """Device victim `nid` evicted, written back first if unbacked (`EvictedAs`): the
+    transaction, or None when its write-back finds no host run (under
+    write_back_fail_evict it is evicted as though it were backed, as a load-back's is)."""
+    tx = Tx(s)
+    if tx.node(nid).host is None:
+        if not write_back(tx, nid, view, frozenset()):
+            if tx.cfg.bug != "write_back_fail_evict":
+                return None
+            tx.free_dev(tx.node(nid).dev)
+            tx.set_dev(nid, ())
+            return tx
+        enqueue_spill(tx, nid)
+    evict_device_node(tx, nid)
+    return tx
+
+
+def _device_victim(s: ClusterState, view: int | None) -> int | None:
+    """The first device victim of rank `view`'s order: under evict_write_back (the
+    reference's `evict()` under write_back) the unbacked leaves are victims too, but
+    under `"sync_fixed"` one whose write-back finds no room (skipped)."""
+    cfg = s.config
+    first = first_victim(s.dev_index, cfg, view) if s.dev_index else None
+    if not evict_write_back(cfg):
+        return first
+    order = lambda k: rank_order_key(k, cfg, view)  # noqa: E731
+    bound = order(victim_order(s.nodes[first], cfg)) if first is not None else None
+    # the unbacked leaves before the first backed victim, in order (only those are tried
+    # for room under sync_fixed)
+    for key in sorted((victim_order(s.nodes[nid], cfg) for nid in unbacked_leaves(s)), key=order):
+        if bound is not None and order(key) > bound:
+            break
+        if cfg.evict_write_back == "sync" or _written_back_and_evicted(s, key[2], view) is not None:
+            return key[2]
+    return first
+
+
 def evict_device(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
-    return _evict_first(s, t, "device", view)
+    """Evict the first device victim; the argument must name it. Under evict_write_back an
+    unbacked one is written back first; under `"sync"` one whose write-back finds no
+    host run makes the reference's assert fire (every rank: the plan is replicated),
+    which the step records in `halted`, changing nothing else."""
+    if not evict_write_back(s.config):
+        return _evict_first(s, t, "device", view)
+    nid = t.arg("node")
+    first = _device_victim(s, view)
+    if first is None:
+        raise Rejected("no node can be evicted from L1")
+    if nid != first:
+        raise Rejected(f"the device victim order picks node {first}, not {nid}")
+    tx = _written_back_and_evicted(s, nid, view)
+    if tx is None:
+        # the reference appends the victim to the nodes it evicts after its loop all the
+        # same, and asserts that each is backed: the scheduler process dies
+        stop = Tx(s)
+        stop.halted = "EvictDevice"
+        return stop.commit()
+    return tx.commit()
 
 
 def evict_host(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
@@ -50,8 +116,9 @@ def evict_host(s: ClusterState, t: Transition, view: int | None = None) -> Clust
 
 
 def evict_device_candidates(s: ClusterState) -> Iterable[Transition]:
-    if s.dev_index:
-        yield Transition.make("EvictDevice", node=first_victim(s.dev_index, s.config, cluster_view(s.config)))
+    first = _device_victim(s, cluster_view(s.config))
+    if first is not None:
+        yield Transition.make("EvictDevice", node=first)
 
 
 def evict_host_candidates(s: ClusterState) -> Iterable[Transition]:
@@ -131,11 +198,8 @@ def load_back(s: ClusterState, t: Transition, view: int | None = None) -> Cluste
         tree = TreeView(tx.nodes.__getitem__, tx.pending.__contains__, cfg, view)
         cands = [k[2] for k in in_rank_order(s.dev_index, cfg, view)]
         if sync:
-            # the unbacked device leaves, written back before they are evicted (a pending
-            # one only where the victim test does not see its backup: evict_pending)
-            held = [s.nodes[nid] for nid in s.pending if nid in s.nodes]
-            cands += sorted(s.backup_index) + sorted(
-                n.id for n in held if n.dev and n.host is None and not n.ondev and not held_on_l1(n, True, cfg))
+            # the unbacked device leaves, written back before they are evicted
+            cands += unbacked_leaves(s)
         # load_back_evict = "whole" (SGLang's `evict(num_tokens=len(host_indices))`): a load
         # short of pages evicts for its whole size, and loads once what it lacked is free
         goal = need if cfg.load_back_evict == "whole" else deficits
