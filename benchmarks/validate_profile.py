@@ -55,7 +55,7 @@ def substituted(text: str, names: list[str]) -> str:
     if TAKE not in text:
         raise SystemExit("the trace module has no `/\\ Take(Steps[cursor])`: kvsm.tla.trace changed; update this script")
     out = text.replace(TAKE, f"/\\ IF Steps[cursor][1] \\in {which} THEN Assign(Steps[cursor]) ELSE Take(Steps[cursor])")
-    return out.replace("\nSegInit ==", "\n" + assign + "SegInit ==", 1)
+    return out.replace("\nSetTo(F) ==", "\n" + assign + "SetTo(F) ==", 1)
 
 
 def first_step_only(text: str) -> str:

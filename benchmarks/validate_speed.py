@@ -55,7 +55,7 @@ def _kvsm(*args: str, check: bool = True) -> float:
 
 def _transitions(log: Path) -> int:
     with open(log) as f:
-        return sum(1 for line in f if '"name"' in line)
+        return sum(1 for line in f if line.startswith('{"i":'))
 
 
 def side_by_side(log: Path, repeat: int, workers: int) -> dict[str, Any]:

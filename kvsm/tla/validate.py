@@ -342,7 +342,8 @@ def _runs(mods: list[TraceModules], workers: int, segments: int | None) -> list[
         for idx, (i, j, w, _) in enumerate(segs):
             run.append((i, j))
             acc += w
-            if k < n and acc >= total * k / n and len(segs) - idx - 1 >= n - k:
+            left = len(segs) - idx - 1  # segments after this one, for the n - k runs after this one
+            if k < n and left >= n - k and (acc >= total * k / n or left == n - k):
                 out.append(run)
                 run, k = [], k + 1
         if run:
