@@ -84,3 +84,23 @@ def test_validate_of_several_logs_names_the_one_that_cannot_be_read_before_any_t
     missing = tmp_path / "nope.jsonl"
     res = runner.invoke(app, ["validate", str(a), str(missing)])
     assert res.exit_code == 2 and f"{missing}: cannot open" in res.output
+
+
+def test_logs_are_shared_among_workers_by_config_and_cost_without_tlc(tmp_path):
+    """How `validate_many` deals stretches to TLC processes: logs of one config share
+    up to `workers` processes of consecutive logs; logs of another config get their
+    own; a forced segment count gives each segment its own process."""
+    from kvsm.tla.validate import TraceModules, _runs
+
+    small = [_walk(tmp_path, s, steps=200) for s in (1, 2, 3, 4)]
+    default = _walk(tmp_path, 5, "default", 60)
+    mods = [TraceModules(str(p), 2, None, None, index=i) for i, p in enumerate(small + [default])]
+    # 4 short small-config logs (under 2,000 steps together): one process; the default-config log: another
+    assert _runs(mods, 2, None) == [[(0, 0), (1, 0), (2, 0), (3, 0)], [(4, 0)]]
+    # with a minimum of 2,000 steps per process out of the way, two processes of consecutive logs
+    mods[0].plan = [(0, 5000)]
+    mods[0].items = mods[0].items * 40
+    runs = _runs(mods, 2, None)
+    assert runs[0] == [(0, 0)] and runs[1] == [(1, 0), (2, 0), (3, 0)] and runs[2] == [(4, 0)]
+    forced = [TraceModules(str(p), 2, 2, None, index=i) for i, p in enumerate(small[:2])]
+    assert _runs(forced, 2, 2) == [[(0, 0)], [(0, 1)], [(1, 0)], [(1, 1)]]
