@@ -3,8 +3,9 @@
 The Python model replays the log and computes every state. The log is cut into
 segments (one when it is short); each becomes a trace module (`kvsm.tla.trace`) that
 starts from the model's state before the segment's first step, mapped onto the spec's
-variables, and gives each step with what the model's step changed. TLC follows each
-segment in a process of its own, up to `workers` at once: it takes the spec's action
+variables, and gives each step with what the model's step changed. A TLC process
+follows one or more segments (of one log or of many, `validate_many`) one after
+another, up to `workers` processes at once: it takes the spec's action
 the step names, with the log's arguments, and compares every variable with the
 model's next state. Consecutive segments share one state (the last of one is the
 first of the next), so every step is checked from the model's state before it, and
