@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvsm.tla.canon import SPEC_VARIABLES  # noqa: E402
-from kvsm.tla.trace import _apply  # noqa: E402
+from kvsm.tla.trace import CODE, _apply  # noqa: E402
 from kvsm.tla.validate import TraceModules, run_segment  # noqa: E402
 
 TAKE = "/\\ Take(Steps[cursor])"
@@ -44,22 +44,22 @@ TAKE = "/\\ Take(Steps[cursor])"
 def substituted(text: str, names: list[str]) -> str:
     """The module with the steps of `names` taking the model's delta (`Assign`)."""
     assign = (
-        "Assign(s) ==\n    LET d == s.d\n        E == IF \"nodes\" \\in DOMAIN d THEN ApplyMap(nodes, d.nodes) ELSE nodes\n    IN\n"
+        "Assign(s) ==\n    LET d == s[3]\n        E == IF \"nodes\" \\in DOMAIN d THEN ApplyMap(nodes, d.nodes) ELSE nodes\n    IN\n"
         + "\n".join(
             f"    /\\ {v}' = " + ("E" if v == "nodes" else f'IF "{v}" \\in DOMAIN d THEN {_apply(v, v, "d")} ELSE {v}')
             for v in SPEC_VARIABLES
         )
         + "\n\n"
     )
-    which = "{" + ", ".join(f'"{n}"' for n in names) + "}"
+    which = "{" + ", ".join(str(CODE[n]) for n in names) + "}"
     if TAKE not in text:
         raise SystemExit("the trace module has no `/\\ Take(Steps[cursor])`: kvsm.tla.trace changed; update this script")
-    out = text.replace(TAKE, f"/\\ IF Steps[cursor].name \\in {which} THEN Assign(Steps[cursor]) ELSE Take(Steps[cursor])")
-    return out.replace("\nSegInit ==", "\n" + assign + "SegInit ==", 1)
+    out = text.replace(TAKE, f"/\\ IF Steps[cursor][1] \\in {which} THEN Assign(Steps[cursor]) ELSE Take(Steps[cursor])")
+    return out.replace("\nSetTo(F) ==", "\n" + assign + "SetTo(F) ==", 1)
 
 
 def first_step_only(text: str) -> str:
-    return text.replace("/\\ cursor <= Len(Steps)\n", "/\\ cursor <= 1\n").replace("cursor = Len(Steps) + 1", "cursor = 2")
+    return text.replace("/\\ cursor < Starts[stretch + 1]\n", "/\\ cursor < 2\n").replace("cursor = Len(Steps) + 1", "cursor = 2")
 
 
 def main() -> int:

@@ -192,36 +192,43 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def validate(
-        log: Path = typer.Argument(..., help="transition log (JSONL)"),
-        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="TLC processes at once, one per segment (default: one per CPU)"),
-        segments: Optional[int] = typer.Option(None, "--segments", min=1, max=MAX_SEGMENTS, help=f"stretches of the log checked apart, each by a TLC process of its own, at most {MAX_SEGMENTS} (default: one per worker for a long log)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        logs: list[Path] = typer.Argument(..., help="transition logs (JSONL); several are followed by shared TLC processes"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="TLC processes at once (default: one per CPU)"),
+        segments: Optional[int] = typer.Option(None, "--segments", min=1, max=MAX_SEGMENTS, help=f"stretches of each log checked apart, each by a TLC process of its own, at most {MAX_SEGMENTS} (default: one per worker for a long log)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object per log, one a line"),
         bug: Optional[str] = bug_option(),
     ) -> None:
-        """Decide with TLC whether a log is a behaviour of the spec: every step, from the
+        """Decide with TLC whether each log is a behaviour of the spec: every step, from the
         model's state before it, to the model's state after it (with --bug, of the spec
         with that defect; the correct spec by default, whatever defect the log was
-        written with)."""
+        written with). Exit 1 if any log is not."""
         from ..log import LogError
         from ..tla.errors import TLCError, TLCUnavailable
-        from ..tla.validate import validate as do_validate
+        from ..tla.validate import validate as do_validate, validate_many
 
         bug_or_exit(bug)
-        warn_old_log(log)
+        for log in logs:
+            warn_old_log(log)
+        what = "segments" if len(logs) == 1 else "TLC processes"
+
         def on_segment(done: int, total: int) -> None:
             if total > 1:
-                err.print(f"kvsm: validate: {done}/{total} segments decided", highlight=False, soft_wrap=True)
+                err.print(f"kvsm: validate: {done}/{total} {what} decided", highlight=False, soft_wrap=True)
 
         try:
-            with busy(f"validate: TLC follows {log}"):
-                res = do_validate(log, workers=workers, segments=segments, bug=bug, on_segment=on_segment)
+            with busy(f"validate: TLC follows {logs[0] if len(logs) == 1 else f'{len(logs)} logs'}"):
+                if len(logs) == 1:
+                    results = [do_validate(logs[0], workers=workers, segments=segments, bug=bug, on_segment=on_segment)]
+                else:
+                    results = validate_many(logs, workers=workers, segments=segments, bug=bug, on_run=on_segment)
         except LogError as e:
             raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
         except (TLCError, TLCUnavailable) as e:
             raise _tlc_failed(e) from None
-        _print_validate(res, log, as_json)
-        if not res.ok:
-            # up to the first step the spec rejects; else the log up to where the model
-            # stops replaying it (its rejection or its digest mismatch, which the story names)
-            _tell_story(log, res.first_rejected["step"] if res.first_rejected else res.steps)
-        raise typer.Exit(0 if res.ok else EXIT_FAILED)
+        for log, res in zip(logs, results):
+            _print_validate(res, log, as_json)
+            if not res.ok:
+                # up to the first step the spec rejects; else the log up to where the model
+                # stops replaying it (its rejection or its digest mismatch, which the story names)
+                _tell_story(log, res.first_rejected["step"] if res.first_rejected else res.steps)
+        raise typer.Exit(0 if all(res.ok for res in results) else EXIT_FAILED)

@@ -210,7 +210,9 @@ class Tokens:
             i += m
         return "<<<<" + ", ".join(runs) + f">>, {intset(poisoned)}>>"
 
-    def module_text(self) -> str:
-        if not self.used:
+    def module_text(self, used: set[int] | None = None) -> str:
+        """`Tok`: the sequences of `used` (default: those used since `used` was reset)."""
+        used = self.used if used is None else used
+        if not used:
             return "<<>>"
-        return "(" + " @@ ".join(f"{j} :> {ints(self.seqs[j - 1])}" for j in sorted(self.used)) + ")"
+        return "(" + " @@ ".join(f"{j} :> {ints(self.seqs[j - 1])}" for j in sorted(used)) + ")"

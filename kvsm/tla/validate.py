@@ -3,8 +3,9 @@
 The Python model replays the log and computes every state. The log is cut into
 segments (one when it is short); each becomes a trace module (`kvsm.tla.trace`) that
 starts from the model's state before the segment's first step, mapped onto the spec's
-variables, and gives each step with what the model's step changed. TLC follows each
-segment in a process of its own, up to `workers` at once: it takes the spec's action
+variables, and gives each step with what the model's step changed. A TLC process
+follows one or more segments (of one log or of many, `validate_many`) one after
+another, up to `workers` processes at once: it takes the spec's action
 the step names, with the log's arguments, and compares every variable with the
 model's next state. Consecutive segments share one state (the last of one is the
 first of the next), so every step is checked from the model's state before it, and
@@ -26,7 +27,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from ..log import LogError, read_log
 
@@ -39,9 +40,9 @@ from .runner import TLCResult, run_tlc, stop_all
 from .canon import MappingError
 from .compact import Tokens
 from .delta import DeltaEncoder
-from .trace import MODULE, SPEC_PARAMS, module_text, step_record, trace_config
+from .trace import MODULE, SPEC_PARAMS, module_text, module_text_many, step_record, trace_config
 
-__all__ = ["SPEC_PARAMS", "ValidateResult", "TraceModules", "run_segment", "validate", "plan_segments", "MIN_SEGMENT_STEPS"]
+__all__ = ["SPEC_PARAMS", "ValidateResult", "TraceModules", "run_segment", "validate", "validate_many", "plan_segments", "MIN_SEGMENT_STEPS"]
 
 # Below this many steps a segment is not worth its own TLC process: starting the JVM
 # and parsing the spec cost about as much as following this many default-config steps.
@@ -138,43 +139,34 @@ def plan_segments(names: list[str], workers: int, segments: int | None = None) -
     return [(bounds[i], bounds[i + 1]) for i in range(segments)]
 
 
-def _outcome(seg: SegmentResult, res: TLCResult, from_init: bool) -> None:
-    """Where TLC stopped in a segment, from the cursor and `bad` it printed (its
-    traces are printed through the VIEW `<<cursor, bad>>`)."""
-    seg.tlc = res
-    v = res.violation
-    if v is None:
-        return
-    if not v.trace:
-        raise RuntimeError(f"TLC reported {v.property} without a trace while validating segment {seg.index}")
-    last = v.trace[-1].state
-    cursor, bad = last["view"] if "view" in last else (last["cursor"], last["bad"])
-    if v.kind == "deadlock":
-        seg.rejected_step = seg.first_step + cursor - 1
-        seg.reason = "the spec does not take this step from the model's state before it"
-    elif v.kind == "invariant" and v.property == "TraceOk":
-        seg.variables = sorted(bad)
-        if len(v.trace) == 1:
-            seg.rejected_step = 0 if from_init else seg.first_step
-            seg.reason = "the model's initial state is not the spec's Init" if from_init else "the segment's first state is wrong"
-        else:
-            seg.rejected_step = seg.first_step + cursor - 2
-            seg.reason = "the spec's state after this step differs from the model's"
-    else:
-        raise RuntimeError(f"TLC reported {v.property} while validating segment {seg.index}; the trace module is wrong")
+@dataclass
+class Stretch:
+    """One segment of one log, replayed and written as the parts of a trace module:
+    its first state `init`, its steps `rows`, and the `Tok` sequences they use."""
+
+    log: int  # the log's index in the call
+    seg: SegmentResult
+    init: dict[str, str]
+    rows: list[str]
+    used: set[int]
+    from_init: bool  # the log's first segment: its first state must be the spec's Init
 
 
 class TraceModules:
-    """A log replayed by the Python model and cut into segments, each written as a trace
-    module: iterate it for `(SegmentResult, module text)`, one segment at a time (the
-    module of a segment is written when the iteration reaches it, so that TLC can follow
-    one while the next is written). `config` is the trace modules' TLC config. After
-    the iteration: `steps` and `lines`, the transitions replayed and their log lines,
-    `model_rejected` and `digest_mismatch` as in `ValidateResult`, and `seconds`, the
-    time spent replaying and writing."""
+    """A log replayed by the Python model and cut into segments: `stretches()` yields
+    each as a `Stretch`, and iterating yields `(SegmentResult, module text)`, a trace
+    module of that segment alone, one segment at a time (a segment is replayed and
+    written when the iteration reaches it, so that TLC can follow one while the next is
+    written). `config` is the trace modules' TLC config. After the iteration: `steps`
+    and `lines`, the transitions replayed and their log lines, `model_rejected` and
+    `digest_mismatch` as in `ValidateResult`, and `seconds`, the time spent replaying
+    and writing. `tokens`, shared by the logs of one call, numbers the token
+    sequences of their arrivals (`Tok`)."""
 
-    def __init__(self, path: str, workers: int, segments: int | None, bug: str | None) -> None:
+    def __init__(self, path: str, workers: int, segments: int | None, bug: str | None,
+                 tokens: Tokens | None = None, index: int = 0) -> None:
         self.path = path
+        self.index = index
         header, stream = read_log(path)
         cfg = header.config
         refuse_unmodelled(cfg, f"{path}: the log's config")
@@ -183,7 +175,7 @@ class TraceModules:
             raise LogError(path, 1, f"initial digest {header.initial_digest} != {self.state.digest()} of the config's initial state", malformed=False)
         self.items = list(stream)
         spec_dir()  # fail early, with the reason, when the spec cannot be found
-        self.tok = Tokens()
+        self.tok = Tokens() if tokens is None else tokens
         for _, _, t, _ in self.items:
             if t.name == "Arrive":
                 self.tok.add(tuple(t.arg("tokens")))
@@ -198,7 +190,11 @@ class TraceModules:
         self.digest_mismatch: dict[str, Any] | None = None
         self.seconds = 0.0
 
-    def __iter__(self) -> Iterator[tuple[SegmentResult, str]]:
+    def weights(self) -> list[float]:
+        """The estimated cost of TLC's work on each planned segment (`STEP_WEIGHT`)."""
+        return [sum(STEP_WEIGHT.get(t.name, 1.0) for _, _, t, _ in self.items[a:b]) for a, b in self.plan]
+
+    def stretches(self) -> Iterator[Stretch]:
         p, items, tok, enc = self.path, self.items, self.tok, self.enc
         state = self.state
         for index, (a, b) in enumerate(self.plan):
@@ -227,55 +223,139 @@ class TraceModules:
                     raise LogError(p, lineno, f"the model's state after {t} has no counterpart in the spec: {e}") from None
                 state = nxt
             seg.steps = len(rows)
-            text = module_text(init, rows, tok, from_init=(a == 0))
             self.seconds += time.perf_counter() - m0
-            yield seg, text
+            yield Stretch(self.index, seg, init, rows, set(tok.used), from_init=(a == 0))
             if self.model_rejected is not None:
                 return
 
+    def __iter__(self) -> Iterator[tuple[SegmentResult, str]]:
+        for st in self.stretches():
+            m0 = time.perf_counter()
+            text = module_text(st.init, st.rows, self.tok, from_init=st.from_init)
+            self.seconds += time.perf_counter() - m0
+            yield st.seg, text
+
 
 def run_segment(text: str, config: ModelConfig, steps: int) -> TLCResult:
-    """TLC follows one trace module of `steps` steps. The serial collector: a segment's
-    heap is its Steps constant and one state, and parallel collectors would multiply the
-    memory of parallel segments. TLC follows it in its simulation mode: one behaviour as
-    long as the segment (every state has one successor, the step's), with no
-    fingerprint of each state to take and keep (a fifth of TLC's time here)."""
+    """TLC follows one trace module of `steps` states after its first (steps, and the
+    jumps between its stretches). The serial collector: a module's heap is its Steps
+    constant and one state, and parallel collectors would multiply the memory of
+    parallel runs. TLC follows it in its simulation mode: one behaviour as long as the
+    module's (every state has one successor), with no fingerprint of each state to take
+    and keep (a fifth of TLC's time here)."""
     return run_tlc(
         Path(f"{MODULE}.tla"), config, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
         jvm=("-XX:+UseSerialGC",), simulate={"num": 1, "depth": steps + 1, "seed": 0},
     )
 
 
-def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None,
-             on_segment: Callable[[int, int], None] | None = None) -> ValidateResult:
-    """Decide with TLC whether the log at `path` is a behaviour of the spec, in up to
-    `workers` TLC processes at once (default: one per CPU) over `segments` stretches
-    of the log (default: see `plan_segments`). A log that cannot be read (malformed
-    line, unknown transition) raises `LogError`; a config the spec does not model
-    raises `TLCError`. The spec has the injected defect `bug` (the correct spec by
-    default, whatever defect the log was written with); the Python model replays the
-    log as it was written (with the defect its header names) to compute its states."""
-    t0 = time.perf_counter()
-    p = str(path)
-    workers = max(1, workers or os.cpu_count() or 1)
-    modules = TraceModules(p, workers, segments, bug)
-    segs: list[SegmentResult] = []
-    pending: list[tuple[SegmentResult, Future]] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        try:
-            for seg, text in modules:
-                segs.append(seg)
-                pending.append((seg, pool.submit(run_segment, text, modules.config, seg.steps)))
-            for done, (seg, fut) in enumerate(pending, start=1):
-                _outcome(seg, fut.result(), from_init=(seg.index == 0))
-                if on_segment is not None:
-                    on_segment(done, len(pending))
-        except BaseException:  # interrupted: the segments not started never start, TLC stops
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all()
-            raise
-    steps, lines = modules.steps, modules.lines
-    model_rejected, digest_mismatch, model_seconds = modules.model_rejected, modules.digest_mismatch, modules.seconds
+def _outcome(todo: list[Stretch], res: TLCResult) -> int | None:
+    """Where TLC stopped in a module of the stretches `todo` (its traces are printed
+    through the VIEW `<<cursor, bad>>`): the index in `todo` of the stretch it rejected,
+    with the rejection recorded in its segment, or None when it followed them all."""
+    for st in todo:
+        st.seg.tlc = res
+    v = res.violation
+    if v is None:
+        return None
+    if not v.trace:
+        raise RuntimeError(f"TLC reported {v.property} without a trace while validating {len(todo)} stretch(es)")
+    last = v.trace[-1].state
+    cursor, bad = last["view"] if "view" in last else (last["cursor"], last["bad"])
+    # the stretch of the step at the cursor (a deadlock), or of the step just taken
+    at = cursor if v.kind == "deadlock" or len(v.trace) == 1 else cursor - 1
+    k, start = 0, 1  # todo[k]'s first step is Steps[start]
+    while k + 1 < len(todo) and start + len(todo[k].rows) <= at:
+        start += len(todo[k].rows)
+        k += 1
+    st = todo[k]
+    seg = st.seg
+    if v.kind == "deadlock":
+        seg.rejected_step = seg.first_step + cursor - start
+        seg.reason = "the spec does not take this step from the model's state before it"
+    elif v.kind == "invariant" and v.property == "TraceOk":
+        seg.variables = sorted(bad)
+        if len(v.trace) == 1:
+            seg.rejected_step = 0 if st.from_init else seg.first_step
+            seg.reason = "the model's initial state is not the spec's Init" if st.from_init else "the segment's first state is wrong"
+        else:
+            seg.rejected_step = seg.first_step + cursor - 1 - start
+            seg.reason = "the spec's state after this step differs from the model's"
+    else:
+        raise RuntimeError(f"TLC reported {v.property} while validating; the trace module is wrong")
+    return k
+
+
+def _follow(stretches: list[Stretch], config: ModelConfig, tok: Tokens) -> list[TLCResult]:
+    """TLC follows the stretches one after another in one process; after a rejection
+    (TLC stops there) the stretches after it in another. The log's first stretches
+    (from `Init`) go first: only a module's first stretch is compared with `Init`, and
+    they all start from the same state (their logs share the config). When that state
+    is not `Init`, each of them is rejected there. The TLC runs, in order."""
+    runs: list[TLCResult] = []
+    rest = list(stretches)
+    while rest:  # stretches from Init that start from different states go to different modules
+        head = next((st for st in rest if st.from_init), rest[0])
+        todo = [st for st in rest if st.from_init and st.init == head.init] + [st for st in rest if not st.from_init]
+        rest = [st for st in rest if st.from_init and st.init != head.init]
+        runs += _follow_one(todo, config, tok)
+    return runs
+
+
+def _follow_one(todo: list[Stretch], config: ModelConfig, tok: Tokens) -> list[TLCResult]:
+    runs: list[TLCResult] = []
+    while todo:
+        used = set().union(*(st.used for st in todo))
+        text = module_text_many([(st.init, st.rows, st.from_init) for st in todo], tok, used)
+        res = run_segment(text, config, sum(len(st.rows) for st in todo) + len(todo))
+        runs.append(res)
+        k = _outcome(todo, res)
+        if k is None:
+            break
+        first = todo[k]
+        rest = todo[k + 1 :]
+        if first.seg.rejected_step == 0:  # every stretch from Init starts from this state
+            for st in rest:
+                if st.from_init:
+                    st.seg.rejected_step, st.seg.reason, st.seg.variables = 0, first.seg.reason, first.seg.variables
+            rest = [st for st in rest if not st.from_init]
+        todo = rest
+    return runs
+
+
+def _runs(mods: list[TraceModules], workers: int, segments: int | None) -> list[list[tuple[int, int]]]:
+    """The TLC processes of a call: lists of `(log, segment)`, each list of one config
+    (the constants of a trace module are its config's), of consecutive segments of
+    about equal cost. Forced `segments`: each segment a process of its own; else up to
+    `workers` processes per config, each with at least MIN_SEGMENT_STEPS steps."""
+    groups: dict[str, list[tuple[int, int, float, int]]] = {}
+    for i, m in enumerate(mods):
+        key = m.config.text()
+        for j, ((a, b), w) in enumerate(zip(m.plan, m.weights())):
+            groups.setdefault(key, []).append((i, j, w, b - a))
+    out: list[list[tuple[int, int]]] = []
+    for segs in groups.values():
+        if segments is not None:
+            out += [[(i, j)] for i, j, _, _ in segs]
+            continue
+        n = max(1, min(workers, len(segs), sum(s for *_, s in segs) // MIN_SEGMENT_STEPS))
+        total = sum(w for _, _, w, _ in segs)
+        run: list[tuple[int, int]] = []
+        acc, k = 0.0, 1
+        for idx, (i, j, w, _) in enumerate(segs):
+            run.append((i, j))
+            acc += w
+            left = len(segs) - idx - 1  # segments after this one, for the n - k runs after this one
+            if k < n and left >= n - k and (acc >= total * k / n or left == n - k):
+                out.append(run)
+                run, k = [], k + 1
+        if run:
+            out.append(run)
+    return out
+
+
+def _result(m: TraceModules, segs: list[SegmentResult], seconds: float) -> ValidateResult:
+    steps, lines = m.steps, m.lines
     rejecting = next((s for s in segs if s.rejected_step is not None), None)
     first_rejected = rejection = None
     if rejecting is not None:
@@ -289,9 +369,88 @@ def validate(path: str | Path, workers: int | None = None, segments: int | None 
         matched = max(0, k - 1)
     else:
         matched = len(steps)
-    ok = first_rejected is None and model_rejected is None and digest_mismatch is None
+    ok = first_rejected is None and m.model_rejected is None and m.digest_mismatch is None
     decided = rejecting or (segs[-1] if segs else None)
     return ValidateResult(
-        p, len(steps), matched, ok, first_rejected, model_rejected, digest_mismatch,
-        decided.tlc if decided else None, rejection, segs, time.perf_counter() - t0, model_seconds,
+        m.path, len(steps), matched, ok, first_rejected, m.model_rejected, m.digest_mismatch,
+        decided.tlc if decided else None, rejection, segs, seconds, m.seconds,
     )
+
+
+def validate_many(logs: Sequence[str | Path], workers: int | None = None, segments: int | None = None, bug: str | None = None,
+                  on_run: Callable[[int, int], None] | None = None) -> list[ValidateResult]:
+    """Decide with TLC, for each log of `logs` (paths), whether it is a behaviour of the
+    spec: a `ValidateResult` per log, in their order, each as `validate` gives it.
+
+    One TLC process follows many logs (and segments of long logs) one after another,
+    so that a TLC start (the JVM, parsing the spec) is shared: logs of one config (the
+    spec's constants) are cut into up to `workers` processes at once (default: one per
+    CPU) of about equal cost, each of at least MIN_SEGMENT_STEPS steps; logs of
+    different configs never share a process (their trace modules bind different
+    constants). A rejected log does not stop the others: TLC stops at the rejected
+    step, and the stretches after it are followed by a new process. `segments` cuts
+    every log into that many stretches, each followed by a process of its own.
+    `on_run(done, total)` is called as each process's verdicts are in.
+
+    Every log is read, and its config checked, before TLC starts: a log that cannot be
+    read raises `LogError` naming it, a config the spec does not model `TLCError`.
+    `bug`: as for `validate`. Each result's `seconds` is the wall time from the call's
+    start until its last segment was decided, its `model_seconds` the time spent
+    replaying it and writing its stretches."""
+    t0 = time.perf_counter()
+    workers = max(1, workers or os.cpu_count() or 1)
+    tok = Tokens()
+    mods = [TraceModules(str(p), workers, segments, bug, tok, index=i) for i, p in enumerate(logs)]
+    runs = _runs(mods, workers, segments)
+    where = {ij: r for r, run in enumerate(runs) for ij in run}
+    got: list[dict[tuple[int, int], Stretch]] = [{} for _ in runs]
+    segs: list[list[SegmentResult]] = [[] for _ in mods]
+    finished = [0.0] * len(mods)
+    pending: list[tuple[int, Future]] = []
+
+    def follow(r: int, config: ModelConfig) -> float:
+        _follow([got[r][ij] for ij in runs[r]], config, tok)
+        return time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for i, m in enumerate(mods):
+                for st in m.stretches():
+                    segs[i].append(st.seg)
+                    r = where[(i, st.seg.index)]
+                    got[r][(i, st.seg.index)] = st
+                    if len(got[r]) == len(runs[r]):
+                        pending.append((r, pool.submit(follow, r, m.config)))
+                # the model stopped replaying the log (it rejects a step): its later segments are empty
+                for j in range(len(segs[i]), len(m.plan)):
+                    r = where[(i, j)]
+                    runs[r].remove((i, j))
+                    if got[r] and len(got[r]) == len(runs[r]):
+                        pending.append((r, pool.submit(follow, r, m.config)))
+            for done, (r, fut) in enumerate(pending, start=1):
+                at = fut.result()
+                for i, _ in runs[r]:
+                    finished[i] = max(finished[i], at)
+                if on_run is not None:
+                    on_run(done, len(pending))
+        except BaseException:  # interrupted: the processes not started never start, TLC stops
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all()
+            raise
+    return [_result(m, segs[i], finished[i] or time.perf_counter() - t0) for i, m in enumerate(mods)]
+
+
+def validate(path: str | Path, workers: int | None = None, segments: int | None = None, bug: str | None = None,
+             on_segment: Callable[[int, int], None] | None = None) -> ValidateResult:
+    """Decide with TLC whether the log at `path` is a behaviour of the spec, in up to
+    `workers` TLC processes at once (default: one per CPU) over `segments` stretches
+    of the log (default: see `plan_segments`). A log that cannot be read (malformed
+    line, unknown transition) raises `LogError`; a config the spec does not model
+    raises `TLCError`. The spec has the injected defect `bug` (the correct spec by
+    default, whatever defect the log was written with); the Python model replays the
+    log as it was written (with the defect its header names) to compute its states.
+    `on_segment(done, total)` is called as each TLC process's segments are decided."""
+    t0 = time.perf_counter()
+    res = validate_many([path], workers, segments, bug, on_segment)[0]
+    res.seconds = time.perf_counter() - t0
+    return res
