@@ -134,13 +134,14 @@ CONSTANT_FIELDS = (
     ("l2_alloc", "L2Alloc"),
     ("write_through_parent", "WriteThroughParent"),
     ("load_back_evict", "LoadBackEvict"),
+    ("backup_trigger", "BackupTrigger"),
     ("bug", "Bug"),
 )
 
 # Spec constants that KVCache defines with a default, which a model overrides by binding
 # them in its cfg (`StalePrune = "reference"`); a model that does not bind one has the
 # default, so the models written before it need not name it.
-DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall"}
+DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall", "BackupTrigger": "any"}
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
 NOT_IN_SPEC: dict[str, Any] = {}
