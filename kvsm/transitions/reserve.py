@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..config import Config
 from ..state import MATCHED, ROOT_ID, ClusterState, Pending, Rejected
 from ..tx import Tx
 from .transition import Transition
@@ -54,7 +55,7 @@ def parent_allows(s: ClusterState, nid: int) -> bool:
     return p == ROOT_ID or s.nodes[p].host is not None or p in s.pending
 
 
-def insert_triggers(cfg) -> bool:
+def insert_triggers(cfg: Config) -> bool:
     """Whether write-through backups start only inside `Insert` (`backup_trigger =
     "insert"`), not as a `Reserve` of their own."""
     return cfg.backup_trigger == "insert" and cfg.policy == "write_through"
