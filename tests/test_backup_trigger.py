@@ -4,6 +4,8 @@ its new node (`_inc_hit_count`), top down, inside the `Insert` step."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvsm.config import ConfigError, builtin_file, load_config
@@ -147,16 +149,21 @@ def test_a_simulator_log_under_insert_replays_and_tlc_validates_it(tmp_path):
                                  "--set", "durable_split=fixed", "--check", "-o", str(log), "--json"])
     assert r.exit_code == 0, r.output
     header, steps = read_log(log)
+    m = json.loads(r.stdout)
     s = initial_state(header.config).untracked()
-    taken = evicting = 0
+    taken = evicting = reserved = 0
     for _, _, t, _ in steps:
         assert t.name != "Reserve"
         before = s
         s = apply(s, t)
         if t.name == "Insert":
-            taken += len(s.writes) > len(before.writes)
+            new = [n for n in s.writes if n not in before.writes]
+            taken += bool(new)
+            reserved += len(new)
             evicting += any(k[2] not in s.nodes for k in before.host_index)  # a host leaf it evicted
     assert taken > 0 and evicting > 0, (taken, evicting)
+    # the run's measures count them: the backups the Inserts took, the host pages evicted
+    assert m["backups_reserved"] == reserved and m["evictions"]["l2"] > 0
     res = replay(str(log), check=True)
     assert res.ok and not res.violations
     v = validate(log)
