@@ -35,7 +35,7 @@ COMMIT_CALLS = ("fixed", "reference", "atomic")
 _DEFAULT_KNOBS = {"commit_call": "fixed", "own_disk_durable": "fixed", "ack_append": "fixed", "stale_prune": "off",
                   "carry_host_hit": False,
                   "write_back_evict": "locked", "evict_write_back": "locked", "l2_alloc": "run", "load_back_evict": "shortfall",
-                  "write_through_parent": "any", "l3_key": "namespace"}
+                  "write_through_parent": "any", "l3_key": "namespace", "backup_trigger": "any"}
 # write_back_evict (only under policy = write_back): how a load-back's owner-lane eviction
 # treats an unbacked device victim. `locked` (the default, the model before it): it is no
 # victim (a write-back is its own asynchronous, locked `Reserve`); `sync` (the reference's
@@ -71,6 +71,11 @@ MODEL_KNOBS: dict[str, tuple[str, ...]] = {
     # write-through backs up any eligible node, or ("backed") only one whose parent is
     # backed or is the root (SGLang's `write_backup` returns 0 otherwise)
     "write_through_parent": ("any", "backed"),
+    # where a write-through backup starts: "any", `Reserve`, a step of its own whenever a
+    # node is eligible; "insert" (the reference's `_inc_hit_count`, and SGLang's), only
+    # inside `Insert`, for each node it hits and its new node, top down. Nothing under
+    # write_back, where the hit count is off and a `Reserve` is a write-back
+    "backup_trigger": ("any", "insert"),
 }
 # l3_key: what an L3 page hash (a disk's key, a spill's and a reload's hashes) covers.
 # "namespace" (fixed): the page's content identity, namespace included; "tokens" (the
@@ -236,6 +241,7 @@ class Config:
     l2_alloc: str = "run"
     load_back_evict: str = "shortfall"
     write_through_parent: str = "any"
+    backup_trigger: str = "any"
     l3_key: str = "namespace"
     # The reference's production write-through path: a request's new pages get an L2
     # object and a node id before its forward pass (`Prepare`), attached at `Insert`

@@ -235,6 +235,11 @@ REFERENCE_UNREACHABLE: dict[str, str] = {
         "one prompt ([1, 2]): the tree is a chain with one leaf per tier, so no eviction "
         "has two victims to order"
     ),
+    "backup_host_uaf": (
+        "evict-to-fit with no host leaf while a backup is in flight; with backups only inside "
+        "an insert (backup_trigger = insert), one request at a time over one prompt never "
+        "reserves while another backup holds the pool (TLC's graph is the bug-free one)"
+    ),
     "reload_fail_double_free": "a failed disk read; the model has no disk fault (max_disk_faults = -1)",
     "failed_store_visible": "a failed disk write; the model has no disk fault (max_disk_faults = -1)",
     "host_hit_unpinned": (

@@ -23,7 +23,7 @@ from .config import Config
 from .state import ClusterState, Rejected, initial_state
 from .transitions import REGISTRY, Transition, arrive_step, names_for
 from .transitions.registry import cluster_view, waits_for_round
-from .transitions.reserve import FitsByLength
+from .transitions.reserve import FitsByLength, insert_triggers
 
 # the `Arrive` a walk may take in a state, if any (`step`'s `arrival`)
 Arrival = Callable[[ClusterState], "Transition | None"]
@@ -65,6 +65,8 @@ def _reserve_candidates(state: ClusterState, rng: random.Random, blocked: bool) 
     only when the walk tries it, once per page length (`FitsByLength`). The order is the
     one `reserve_candidates` shuffled would give: a shuffle's permutation depends only on
     the list's length."""
+    if insert_triggers(state.config):
+        return  # no Reserve of its own: Insert takes the backups
     pool = state.backup_index
     view = cluster_view(state.config)
     fits = FitsByLength(state, view)

@@ -448,7 +448,7 @@ InsertLayout(s, rid, v) ==
                      \o Positions(Len(req.tokens), req.out_pages)
         lanes == TLCEval([i \in DOMAIN positions |-> Lane(positions[i])])
     IN [path |-> path, fresh |-> fresh, sizes |-> sizes, reown |-> reown,
-        positions |-> positions, lanes |-> lanes,
+        positions |-> positions, lanes |-> lanes, view |-> v,
         room |-> MakeRoom(kp.s, LaneNeed(lanes), Range(path), v)]
 
 \* Every lane gets the pages Insert takes from it, once device victims are evicted.
@@ -460,6 +460,47 @@ LoadingPages == UNION {{loads[j].pages[k][1] : k \in 1 .. Len(loads[j].pages)} :
 \* The request matched a node whose load-back is in flight: its forward pass reads
 \* those pages, so it waits for their copies.
 ReadsLoading(rid) == \E n \in PathToRoot(nodes, requests[rid].node) : Range(nodes[n].dev) \cap LoadingPages # {}
+
+(* WriteThroughParent (kvsm's `write_through_parent`, a definition a model
+   overrides): "backed" backs a node up only when its parent is the root or is
+   backed, committed or its write submitted (SGLang's write_backup); "any" does not look. *)
+WriteThroughParent == "any"
+ASSUME WriteThroughParent \in {"any", "backed"}
+
+(* BackupTrigger (kvsm's `backup_trigger`, a definition a model overrides): "any"
+   backs a node up in a step of its own (Reserve) once it is eligible; "insert"
+   only where the reference does (_inc_hit_count): inside Insert, for each node
+   it hits, top down, then for its new node unless a prepared backup is attached.
+   Nothing changes under write_back (no hit count; a Reserve is a write-back). *)
+BackupTrigger == "any"
+ASSUME BackupTrigger \in {"any", "insert"}
+InsertBacksUp == BackupTrigger = "insert" /\ WriteThrough
+
+\* Node n of record s is eligible for a backup (IsBackupCandidate, ParentAllows).
+BackupCandidateIn(s, n) ==
+    LET nd == s.nodes[n]
+    IN /\ nd.dev # <<>> /\ nd.host = NoObject /\ n \notin s.pending /\ nd.hits >= WriteThreshold
+       /\ \/ WriteThroughParent = "any" \/ nd.parent = Root
+          \/ s.nodes[nd.parent].host # NoObject \/ nd.parent \in s.pending
+
+\* Rank v's reserve of node n's backup inside a step, as Reserve's: the host victims
+\* of `s` released until a run fits (HostRoomAs), then the object, if it fits.
+ReservedIn(s, n, v) ==
+    LET len == Len(s.nodes[n].key)
+        s1 == HostRoomAs(s, s, RoomNeed(len, v), v).s
+        got == HostAlloc(s1.l2_free, len)
+    IN IF ~HasRoom(s1.l2_free, len) THEN s1
+       ELSE [s1 EXCEPT !.l2_free = @ \ Range(got),
+                  !.objects = (n :> NewObject(got, FALSE, n)) @@ @,
+                  !.pending = @ \cup {n},
+                  !.writes = Append(@, n),
+                  !.nodes[n].lock = @ + 1]
+
+\* The backups of the nodes ns[k..] taken in order, each if eligible when its turn comes.
+RECURSIVE BackupsFrom(_, _, _, _)
+BackupsFrom(s, ns, k, v) ==
+    IF k > Len(ns) THEN s
+    ELSE BackupsFrom(IF BackupCandidateIn(s, ns[k]) THEN ReservedIn(s, ns[k], v) ELSE s, ns, k + 1, v)
 
 \* The insert of request rid along its layout `lay` (InsertLayout).
 Inserted(s, rid, lay) ==
@@ -498,7 +539,10 @@ Inserted(s, rid, lay) ==
                         ELSE s1.nodes[n]]
         grown == IF fresh = <<>> THEN pathNodes ELSE (newId :> newNode) @@ pathNodes
         final == IF fresh = <<>> THEN last ELSE newId
-    IN Settled(DroppedHit([s1 EXCEPT
+        \* InsertBacksUp: the nodes it hit, top down, then the new one unless attached
+        hit == SelectSeq([k \in DOMAIN path |-> IF reown[k] = <<>> THEN path[k] ELSE Root], LAMBDA x : x # Root)
+        backs == hit \o (IF fresh = <<>> \/ attach THEN <<>> ELSE <<newId>>)
+        done == DroppedHit([s1 EXCEPT
           !.nodes = LockPath(LockPath(grown, final, 1), req.node, -1),
           !.next_id = IF fresh = <<>> \/ attach THEN @ ELSE @ + 1,
           !.clock = @ + Len(path) + Bit(fresh # <<>>),
@@ -506,7 +550,8 @@ Inserted(s, rid, lay) ==
           !.dev_content = Zip(SubSeq(pages, 1, nReown + Len(fresh)),
                               [i \in filled |-> NsPre(req.ns) \o SubSeq(req.tokens, 1, lay.positions[i] + 1)]) @@ @,
           !.requests[rid] = [req EXCEPT !.phase = "decoding", !.node = final,
-                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]], rid),
+                                        !.pages = SubSeq(pages, nReown + Len(fresh) + 1, Len(pages))]], rid)
+    IN Settled(IF InsertBacksUp THEN BackupsFrom(done, backs, 1, lay.view) ELSE done,
                rid, IF attach THEN prep ELSE NoNode)
 
 \* Insert's effect: the split, the evictions, the pages taken, the request, its prepared backup settled.
@@ -675,11 +720,6 @@ PruneStaleTail(n, at) ==
 (* Eligible for a backup: on L1, unbacked, not pending, and under write_through
    hit often enough; under write_back an unlocked leaf of L1 (it is written back
    before it is evicted). *)
-(* WriteThroughParent (kvsm's `write_through_parent`, a definition a model
-   overrides): "backed" backs a node up only when its parent is the root or is
-   backed, committed or its write submitted (SGLang's write_backup); "any" does not look. *)
-WriteThroughParent == "any"
-ASSUME WriteThroughParent \in {"any", "backed"}
 ParentAllows(n) ==
     \/ WriteThroughParent = "any"
     \/ nodes[n].parent = Root
@@ -730,6 +770,7 @@ ReserveTo(s) ==
 
 Reserve(n, fits) ==
     /\ RoundClosed
+    /\ ~InsertBacksUp
     /\ n \in DOMAIN nodes
     /\ IsBackupCandidate(n)
     /\ fits = HostRoomFor(Len(nodes[n].key), ClusterView)

@@ -90,14 +90,14 @@ def test_tlc_and_the_model_agree_on_the_own_disk_model_under_the_shared_index(tm
 
 def _reference_order(cfg_kw, tail):
     """[1, 2] inserted and backed up in the insert's own step, as the reference's insert
-    does (`_inc_hit_count` with threshold 1: the model's `Reserve` right after `Insert`,
-    before anything else), committed; then `tail`. Returns the first violation."""
+    does (`_inc_hit_count` with threshold 1: the profile's `backup_trigger = "insert"`),
+    committed; then `tail`. Returns the first violation."""
     from kvsm.invariants import violations_after
     from kvsm.state import initial_state
     from kvsm.transitions import apply
 
     s = initial_state(replace(load_config("reference"), **cfg_kw))
-    steps = [T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0), T("Reserve", node=1, fits=True),
+    steps = [T("Arrive", rid=0, tokens=[1, 2], out_pages=0), T("Match", rid=0), T("Insert", rid=0),
              T("AckAppend", rank=0), T("AckAppend", rank=1), T("WriteDone", rank=0), T("WriteDone", rank=1),
              T("CommitCall", rank=0), T("CommitCall", rank=1), T("Commit"), T("Finish", rid=0), *tail]
     for t in steps:
@@ -109,8 +109,8 @@ def _reference_order(cfg_kw, tail):
 
 
 def test_findings_2_and_4_follow_from_the_reference_s_own_backup_order():
-    """The cases of findings 2 and 4 back a node up with a catch-up `Reserve` at a moment
-    no insert runs; the same violations follow when the backup is the insert's own."""
+    """The same violations as findings 2 and 4's cases follow when the backup is the
+    insert's own and the second request comes only after the commit."""
     split = [T("Arrive", rid=1, tokens=[1, 2], out_pages=0), T("Match", rid=1)]
     # finding 2: the match splits [1, 2] before its queued spill is submitted
     got = _reference_order({"commit_call": "fixed"}, [*split, T("SpillSubmit")])

@@ -61,7 +61,16 @@ VARIANTS = {
     # graph this small has no short load with a spare victim: a simulator log that TLC
     # validates has them (tests/test_upstream_knobs.py)
     "load_back_whole": (dict(LoadBackEvict='"whole"', L1=2, MaxRequests=2), PROMPTS, {"LoadBack", "LoadDone", "EvictDevice"}),
+    # backups only inside Insert, where the reference takes them (BackupTrigger = "insert"):
+    # no Reserve step; a two-page pool that an insert's backup evicts to fit
+    "backup_trigger_insert": (dict(BackupTrigger='"insert"', MaxRequests=2), PROMPTS, {"Split", "Commit", "LoadBack", "EvictHost"}),
+    # the same with a threshold of two (a path node's second hit backs it up) and a
+    # prepared backup attached at the insert instead of the new node's hit
+    "backup_trigger_insert_prepared": (dict(BackupTrigger='"insert"', WriteThreshold=2, PreparedBackups='TRUE', L1=2, MaxRequests=3),
+                                       (((1, 2, 3), 0), ((1, 2, 4), 0)), {"Prepare", "Commit", "Split", "Rollback"}),
 }
+# variants under which Reserve is no step of its own
+NO_RESERVE = {"backup_trigger_insert", "backup_trigger_insert_prepared"}
 
 
 def _write_model(d: Path, name: str, consts: dict, prompts: tuple) -> Path:
@@ -93,3 +102,5 @@ def test_conform_is_equal_on_a_variant_that_changes_one_setting(tmp_path, name):
     assert edges["violations"] == []
     missing = {t for t in reached if not edges["edges_by_transition"].get(t)}
     assert not missing, f"the {name} variant never takes {sorted(missing)}"
+    if name in NO_RESERVE:
+        assert not edges["edges_by_transition"].get("Reserve")

@@ -48,9 +48,11 @@ def test_a_defect_the_small_model_cannot_reach_says_why():
     # the defects of a knob the profile leaves at its default: the model's value of it
     assert model.max_disk_faults == -1 and len(model.prompts) == 1
     assert not model.carry_host_hit and model.write_back_evict == "locked" and model.policy == "write_through"
+    # backup_host_uaf: backups only inside an insert, one request alive at a time
+    assert model.backup_trigger == "insert" and model.max_live == 1
     for name, why in REFERENCE_UNREACHABLE.items():
         assert why and ("disk fault" in why or "one prompt" in why or "carry_host_hit" in why
-                        or "write_back_evict" in why), name
+                        or "write_back_evict" in why or "backup_trigger" in why), name
 
 
 @pytest.mark.tlc

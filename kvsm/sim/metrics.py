@@ -73,7 +73,7 @@ class Metrics:
     evicted_l1: int = 0
     evicted_l2: int = 0
     backups_reserved: int = 0
-    reserves_failed: int = 0  # Reserve with fits = false: evicted host leaves, reserved nothing
+    reserves_failed: int = 0  # Reserve with fits = false: evicted host leaves, reserved nothing (not counted inside Insert)
     backups_prepared: int = 0  # Prepare with fits = true (prepared_backups)
     prepares_failed: int = 0  # Prepare with fits = false
     prepared_attached: int = 0  # prepared backups an Insert attached (then pending like a Reserve's)
@@ -113,6 +113,8 @@ class Metrics:
                 # its write-back (evict_write_back): the copy and the host evictions to fit
                 self.moved_l1_to_l2 += list(map(type, after.effects)).count(Store)
                 self.evicted_l2 += sum(e.length for e in after.effects if isinstance(e, PoisonHost))
+            if name == "Insert" and after.config.backup_trigger == "insert":
+                self._insert_backups(t.arg("rid"), before, after)
         elif name in _HOST_EVICTING:
             self.evicted_l2 += sum(e.length for e in after.effects if isinstance(e, PoisonHost))
         if name == "WriteDone":
@@ -146,6 +148,17 @@ class Metrics:
             # an aborted request's hold ends without a release
             self._held_since.pop(t.arg("rid"), None)
             self._reloaded.pop(t.arg("rid"), None)
+
+    def _insert_backups(self, rid: int, before: ClusterState, after: ClusterState) -> None:
+        """The backups an Insert took itself (`backup_trigger = "insert"`) and the host
+        leaves they evicted (its freed host pages but a rolled-back prepared backup's)."""
+        old = set(before.writes)
+        self.backups_reserved += sum(1 for n in after.writes if n not in old)
+        freed = sum(e.length for e in after.effects if isinstance(e, PoisonHost))
+        prep = before.prepared.get(rid)
+        if prep is not None and prep not in after.pending:
+            freed -= before.objects[prep].length
+        self.evicted_l2 += freed
 
     def _on_l3(self, t: Transition, before: ClusterState, after: ClusterState) -> None:
         name = t.name

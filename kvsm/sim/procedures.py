@@ -11,7 +11,7 @@ from ..transitions.registry import cluster_view
 from ..transitions.evict import carried_run, evict_device_candidates, host_run
 from ..transitions.prune import stale_cut
 from ..transitions.reload import reload_target
-from ..transitions.reserve import parent_allows, prepare_fits, prepare_length, reserve_fits
+from ..transitions.reserve import insert_triggers, parent_allows, prepare_fits, prepare_length, reserve_fits
 from ..victims import evict_write_back
 from .cluster import View
 from .metrics import depth as _depth
@@ -78,8 +78,10 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
     root to leaf, as the reference's insert does on each hit; a Reserve that cannot
     find host room still evicts the host leaves of its snapshot (`fits = false`, the
     reference's evict-to-fit) and is tried again on the node's next hit. Returns
-    whether the request was cached and the nodes whose backup started."""
+    whether the request was cached and the nodes whose backup started. Under
+    `backup_trigger = "insert"` the Insert takes those backups itself."""
     prune(v, rid)
+    before = v.state.writes
     try:
         s = v.apply(T("Insert", rid=rid))
     except Rejected:
@@ -88,6 +90,10 @@ def insert(v: View, rid: int, backup: bool) -> tuple[bool, tuple[int, ...]]:
         s = v.state
     if not backup:
         return True, ()
+    if insert_triggers(s.config):
+        # the Insert took them itself (backup_trigger = "insert"): the writes it added
+        old = set(before)
+        return True, tuple(n for n in s.writes if n not in old)
     reserved = []
     for nid in reversed(s.path_to_root(s.requests[rid].node)):
         if nid in v.state.backup_index and parent_allows(v.state, nid):

@@ -82,6 +82,10 @@ class RandomSchedule:
         # run's features: a run without host evictions and rollbacks keeps its backups
         # for load-backs, one with them reaches their orders)
         self.free_kinds = {k: w for k, w in FREE_STEPS.items() if self.rng.random() < 0.5}
+        if self.cluster.state.config.backup_trigger == "insert":
+            # no Reserve of its own: Insert takes the backups (drawn all the same, so that
+            # the stream is the one of backup_trigger = "any")
+            self.free_kinds.pop("Reserve", None)
 
     def _run_random(self: Any) -> None:
         rng = self.rng

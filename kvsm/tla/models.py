@@ -135,6 +135,7 @@ CONSTANT_FIELDS = (
     ("l2_alloc", "L2Alloc"),
     ("write_through_parent", "WriteThroughParent"),
     ("load_back_evict", "LoadBackEvict"),
+    ("backup_trigger", "BackupTrigger"),
     ("l3_key", "L3Key"),
     ("bug", "Bug"),
 )
@@ -143,7 +144,7 @@ CONSTANT_FIELDS = (
 # them in its cfg (`StalePrune = "reference"`); a model that does not bind one has the
 # default, so the models written before it need not name it.
 DEFINED_DEFAULTS = {"StalePrune": "off", "L2Alloc": "run", "WriteThroughParent": "any", "LoadBackEvict": "shortfall",
-                    "EvictWriteBack": "locked", "L3Key": "namespace"}
+                    "EvictWriteBack": "locked", "L3Key": "namespace", "BackupTrigger": "any"}
 
 # Config field -> the value the spec hard-codes (the field is not a constant yet)
 NOT_IN_SPEC: dict[str, Any] = {}

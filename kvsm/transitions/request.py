@@ -18,6 +18,7 @@ from .transition import Transition, arrive_ns, arrive_step
 from .registry import Spec, register
 from .tree import drop_write, split_node, unsplittable, walk_key
 from .eviction import device_victims, evict_device_node
+from .reserve import hit_backups, insert_triggers
 
 
 def request_in(tx: Tx, rid: int, phases: tuple[str, ...]) -> Request:
@@ -268,9 +269,13 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         tx.fill_devs(dev, hashes)
         last = nid
     own = tx.alloc_positions(len(tokens), req.out_pages)
-    settle_prepared(tx, rid, last if new_tokens else None)
     tx.move_lock(req.node, last)  # (the lock moves down to the deepest node of its key)
     tx.requests.set(rid, drop_hit(tx, req).with_(phase=DECODING, node=last, pages=own))
+    if insert_triggers(cfg):
+        # the backups the reference's insert takes at each hit (`_inc_hit_count`): the
+        # nodes it hit top down, then the new node unless a prepared backup is attached
+        hit_backups(tx, [nid for nid in path if nid in on_l1_before] + ([last] if new_tokens and not attach else []), view)
+    settle_prepared(tx, rid, last if new_tokens else None)
     return tx.commit()
 
 

@@ -16,6 +16,10 @@ but the evictions it made stay (the reference's eviction storm: a backup that ca
 fit empties the host pool of its leaves). A failed attempt that could evict nothing
 changes nothing and is not a step.
 
+Under `backup_trigger = "insert"` (write_through) `Reserve` is no step: the reference
+backs a node up only from its insert's hit count, and `Insert` takes those backups
+itself (`hit_backups`), each as `Reserve` would, its outcome decided by the state.
+
 `Prepare` is the reference's production write-through path
 (`prepare_write_backups_for_reqs`), under `config.prepared_backups`: before a matched
 request's forward pass, the pages its insert will add get an L2 object (evict-to-fit as
@@ -30,12 +34,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..config import Config
 from ..state import MATCHED, ROOT_ID, ClusterState, Pending, Rejected
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, register
 from .tree import walk_key
-from .eviction import evict_host_to_fit
+from .eviction import evict_host_to_fit, host_victims_now
+from ..victims import backup_candidate
 
 
 def parent_allows(s: ClusterState, nid: int) -> bool:
@@ -49,9 +55,54 @@ def parent_allows(s: ClusterState, nid: int) -> bool:
     return p == ROOT_ID or s.nodes[p].host is not None or p in s.pending
 
 
+def insert_triggers(cfg: Config) -> bool:
+    """Whether write-through backups start only inside `Insert` (`backup_trigger =
+    "insert"`), not as a `Reserve` of their own."""
+    return cfg.backup_trigger == "insert" and cfg.policy == "write_through"
+
+
 def backup_nodes(s: ClusterState) -> Iterable[int]:
-    """The nodes a `Reserve` may take: eligible (`backup_index`) and allowed by their parent."""
+    """The nodes a `Reserve` may take: eligible (`backup_index`) and allowed by their
+    parent; none where `Insert` takes the backups."""
+    if insert_triggers(s.config):
+        return iter(())
     return (nid for nid in s.backup_index if parent_allows(s, nid))
+
+
+def reserve_in(tx: Tx, nid: int, view: int | None) -> bool:
+    """Inside a step, reserve node `nid`'s backup as `Reserve` does (rank `view`'s
+    decision), evicting from a snapshot of the host victims as the step has left them;
+    whether it fit. One that does not fit keeps its evictions."""
+    n = tx.node(nid)
+
+    def snapshot() -> Iterable[int]:  # taken when the first eviction is needed
+        yield from host_victims_now(tx, view, frozenset())
+
+    got = evict_host_to_fit(tx, n.pages, view, snapshot())  # type: ignore[arg-type]
+    if got is None:
+        return False
+    tx.objects.set(nid, tx.new_object(got, False, nid))
+    tx.pending.set(nid, Pending(nid, True))
+    tx.writes = tx.writes + (nid,)
+    tx.update(nid, lock=n.lock + 1)
+    return True
+
+
+def hit_backups(tx: Tx, order: list[int], view: int | None) -> None:
+    """Under `backup_trigger = "insert"`: the backups an insert takes, in `order` (the
+    nodes it hit, top down, then the new node it made, unless a prepared backup is
+    attached to it: the reference's `_inc_hit_count` at each), of each node eligible
+    when its turn comes (on L1, unbacked, not pending, hit `write_threshold` times,
+    allowed by its parent) and each reserved as `Reserve` would."""
+    cfg = tx.cfg
+    for nid in order:
+        n = tx.node(nid)
+        if not backup_candidate(n, nid in tx.pending, cfg):
+            continue
+        p = n.parent
+        if cfg.write_through_parent == "backed" and not (p == ROOT_ID or tx.node(p).host is not None or p in tx.pending):
+            continue
+        reserve_in(tx, nid, view)
 
 
 def _eligible(s: ClusterState, nid: int) -> None:
@@ -103,6 +154,8 @@ class FitsByLength:
 
 def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterState:
     nid, fits = t.arg("node"), t.arg("fits")
+    if insert_triggers(s.config):
+        raise Rejected("no Reserve of its own under backup_trigger = insert: Insert takes the backups")
     _eligible(s, nid)
     tx = Tx(s)
     n = tx.node(nid)
@@ -124,6 +177,8 @@ def reserve(s: ClusterState, t: Transition, view: int | None = None) -> ClusterS
 
 
 def reserve_candidates(s: ClusterState) -> Iterable[Transition]:
+    if insert_triggers(s.config):
+        return
     fits = FitsByLength(s, cluster_view(s.config))
     for nid in backup_nodes(s):
         yield Transition.make("Reserve", node=nid, fits=fits(nid))
