@@ -11,7 +11,9 @@ where `kvsm campaign --runs N` runs with the campaign's defaults but `--validate
 mutation is *noticed before* when some run fails by a detector other than `spec`
 (exactly the failures of the same campaign with `--validate none`: validation only adds
 failures to the runs it selects), and *noticed after* when any run fails. The clean
-checkout runs first: a failure there is a false alarm, and the script says so.
+checkout runs first, with `--validate none` and then as the mutants do: a failure there
+is a false alarm, which the script reports, and the two give validation's cost (CPU
+and wall ratios, measured in the same invocation).
 Shrinking does not change which runs fail, so it is off by default (0 s), which keeps a
 mutation's campaign at the cost of its runs and validations.
 """
@@ -38,7 +40,7 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def campaign(patch: Path | None, args: argparse.Namespace) -> dict:
+def campaign(patch: Path | None, args: argparse.Namespace, validate: str | None = None) -> dict:
     """The campaign's summary on a copy of the checkout with `patch` applied."""
     with tempfile.TemporaryDirectory(prefix="kvsm-mutation-") as d:
         tree = Path(d) / "kvsm"
@@ -49,8 +51,9 @@ def campaign(patch: Path | None, args: argparse.Namespace) -> dict:
                 sys.exit(f"{patch}: does not apply to this checkout: {p.stdout}{p.stderr}".strip())
         cmd = [sys.executable, "-m", "kvsm.cli", "campaign", "--runs", str(args.runs), "--shrink-seconds", str(args.shrink_seconds),
                "-o", str(Path(d) / "out"), "--json"]
-        if args.validate is not None:
-            cmd += ["--validate", args.validate]
+        validate = validate or args.validate
+        if validate is not None:
+            cmd += ["--validate", validate]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
         env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -62,7 +65,8 @@ def campaign(patch: Path | None, args: argparse.Namespace) -> dict:
         s = json.loads(r.stdout)
     sigs = {g["signature"]: len(g["runs"]) for g in s["failures"]}
     before = {k: v for k, v in sigs.items() if not k.startswith("spec:")}
-    return {"mutation": patch.stem if patch is not None else "(none)", "before": before, "after": sigs,
+    name = patch.stem if patch is not None else "(none)" if validate != "none" else "(none, --validate none)"
+    return {"mutation": name, "before": before, "after": sigs,
             "noticed_before": bool(before), "noticed_after": bool(sigs), "validated": s["validation"]["validated"],
             "rejected": s["validation"]["rejected"], "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
 
@@ -79,6 +83,7 @@ def main() -> None:
     patches = sorted(args.patches.glob("*.patch"))
     if not patches:
         sys.exit(f"--patches {args.patches}: no *.patch file there")
+    base = campaign(None, args, "none")
     rows = [campaign(None, args)] + [campaign(p, args) for p in patches]
     clean = rows[0]
     muts = rows[1:]
@@ -86,6 +91,9 @@ def main() -> None:
         "runs": args.runs,
         "validate": args.validate or "default",
         "false_alarm": clean["noticed_after"],
+        "baseline": base,
+        "cost_cpu": round(clean["cpu_s"] / base["cpu_s"], 2),
+        "cost_wall": round(clean["wall_s"] / base["wall_s"], 2),
         "noticed_before": sum(r["noticed_before"] for r in muts),
         "noticed_after": sum(r["noticed_after"] for r in muts),
         "mutations": len(muts),
@@ -95,12 +103,13 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"{'mutation':34} {'before':7} {'after':6} {'val':>4} {'rej':>4} {'wall':>6} {'cpu':>6}  signatures")
-    for r in rows:
+    for r in [base] + rows:
         sig = ", ".join(f"{k} x{v}" for k, v in sorted(r["after"].items())) or "-"
         print(f"{r['mutation']:34} {'yes' if r['noticed_before'] else 'no':7} {'yes' if r['noticed_after'] else 'no':6} "
               f"{r['validated']:4} {r['rejected']:4} {r['wall_s']:6.1f} {r['cpu_s']:6.1f}  {sig}")
     print(f"noticed: {out['noticed_before']} of {out['mutations']} without validation, {out['noticed_after']} with "
           f"--validate {out['validate']}" + ("; FALSE ALARM on the clean checkout" if out["false_alarm"] else ""))
+    print(f"cost of the clean campaign against --validate none: {out['cost_cpu']} times the CPU, {out['cost_wall']} times the wall")
 
 
 if __name__ == "__main__":

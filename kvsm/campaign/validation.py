@@ -38,7 +38,7 @@ from .spec import RunSpec, command
 MODES = ("none", "all", "failed")
 # the default share of runs validated (docs/campaign.md, "The spec as a second
 # implementation": what a run's validation costs against the run)
-DEFAULT = "25%"
+DEFAULT = "10%"
 # a batch is validated when it has this many logs, or this many transitions
 BATCH_LOGS = 16
 BATCH_STEPS = 100_000

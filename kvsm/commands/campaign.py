@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
         run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, callback=_finite, help="a run's time budget (0: none)"),
         run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),
         shrink_seconds: float = typer.Option(120.0, "--shrink-seconds", min=0, callback=_finite, help="time a failing run may spend shrinking"),
-        validate: Optional[str] = typer.Option(None, "--validate", metavar="all|failed|PERCENT|none", help="runs whose logs TLC follows, the spec as a second implementation: all, failed, none or a percent of the runs chosen by seed (default 25%; none, said in the summary, without Java)"),
+        validate: Optional[str] = typer.Option(None, "--validate", metavar="all|failed|PERCENT|none", help="runs whose logs TLC follows, the spec as a second implementation: all, failed, none or a percent of the runs chosen by seed (default 10%; none, said in the summary, without Java)"),
     ) -> None:
         """Run many seeded simulations (every invariant checked, every replica compared)
         on Dask distributed; shrink and group every failure; report coverage."""
