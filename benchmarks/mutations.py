@@ -60,9 +60,15 @@ def campaign(patch: Path | None, args: argparse.Namespace, validate: str | None 
         t0, c0 = time.perf_counter(), _cpu()
         r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
-        if r.returncode not in (0, 1):
-            sys.exit(f"kvsm campaign exited {r.returncode} on {patch or 'the clean checkout'}: {r.stderr[-2000:]}")
-        s = json.loads(r.stdout)
+        try:
+            if r.returncode not in (0, 1):
+                raise ValueError
+            s = json.loads(r.stdout)
+        except ValueError:  # the campaign itself broke: said, and the other mutations go on
+            print(f"kvsm campaign exited {r.returncode} on {patch or 'the clean checkout'}: {r.stderr[-3000:]}", file=sys.stderr)
+            return {"mutation": patch.stem if patch is not None else "(none)", "error": r.returncode, "before": {}, "after": {},
+                    "noticed_before": False, "noticed_after": False, "validated": 0, "rejected": 0,
+                    "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
     sigs = {g["signature"]: len(g["runs"]) for g in s["failures"]}
     before = {k: v for k, v in sigs.items() if not k.startswith("spec:")}
     name = patch.stem if patch is not None else "(none)" if validate != "none" else "(none, --validate none)"
@@ -84,7 +90,11 @@ def main() -> None:
     if not patches:
         sys.exit(f"--patches {args.patches}: no *.patch file there")
     base = campaign(None, args, "none")
-    rows = [campaign(None, args)] + [campaign(p, args) for p in patches]
+    rows = []
+    for p in [None, *patches]:
+        rows.append(campaign(p, args))
+        print(f"{rows[-1]['mutation']}: noticed {rows[-1]['noticed_before']} / {rows[-1]['noticed_after']}: {rows[-1]['after']}",
+              file=sys.stderr, flush=True)
     clean = rows[0]
     muts = rows[1:]
     out = {
