@@ -84,26 +84,27 @@ def main() -> None:
     ap.add_argument("--validate", default=None, help="kvsm campaign --validate (default: the campaign's default)")
     ap.add_argument("--shrink-seconds", type=float, default=0.0)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--no-clean", action="store_true", help="skip the clean checkout's two campaigns (no false-alarm check, no cost ratio)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     patches = sorted(args.patches.glob("*.patch"))
     if not patches:
         sys.exit(f"--patches {args.patches}: no *.patch file there")
-    base = campaign(None, args, "none")
+    base = campaign(None, args, "none") if not args.no_clean else None
     rows = []
-    for p in [None, *patches]:
+    for p in ([] if args.no_clean else [None]) + patches:
         rows.append(campaign(p, args))
         print(f"{rows[-1]['mutation']}: noticed {rows[-1]['noticed_before']} / {rows[-1]['noticed_after']}: {rows[-1]['after']}",
               file=sys.stderr, flush=True)
-    clean = rows[0]
-    muts = rows[1:]
+    clean = rows[0] if base is not None else None
+    muts = rows[1:] if base is not None else rows
     out = {
         "runs": args.runs,
         "validate": args.validate or "default",
-        "false_alarm": clean["noticed_after"],
+        "false_alarm": clean["noticed_after"] if clean else None,
         "baseline": base,
-        "cost_cpu": round(clean["cpu_s"] / base["cpu_s"], 2),
-        "cost_wall": round(clean["wall_s"] / base["wall_s"], 2),
+        "cost_cpu": round(clean["cpu_s"] / base["cpu_s"], 2) if clean else None,
+        "cost_wall": round(clean["wall_s"] / base["wall_s"], 2) if clean else None,
         "noticed_before": sum(r["noticed_before"] for r in muts),
         "noticed_after": sum(r["noticed_after"] for r in muts),
         "mutations": len(muts),
@@ -113,13 +114,14 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"{'mutation':34} {'before':7} {'after':6} {'val':>4} {'rej':>4} {'wall':>6} {'cpu':>6}  signatures")
-    for r in [base] + rows:
+    for r in ([base] if base else []) + rows:
         sig = ", ".join(f"{k} x{v}" for k, v in sorted(r["after"].items())) or "-"
         print(f"{r['mutation']:34} {'yes' if r['noticed_before'] else 'no':7} {'yes' if r['noticed_after'] else 'no':6} "
               f"{r['validated']:4} {r['rejected']:4} {r['wall_s']:6.1f} {r['cpu_s']:6.1f}  {sig}")
     print(f"noticed: {out['noticed_before']} of {out['mutations']} without validation, {out['noticed_after']} with "
           f"--validate {out['validate']}" + ("; FALSE ALARM on the clean checkout" if out["false_alarm"] else ""))
-    print(f"cost of the clean campaign against --validate none: {out['cost_cpu']} times the CPU, {out['cost_wall']} times the wall")
+    if clean:
+        print(f"cost of the clean campaign against --validate none: {out['cost_cpu']} times the CPU, {out['cost_wall']} times the wall")
 
 
 if __name__ == "__main__":
