@@ -26,7 +26,6 @@ import json
 import re
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -158,25 +157,30 @@ def _one(path: Path) -> dict[str, Any]:
 
 
 def validate_runs(logs: Sequence[tuple[int, str]], workers: int) -> dict[int, dict[str, Any]]:
-    """TLC's verdict (`verdict`) on each `(seed, log text)`, up to `workers` TLC processes
-    at once, the longest logs first. Every validation of a campaign goes through here."""
+    """TLC's verdict (`verdict`) on each `(seed, log text)`. Every validation of a
+    campaign goes through here: `validate_many` follows the logs of one config in
+    shared TLC processes, up to `workers` at once. Should it fail as a whole (a log
+    whose state the spec cannot hold, a TLC error), each log is decided on its own, so
+    that the error is the verdict of the log that caused it."""
     from ..tla.runner import stop_all
+    from ..tla.validate import validate_many
 
     with tempfile.TemporaryDirectory(prefix="kvsm-validate-", dir=scratch_dir()) as d:
         paths = []
-        for seed, text in sorted(logs, key=lambda x: -len(x[1])):
+        for seed, text in logs:
             p = Path(d) / f"run-{seed}.jsonl"
             p.write_text(text)
             paths.append((seed, p))
-        pool = ThreadPoolExecutor(max_workers=max(1, workers))
         try:
-            got = list(pool.map(_one, [p for _, p in paths]))
-        except BaseException:  # interrupted: the logs not started never start, TLC stops
-            pool.shutdown(wait=False, cancel_futures=True)
+            try:
+                results = validate_many([p for _, p in paths], workers=max(1, workers))
+                return {seed: verdict(r) for (seed, _), r in zip(paths, results)}
+            except Exception:  # noqa: BLE001 - decided log by log below, each error its log's own
+                pass
+            return {seed: _one(p) for seed, p in paths}
+        except BaseException:  # interrupted: TLC stops
             stop_all()
             raise
-        pool.shutdown()
-    return {seed: v for (seed, _), v in zip(paths, got)}
 
 
 class Validator:
