@@ -34,7 +34,7 @@ from kvsm.transitions import REGISTRY
 from kvsm.tx import Tx
 
 ROOT = Path(__file__).resolve().parent.parent
-SUMMARY_KEYS = {"runs", "transitions", "failures", "coverage", "workers", "seconds"}
+SUMMARY_KEYS = {"runs", "transitions", "failures", "coverage", "validation", "workers", "seconds"}
 
 
 def _env() -> dict[str, str]:
@@ -193,11 +193,18 @@ def test_a_campaign_on_a_local_cluster(tmp_path):
     assert any(k.startswith("rejected: ") for g in cov["guards"].values() for k in g)
     assert set(cov["scenarios"]) == {name for name, _, _ in SCENARIOS}
     assert (tmp_path / "plots" / "coverage.png").stat().st_size > 0 and (tmp_path / "plots" / "failures.png").exists()
+    # the default validation: the runs 10% selects, each log followed by TLC to its end
+    v = s["validation"]
+    if v["unavailable"] is None:
+        assert v["mode"] == "10%" and v["validated"] == sum("validation" in r for r in _lines(out / "results.jsonl")) >= 1
+        assert v["rejected"] == v["errors"] == 0
 
 
 def test_with_no_defect_200_runs_over_the_shipped_configs_and_every_fault_kind_find_nothing(tmp_path):
     out = tmp_path / "c"
-    res = CliRunner().invoke(app, ["campaign", "--runs", "200", "--workers", "2", "-o", str(out), "--requests", "3..16", "--bug", "none", "--json"])
+    # (TLC's side of a clean campaign: test_a_campaign_on_a_local_cluster)
+    res = CliRunner().invoke(app, ["campaign", "--runs", "200", "--workers", "2", "-o", str(out), "--requests", "3..16", "--bug", "none",
+                                   "--validate", "none", "--json"])
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
     assert s["runs"] == 200 and s["failures"] == [], s["failures"]
@@ -400,6 +407,10 @@ def test_a_campaign_with_an_injected_defect_finds_it_and_writes_a_shrunk_case(tm
         cwd = os.getcwd()
         os.chdir(case)
         try:
+            if side["detector"] == "spec":  # the defect's log, which the correct spec refuses
+                r = CliRunner().invoke(app, ["validate", "case.jsonl"])
+                assert r.exit_code == 1, r.output
+                continue
             if side["replay"]:
                 r = replay("case.jsonl", check=True, bug=bug)
                 assert not r.ok and r.violations and r.violations[0]["violation"].startswith(side["what"])

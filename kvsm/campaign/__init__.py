@@ -6,6 +6,7 @@
 - `worker`: what a Dask worker runs for one run: execute, shrink a failure (`run_task`);
 - `coverage`: what a run exercised, and the campaign's totals;
 - `shrink`: a failing run cut down to a local minimum, workload then log;
+- `validation`: `--validate`, the runs' logs followed by TLC, a rejection shrunk;
 - `cases`: where a shrunk case is written (`write_case`);
 - `execute`: the runs on a Dask `LocalCluster` or an existing scheduler;
 - `store`: `results.jsonl` (whole lines only) and `--resume`;

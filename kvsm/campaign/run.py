@@ -12,7 +12,9 @@ signature, which groups failures:
 - `held`: a request a reload holds was not released within the reload's ttl (as many
   `ReloadExpire`s as `reload_ttl`), or was still held at the end (what: "HeldReleased");
 - `replay`: replaying the run's log did not reproduce its digests (what: the reason);
-- `crash`: the simulator or the model raised anything else (what: the exception type).
+- `crash`: the simulator or the model raised anything else (what: the exception type);
+- `spec`: TLC did not follow the run's log (`kvsm.campaign.validation`, `--validate`):
+  what is `not taken` (the spec's action is not enabled) or `other state`.
 
 A run that exceeds its time or transition budget ends with status `budget`.
 """
@@ -36,20 +38,25 @@ from .coverage import Coverage
 from .scratch import scratch_dir
 from .spec import RunSpec
 
-DETECTORS = ("invariant", "divergence", "held", "replay", "crash")
+DETECTORS = ("invariant", "divergence", "held", "replay", "crash", "spec")
 
 
 @dataclass(frozen=True)
 class Budget:
     """Per run: wall seconds and log transitions (0 = unbounded); `shrink_seconds` is the
-    time a failing run may spend shrinking."""
+    time a failing run may spend shrinking; `validate`, which runs' logs go to TLC
+    (`kvsm.campaign.validation`: none, all, failed or a percent such as 25%)."""
 
     seconds: float = 300.0
     transitions: int = 500_000
     shrink_seconds: float = 120.0
+    validate: str = "none"
 
     def to_json(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "transitions": self.transitions, "shrink_seconds": self.shrink_seconds}
+        d: dict[str, Any] = {"seconds": self.seconds, "transitions": self.transitions, "shrink_seconds": self.shrink_seconds}
+        if self.validate != "none":
+            d["validate"] = self.validate
+        return d
 
 
 class _OverBudget(Exception):
@@ -100,12 +107,15 @@ class Outcome:
     coverage: dict[str, Any] | None = None
     budget: str | None = None
     config: Any = None
+    log: str | None = None  # the log's text, when asked for (`keep_log`) and the run is ok
 
 
-def execute(spec: RunSpec, budget: Budget, workload: str | None = None, collect: bool = True, replay_log: bool = True) -> Outcome:
+def execute(spec: RunSpec, budget: Budget, workload: str | None = None, collect: bool = True, replay_log: bool = True,
+            keep_log: bool = False) -> Outcome:
     """Simulate `spec` (its workload replaced by the trace file `workload` when given),
     checking every invariant after every transition; with `replay_log`, replay the log
-    it wrote; with `collect`, gather coverage."""
+    it wrote; with `collect`, gather coverage; with `keep_log` (and `replay_log`), keep
+    the text of an ok run's log (`Outcome.log`)."""
     opts = spec.options(workload=workload)
     captured: list[Transition] = []
     cov = Coverage() if collect else None
@@ -159,6 +169,8 @@ def execute(spec: RunSpec, budget: Budget, workload: str | None = None, collect:
             out.summary = res.summary
             if replay_log:
                 out.failure = _replay_failure(log, res.summary["final_digest"], captured, spec.bug)
+                if keep_log and out.failure is None:
+                    out.log = log.read_text()
         except _OverBudget as e:
             out.status, out.budget = "budget", str(e)
         except _Violation as e:

@@ -10,7 +10,10 @@ totals plus `runs` (how many ended `ok`, `failed`, `budget`, `killed`, `error`; 
 were retried on another worker; the workers lost meanwhile) and `spec` (runs per config,
 tier set, fault mix and workload) and `graph` (the transition kinds and ordered pairs of
 kinds of the spec's state graph of `small` that the runs reached, and those never
-reached: `kvsm.campaign.coverage.against_graph`).
+reached: `kvsm.campaign.coverage.against_graph`). `validation` counts the runs whose
+logs TLC followed (`validated`), those it rejected, those it could not decide
+(`errors`) and its seconds, with the campaign's `mode` and, when TLC cannot run here,
+why (`unavailable`, such as "no Java").
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ def failure_signature(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, lost: list[str] | None = None) -> dict[str, Any]:
+def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, lost: list[str] | None = None,
+              validation: dict[str, Any] | None = None) -> dict[str, Any]:
     cov = empty()
+    val = {"mode": "none", "validated": 0, "rejected": 0, "errors": 0, "seconds": 0.0, "unavailable": None} | (validation or {})
     status: Counter = Counter()
     spec: dict[str, Counter] = {k: Counter() for k in ("config", "tiers", "faults", "workload")}
     groups: dict[str, dict[str, Any]] = {}
@@ -51,6 +56,12 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
         for k in spec:
             if rec.get("spec") and k in rec["spec"]:
                 spec[k][str(rec["spec"][k])] += 1
+        v = rec.get("validation")
+        if v is not None:
+            val["validated"] += 1
+            val["errors"] += "error" in v
+            val["rejected"] += not v["ok"] and "error" not in v
+            val["seconds"] += v.get("seconds", 0.0)
         sig = failure_signature(rec)
         if sig is not None:
             g = groups.setdefault(sig, {"signature": sig, "runs": [], "case": None, "_size": None})
@@ -66,7 +77,9 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
         g.pop("_size")
         g["runs"] = sorted(g["runs"])
         failures.append(g)
-    return {"runs": runs, "transitions": transitions, "failures": failures, "coverage": cov, "workers": workers, "seconds": round(seconds, 3)}
+    val["seconds"] = round(val["seconds"], 3)
+    return {"runs": runs, "transitions": transitions, "failures": failures, "coverage": cov, "validation": val,
+            "workers": workers, "seconds": round(seconds, 3)}
 
 
 def render(s: dict[str, Any], outdir: Path) -> Group:
@@ -83,6 +96,11 @@ def render(s: dict[str, Any], outdir: Path) -> Group:
         head.add_row("workers lost", ", ".join(r["workers_lost"]))
     head.add_row("transitions", f"{s['transitions']:,}")
     head.add_row("workers, seconds, transitions/s (this invocation)", f"{s['workers']}, {s['seconds']:.1f}, {rate:,.0f}")
+    v = s["validation"]
+    note = f"{v['rejected']} rejected" + (f", {v['errors']} undecided" if v["errors"] else "")
+    if v["unavailable"]:
+        note = v["unavailable"]
+    head.add_row(f"runs validated by TLC (--validate {v['mode']})", f"{v['validated']} ({note})")
     head.add_row("failure groups", str(len(s["failures"])))
     parts: list[Any] = [head]
     if s["failures"]:

@@ -1,5 +1,6 @@
 """What a Dask worker runs for one campaign run: execute it, shrink it if it failed, and
-return the result record (docs/campaign.md)."""
+return the result record (docs/campaign.md), with the run's log when `--validate`
+selects it (the campaign has TLC follow it: `kvsm.campaign.validation`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from .run import Budget, execute
 from .shrink import shrink
 from .spec import RunSpec, command, resolve
+from .validation import run_log, selected
 
 
 def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str, Any]:
@@ -17,7 +19,7 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
     t0 = time.perf_counter()
     spec = resolve(RunSpec.from_json(spec_json))
     budget = Budget(**budget_json)
-    out = execute(spec, budget)
+    out = execute(spec, budget, keep_log=selected(budget.validate, spec.seed, False))
     rec: dict[str, Any] = {
         "seed": spec.seed,
         "status": out.status,
@@ -32,6 +34,9 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
         rec["failure"] = out.failure.to_json()
         rec["case_files"] = shrink(spec, budget, out)
     rec["coverage"] = out.coverage
+    log = run_log(out, spec.seed, budget.validate)
+    if log is not None:  # for the campaign to validate (kvsm.campaign.validation)
+        rec["log"] = log
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 

@@ -147,6 +147,7 @@ def register(app: typer.Typer) -> None:
         run_seconds: float = typer.Option(300.0, "--run-seconds", min=0, callback=_finite, help="a run's time budget (0: none)"),
         run_transitions: int = typer.Option(500_000, "--run-transitions", min=0, help="a run's transition budget (0: none)"),
         shrink_seconds: float = typer.Option(120.0, "--shrink-seconds", min=0, callback=_finite, help="time a failing run may spend shrinking"),
+        validate: Optional[str] = typer.Option(None, "--validate", metavar="all|failed|PERCENT|none", help="runs whose logs TLC follows, the spec as a second implementation: all, failed, none or a percent of the runs chosen by seed (default 10%; none, said in the summary, without Java)"),
     ) -> None:
         """Run many seeded simulations (every invariant checked, every replica compared)
         on Dask distributed; shrink and group every failure; report coverage."""
@@ -155,6 +156,7 @@ def register(app: typer.Typer) -> None:
         from ..campaign.spec import SpaceError, make_space, seeds_of
         from ..campaign.store import Results, StoreError
         from ..campaign.summary import render, summarize, write_plots
+        from ..campaign.validation import DEFAULT, ValidateOptionError, parse_mode, tlc_missing
         from ..output import OutputError, check_output_file
 
         if workers is not None and scheduler is not None:
@@ -169,13 +171,21 @@ def register(app: typer.Typer) -> None:
         except SpaceError as e:
             _fail(str(e))
         check_scheduler(scheduler)
+        try:
+            mode = parse_mode(validate if validate is not None else DEFAULT)
+        except ValidateOptionError as e:
+            _fail(str(e))
+        missing = tlc_missing() if mode != "none" else None
+        if missing is not None and validate is not None:
+            _fail(f"--validate {validate}: TLC cannot run here: {missing}")
+        validation = {"mode": "none" if missing else mode, "unavailable": missing}
         if plot is not None:
             try:
                 for name in PLOTS:
                     check_output_file(plot / name)
             except OutputError as e:
                 _fail(f"--plot {plot}: {e}")
-        budget = Budget(run_seconds, run_transitions, shrink_seconds)
+        budget = Budget(run_seconds, run_transitions, shrink_seconds, validation["mode"])
         choices = {"space": space.to_json(), "budget": budget.to_json()}
         store = Results(outdir)
         try:  # nothing is written, nor a cluster started, for a directory that cannot be used
@@ -199,10 +209,11 @@ def register(app: typer.Typer) -> None:
                 _fail(_output_error(outdir, e))
 
         n_workers, lost = run_on_dask(
-            todo, store, workers, scheduler, lambda s, on: execute_plan(s, todo, budget, store, on), describe, "campaign", open_store
+            todo, store, workers, scheduler,
+            lambda s, on: execute_plan(s, todo, budget, store, on, max(1, len(s.seen_workers))), describe, "campaign", open_store
         )
         records = list(store.read())
-        summary = summarize(records, n_workers, time.perf_counter() - t0, lost)
+        summary = summarize(records, n_workers, time.perf_counter() - t0, lost, validation)
         written = write_plots(records, plot) if plot is not None else []
         if as_json:
             emit_json(summary)
