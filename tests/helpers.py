@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Iterator
 
@@ -110,3 +111,23 @@ def one_error(res: Any, message: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), res.output
     assert message in lines[0], lines[0]
     return lines[0]
+
+
+def write_back_profile_model(d: Any, name: str, consts: dict[str, str]) -> Any:
+    """spec/MC_reference_write_back as model `name` in directory `d`, with the constants
+    `consts` (TLA+ values as written, e.g. '"fixed"' or "2") bound otherwise: its cfg."""
+    import shutil
+
+    from kvsm.tla.location import spec_dir
+
+    for f in spec_dir().glob("KV*.tla"):
+        shutil.copy(f, d / f.name)
+    base = spec_dir() / "MC_reference_write_back"
+    (d / f"{name}.tla").write_text(base.with_suffix(".tla").read_text().replace("MODULE MC_reference_write_back ", f"MODULE {name} "))
+    text = base.with_suffix(".cfg").read_text()
+    for k, v in consts.items():
+        text, n = re.subn(rf"^(    {k}) = .*$", rf"\1 = {v}", text, flags=re.M)
+        assert n == 1, k
+    (d / f"{name}.cfg").write_text(text)
+    return d / f"{name}.cfg"
+

@@ -15,7 +15,7 @@ from kvsm.invariants import violations, violations_after
 from kvsm.state import Rejected
 from kvsm.transitions import REGISTRY, apply
 
-from .helpers import T, backup, fresh, run, serve
+from .helpers import T, backup, fresh, run, serve, write_back_profile_model
 
 
 def _one_unbacked(value: str, L2: int = 2):
@@ -178,25 +178,6 @@ def test_the_simulator_s_check_catches_the_assert_at_realistic_sizes_and_not_wit
     simulate(SimOptions(**base, settings=sets + (("evict_write_back", "sync_fixed"),)))
 
 
-def _profile_model(d, name: str, consts: dict[str, str]):
-    """spec/MC_reference_write_back with `consts` (TLA+ values as written) bound otherwise."""
-    import re
-    import shutil
-
-    from kvsm.tla.location import spec_dir
-
-    for f in spec_dir().glob("KV*.tla"):
-        shutil.copy(f, d / f.name)
-    base = spec_dir() / "MC_reference_write_back"
-    (d / f"{name}.tla").write_text(base.with_suffix(".tla").read_text().replace("MODULE MC_reference_write_back ", f"MODULE {name} "))
-    text = base.with_suffix(".cfg").read_text()
-    for k, v in consts.items():
-        text, n = re.subn(rf"^(    {k}) = .*$", rf"\1 = {v}", text, flags=re.M)
-        assert n == 1, k
-    (d / f"{name}.cfg").write_text(text)
-    return d / f"{name}.cfg"
-
-
 FIXED_CONSTS = {"CommitEntry": '"fixed"', "OwnDiskDurable": '"fixed"', "UnbackedEvict": '"fixed"',
                 "DurableSplit": '"fixed"', "WriteBackEvict": '"deferred_fixed"'}
 
@@ -206,7 +187,7 @@ def test_tlc_finds_finding_6_on_the_profile_with_a_two_page_host_pool(tmp_path):
     from kvsm.log import read_log
     from kvsm.tla.check import check
 
-    cfg = _profile_model(tmp_path, "MC_wb_evict_l2_2", {**FIXED_CONSTS, "L2": "2"})
+    cfg = write_back_profile_model(tmp_path, "MC_wb_evict_l2_2", {**FIXED_CONSTS, "L2": "2"})
     res = check(str(cfg), log_path=tmp_path / "v.jsonl")
     v = res.tlc.violation
     assert v is not None and v.property == "Running"
@@ -219,6 +200,6 @@ def test_tlc_finds_finding_6_on_the_profile_with_a_two_page_host_pool(tmp_path):
 def test_tlc_exhausts_the_fix_and_the_profile_s_own_host_pool_clean(tmp_path, consts):
     from kvsm.tla.check import check
 
-    cfg = _profile_model(tmp_path, "MC_wb_evict_clean", {**FIXED_CONSTS, **consts})
+    cfg = write_back_profile_model(tmp_path, "MC_wb_evict_clean", {**FIXED_CONSTS, **consts})
     res = check(str(cfg), log_path=tmp_path / "v.jsonl")
     assert res.tlc.violation is None

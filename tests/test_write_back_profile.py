@@ -17,7 +17,7 @@ from kvsm.tla.location import model_paths, spec_dir
 from kvsm.tla.models import config_of_model
 from kvsm.transitions import apply
 
-from .helpers import T, fresh, run, serve
+from .helpers import T, fresh, run, serve, write_back_profile_model
 
 FINDINGS_FIXED = {k: REFERENCE_KNOBS[k][1] for k in ("commit_call", "own_disk_durable", "unbacked_evict", "durable_split")}
 
@@ -97,30 +97,13 @@ def test_the_simulator_s_check_catches_the_raise_at_realistic_sizes_and_not_with
     simulate(SimOptions(**base, settings=sets + (("write_back_evict", "deferred_fixed"),)))
 
 
-def _profile_variant(d, name: str, consts: dict[str, str]):
-    """spec/MC_reference_write_back with `consts` bound otherwise."""
-    import re
-    import shutil
-
-    for f in spec_dir().glob("KV*.tla"):
-        shutil.copy(f, d / f.name)
-    base = spec_dir() / "MC_reference_write_back"
-    (d / f"{name}.tla").write_text(base.with_suffix(".tla").read_text().replace("MODULE MC_reference_write_back ", f"MODULE {name} "))
-    text = base.with_suffix(".cfg").read_text()
-    for k, v in consts.items():
-        text, n = re.subn(rf"^(    {k}) = .*$", rf'\1 = "{v}"', text, flags=re.M)
-        assert n == 1, k
-    (d / f"{name}.cfg").write_text(text)
-    return d / f"{name}.cfg"
-
-
 @pytest.mark.exhaustive
 def test_tlc_finds_finding_1_then_finding_5_on_the_write_back_profile(tmp_path):
     from kvsm.tla.check import check
 
     res = check("reference-write-back", log_path=tmp_path / "a.jsonl")
     assert res.tlc.violation is not None and res.tlc.violation.property == "Collectives"
-    cfg = _profile_variant(tmp_path, "MC_wb_commit_fixed", {"CommitEntry": "fixed"})
+    cfg = write_back_profile_model(tmp_path, "MC_wb_commit_fixed", {"CommitEntry": '"fixed"'})
     res = check(str(cfg), log_path=tmp_path / "b.jsonl")
     assert res.tlc.violation is not None and res.tlc.violation.property == "Running"
 
