@@ -96,7 +96,7 @@ class RandomSchedule:
         for tick, kind, rid in self.arrivals.events:
             events.push(tick, kind, rid)
         c = self.cluster
-        while events.work:
+        while events.work or self._holds_work():
             tick, batch, work = events.pop_tick()
             c.tick = self.metrics.tick = tick
             self.ticks += 1
@@ -126,6 +126,14 @@ class RandomSchedule:
                 else:
                     self._l3_tick(tick)
         self._end_run()
+
+    def _holds_work(self: Any) -> bool:
+        """Whether a held-back queue holds work. Its wake-up counts as work only if the
+        queue did when it was held: a disk's recovery (not work) held back may be joined
+        by the same rank's gathers, writes and reads of a later tick, which are work, and
+        the run must go on until they are taken (else it ends stuck with their spill or
+        reload in flight)."""
+        return any(e.work for held in self.held.values() for e in held)
 
     def _order(self, tick: int, batch: list[Event], work: bool) -> list[tuple[str, Any]]:
         """This tick's steps in the order they are taken: each rank's queue of completions
