@@ -131,3 +131,41 @@ def write_back_profile_model(d: Any, name: str, consts: dict[str, str]) -> Any:
     (d / f"{name}.cfg").write_text(text)
     return d / f"{name}.cfg"
 
+
+def overlocking_insert() -> Any:
+    """A planted defect: an Insert of a prompt of two pages or more leaves one lock too
+    many on its node (on every rank alike, so only the invariants can see it); the walks
+    of `small`, whose prompts have two pages, reach it too. Install it with
+    `monkeypatch.setitem(REGISTRY, "Insert", overlocking_insert())`."""
+    from kvsm.transitions import REGISTRY
+    from kvsm.tx import Tx
+
+    right = REGISTRY["Insert"]
+
+    def apply_(s: ClusterState, t: Transition) -> ClusterState:
+        s2 = right.apply(s, t)
+        req = s2.requests[t.arg("rid")]
+        if len(req.tokens) < 2 or req.node == 0:
+            return s2
+        tx = Tx(s2)
+        tx.update(req.node, lock=tx.node(req.node).lock + 1)
+        return tx.commit()
+
+    return replace(right, apply=apply_)
+
+
+def skew_nth_match(monkeypatch: Any, nth: int) -> None:
+    """Plant a model mutation: the `nth` `Match` the model applies (1-based, counted
+    from now) also moves the clock one tick, which the spec does not."""
+    from kvsm.transitions import REGISTRY
+
+    right = REGISTRY["Match"]
+    calls = []
+
+    def match(s: ClusterState, t: Transition) -> ClusterState:
+        out = right.apply(s, t)
+        calls.append(t)
+        return replace(out, clock=out.clock + 1) if len(calls) == nth else out
+
+    monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
+

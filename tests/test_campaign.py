@@ -31,7 +31,8 @@ from kvsm.log import read_log
 from kvsm.replay import replay
 from kvsm.sim.faults import KINDS
 from kvsm.transitions import REGISTRY
-from kvsm.tx import Tx
+
+from .helpers import overlocking_insert
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"runs", "transitions", "failures", "coverage", "validation", "workers", "seconds"}
@@ -315,27 +316,9 @@ def test_a_run_over_its_budget_is_recorded_as_such(tmp_path):
 # ---- failures ---------------------------------------------------------------------------------
 
 
-def _overlocking_insert():
-    """A planted defect: an Insert of a prompt of two pages or more leaves one lock too
-    many on its node (on every rank alike, so only the invariants can see it); the walks
-    of `small`, whose prompts have two pages, reach it too."""
-    right = REGISTRY["Insert"]
-
-    def apply_(s, t):
-        s2 = right.apply(s, t)
-        req = s2.requests[t.arg("rid")]
-        if len(req.tokens) < 2 or req.node == 0:
-            return s2
-        tx = Tx(s2)
-        tx.update(req.node, lock=tx.node(req.node).lock + 1)
-        return tx.commit()
-
-    return replace(right, apply=apply_)
-
-
 def test_a_planted_defect_is_found_grouped_and_shrunk_into_a_case_that_fails_the_same_way(tmp_path, monkeypatch):
     """In-process workers (threads) so that the planted defect is theirs too."""
-    monkeypatch.setitem(REGISTRY, "Insert", _overlocking_insert())
+    monkeypatch.setitem(REGISTRY, "Insert", overlocking_insert())
     space = make_space(["small", "default"], ["l1,l2"], ["none", "abort:0.1"], requests=(6, 20))
     session = connect(workers=2, processes=False)
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,9 @@ from kvsm.campaign.validation import ValidateOptionError, parse_mode, selected, 
 from kvsm.campaign.worker import run_task
 from kvsm.cli import app
 from kvsm.tla.validate import validate
-
 from kvsm.transitions import REGISTRY
-from kvsm.tx import Tx
+
+from .helpers import overlocking_insert
 
 needs_tlc = pytest.mark.skipif(tlc_missing() is not None, reason=f"TLC cannot run here: {tlc_missing()}")
 
@@ -142,26 +141,9 @@ def test_a_log_tlc_rejects_fails_with_the_spec_signature_and_shrinks_to_a_case_t
     assert validation.spec_failure(validation.verdict(res)).signature == f["signature"]
 
 
-def _overlocking_insert():
-    """A planted defect the invariants see: an Insert of a prompt of two pages or more
-    leaves one lock too many on its node."""
-    right = REGISTRY["Insert"]
-
-    def apply_(s, t):
-        s2 = right.apply(s, t)
-        req = s2.requests[t.arg("rid")]
-        if len(req.tokens) < 2 or req.node == 0:
-            return s2
-        tx = Tx(s2)
-        tx.update(req.node, lock=tx.node(req.node).lock + 1)
-        return tx.commit()
-
-    return replace(right, apply=apply_)
-
-
 @needs_tlc
 def test_validate_failed_judges_a_failing_runs_log_and_keeps_its_signature(tmp_path, monkeypatch):
-    monkeypatch.setitem(REGISTRY, "Insert", _overlocking_insert())
+    monkeypatch.setitem(REGISTRY, "Insert", overlocking_insert())
     space = make_space(["small"], ["l1"], ["none"], requests=(4, 6), schedule="random")
     session = connect(workers=1, processes=False)
     try:

@@ -17,6 +17,8 @@ from kvsm.state import initial_state
 from kvsm.transitions import REGISTRY, Transition, apply, names_for
 from kvsm.tla.validate import SPEC_PARAMS, validate
 
+from .helpers import skew_nth_match
+
 runner = CliRunner()
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -308,15 +310,7 @@ def test_a_wrong_step_deep_in_a_long_log_is_named_with_its_variable_and_segment(
     names = [r.get("name") for r in _lines(log)[1:]]
     k = next(i + 1 for i, n in enumerate(names) if i >= 700 and n == "Match")  # 1-based step
     nth = names[:k].count("Match")
-    right = REGISTRY["Match"]
-    calls = []
-
-    def match(s, t):
-        out = right.apply(s, t)
-        calls.append(t)
-        return replace(out, clock=out.clock + 1) if len(calls) == nth else out
-
-    monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
+    skew_nth_match(monkeypatch, nth)
     res = validate(log, workers=2, segments=3)
     assert not res.ok and res.model_rejected is None
     assert res.first_rejected == {"line": k + 1, "step": k, "transition": str(Transition.make("Match", **_lines(log)[k]["args"])), "name": "Match"}

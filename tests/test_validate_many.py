@@ -4,15 +4,15 @@ processes, each log's verdict its own."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kvsm.cli import app
-from kvsm.transitions import REGISTRY
 from kvsm.tla.validate import validate, validate_many
+
+from .helpers import skew_nth_match
 
 runner = CliRunner()
 
@@ -49,15 +49,7 @@ def test_a_rejected_log_among_many_is_named_and_the_logs_after_it_are_still_foll
     before = _names(logs[0]).count("Match")
     k = next(i + 1 for i, n in enumerate(_names(logs[1])) if n == "Match" and i > 20)
     nth = before + _names(logs[1])[:k].count("Match")
-    right = REGISTRY["Match"]
-    calls = []
-
-    def match(s, t):
-        out = right.apply(s, t)
-        calls.append(t)
-        return replace(out, clock=out.clock + 1) if len(calls) == nth else out
-
-    monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
+    skew_nth_match(monkeypatch, nth)
     res = validate_many(logs, workers=1)
     assert res[0].ok and res[2].ok, (res[0].to_json(), res[2].to_json())
     assert not res[1].ok and res[1].first_rejected["step"] == k and res[1].first_rejected["line"] == k + 1
