@@ -13,7 +13,7 @@ from ..config import EVICTIONS, Config, ConfigError, builtin_file, builtin_names
 from .faults import Faults
 from .generators import CONFIG_PROMPTS
 from .shape import DEFAULT_MODEL, PRESETS, L2_GBPS, L3_GBPS, PREFILL_TPS, Serving, ShapeError, check_rate, load_model, size_pages
-from .tenants import check_tenants, isolate, namespaces, shared, with_tenants
+from .tenants import check_tenants, namespaces, shared, with_tenants
 from .trace import MOONCAKE_BLOCK_TOKENS, NAMESPACE_FIELD, Workload, split_pages
 from .workload import load_workload
 
@@ -365,8 +365,9 @@ def prepare(opts: SimOptions) -> Prepared:
 
 
 def _tenants(opts: SimOptions, w: Workload) -> tuple[Workload, Workload | None]:
-    """The workload with `--tenants` and its namespaces isolated, and with more than one
-    namespace, the shared baseline (`kvsm.sim.tenants`)."""
+    """The workload with `--tenants` (each request in its namespace: the model keeps
+    namespaces apart), and with more than one namespace, the shared baseline
+    (`kvsm.sim.tenants`)."""
     n = opts.tenants if opts.tenants is not None else 1
     try:
         check_tenants(n, opts.tenant_mix)
@@ -379,5 +380,5 @@ def _tenants(opts: SimOptions, w: Workload) -> tuple[Workload, Workload | None]:
             raise SimError(f"--tenants {n}: the trace {w.source} names its own namespaces (field '{NAMESPACE_FIELD}')")
         w = with_tenants(w, n, opts.tenant_mix if opts.tenant_mix is not None else 1.0, opts.seed)
     if len(namespaces(w)) < 2:
-        return isolate(w), None
-    return isolate(w), shared(w)
+        return w, None
+    return w, shared(w)

@@ -2,24 +2,19 @@
 that names it, `--tenants N --tenant-mix X` over any workload, and the two runs that price
 isolation.
 
-A namespace is an int >= 0; 0 is a workload without tenants. Namespaces never share
-cache, so a run is *isolated* by giving every namespace but 0 its own block ids
-(`isolate`): the same id in two namespaces is two blocks, exactly what isolation means
-for the hit rate. The *shared* baseline is the same requests with every namespace 0
-(`shared`). The model's own namespace (`Arrive`'s `ns`, where the model takes it) is
-passed by `arrive_ns`, the one place that does: it checks, it does not measure.
-
-The renumbering is the mechanism of the hit rates whether or not the model keys its tree
-by namespace: the same figures with a model that ignores namespaces and with one that
-keys by them. Where the model's namespace is to replace it, `isolate` is the one step to
-drop (`kvsm.sim.options._tenants`).
+A namespace is an int >= 0; 0 is a workload without tenants. Each request runs in its
+namespace (`Arrive`'s `ns`, passed by `arrive_ns`, the one place that does), and the
+model keeps namespaces apart on every tier where its knobs say the serving engine does:
+the *isolated* run is the workload as it is, and two namespaces with the same block ids
+share no page unless a tier's key ignores the namespace (`l3_key = "tokens"`, or an
+injected defect), which the Isolation invariant then reports. The *shared* baseline is
+the same requests with every namespace 0 (`shared`).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 from .trace import Workload, WorkloadError
@@ -96,17 +91,6 @@ def with_tenants(w: Workload, n: int, mix: float, seed: int) -> Workload:
     return replace(w, requests=tuple(out), tenants=info)
 
 
-def isolate(w: Workload) -> Workload:
-    """`w` with every namespace's blocks its own: namespace 0 keeps its ids, another's
-    ids are renumbered (fresh ids above the workload's, first use first), so two
-    namespaces never share a block. A workload of namespace 0 alone is `w` itself."""
-    if all(r.ns == 0 for r in w.requests):
-        return w
-    fresh = _Fresh(w)
-    out = [r if r.ns == 0 else replace(r, hash_ids=tuple(fresh.id((r.ns, h)) for h in r.hash_ids)) for r in w.requests]
-    return replace(w, requests=tuple(out))
-
-
 def shared(w: Workload) -> Workload:
     """`w` with every request in namespace 0 (its block ids as they are): the baseline
     whose hit rate isolation is priced against."""
@@ -181,17 +165,6 @@ def tenant_summary(w: Workload, isolated: dict[str, Any], isolated_hits: list, b
 
 def arrive_ns(ns: int) -> dict[str, int]:
     """The namespace argument of an `Arrive` transition: `{"ns": ns}` where the request has
-    one (not 0) and the model's `Arrive` takes it; otherwise none, so that a workload
-    without tenants writes the log it always did. (The hit rates come from `isolate`'s
-    ids either way; the model's namespace checks that no two namespaces share.)"""
-    if not ns or not model_takes_ns():
-        return {}
-    return {"ns": ns}
-
-
-@cache
-def model_takes_ns() -> bool:
-    """Whether the model's `Arrive` has a namespace argument."""
-    from ..transitions import REGISTRY
-
-    return "ns" in REGISTRY["Arrive"].args
+    one (not 0); otherwise none, so that a workload
+    without tenants writes the log it always did."""
+    return {"ns": ns} if ns else {}
