@@ -165,18 +165,15 @@ class DeltaEncoder(Encoder):
         may differ (default: every key)."""
         upd: list[str] = []
         mods: list[str] = []
-        new = 0
-        if keys is not None:
-            items = [(k, b[k]) for k in keys if k in b]
-            gone_keys = [k for k in keys if k not in b and k in a]
-        else:
-            items = b.items()
+        if keys is None:  # (in key order, as from `keys`: the same text either way)
+            keys = sorted(set(a.keys()) | set(b.keys()))
+        items = [(k, b[k]) for k in keys if k in b]
+        gone = [k for k in keys if k not in b and k in a]
         for k, v in items:
             o = a.get(k, _MISSING)
             if o is v:
                 continue
             if o is _MISSING:
-                new += 1
                 upd.append(f"{k} :> {whole(v)}")
                 continue
             if mod is None:
@@ -189,11 +186,6 @@ class DeltaEncoder(Encoder):
                 upd.append(f"{k} :> {whole(v)}")
             else:
                 mods.append(f"{k} :> {m}")
-        gone: list[int] = []
-        if keys is not None:
-            gone = gone_keys
-        elif len(a) + new != len(b):
-            gone = [k for k in a.keys() if k not in b]
         if not (upd or mods or gone):
             return None
         f = lambda xs: "(" + " @@ ".join(xs) + ")" if xs else "EmptyFn"  # noqa: E731
