@@ -171,6 +171,37 @@ def _l3_features(log: Path) -> set[str]:
 
 
 @pytest.mark.tlc
+def test_a_steps_delta_from_the_keys_it_wrote_is_the_delta_from_every_key(tmp_path):
+    """validate writes a step's delta from the keys its transaction wrote (`kvsm.writes`);
+    from the same states without that record it compares every key of every map. Both
+    write the same text for every step of walks of the default config and of an L3
+    config that spills and reloads, and the record is there for nearly every step."""
+    from kvsm.log import read_log
+    from kvsm.tla.compact import Tokens
+    from kvsm.tla.delta import DeltaEncoder
+
+    logs = [_walk(tmp_path, "default", steps=400), _walk(tmp_path, "l3", needs=L3_NEEDS, tries=1000)]
+    for log in logs:
+        header, stream = read_log(str(log))
+        items = list(stream)
+        tok = Tokens()
+        for _, _, t, _ in items:
+            if t.name == "Arrive":
+                tok.add(tuple(t.arg("tokens")))
+        enc = DeltaEncoder(header.config, tok)
+        s, recorded, changed = initial_state(header.config), 0, 0
+        for _, _, t, _ in items:
+            n = apply(s, t)
+            d = enc.delta(s, n)
+            recorded += enc._written is not None
+            bare = replace(n)  # the same state, without the record of what was written
+            assert bare.written is None
+            assert enc.delta(s, bare) == d, f"{log.name}: {t}"
+            changed += bool(d)
+            s = n
+        assert recorded >= len(items) - 1 and changed > len(items) // 2, (log.name, recorded, changed, len(items))
+
+
 def test_validate_accepts_walks_where_the_l3_tier_is_busy(tmp_path):
     """Walks of tests/data/l3_busy.toml (three live requests, two spills and two reloads
     in flight) are behaviours of the spec, step by step; together they join reloads, ack

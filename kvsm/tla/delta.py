@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..state import ClusterState
+from ..tx import _WRITTEN_INDEX
+from ..writes import written_between
 from .compact import ints, intset, tla_bool
 from .encoder import Encoder, Fields
 from .canon import MappingError
@@ -25,6 +27,8 @@ def fields_delta(o: Any, n: Any, fields: Fields) -> str | None:
 class DeltaEncoder(Encoder):
     """An `Encoder` that also writes the delta between consecutive model states."""
 
+    _written: tuple[Any, ...] | None = None  # the keys the step being encoded wrote, per map
+
     def node_mod(self, o: Any, n: Any) -> str | None:
         return fields_delta(o, n, self.node_fields)
 
@@ -40,8 +44,13 @@ class DeltaEncoder(Encoder):
         """What the step from `a` to `b` changed, per spec variable (unchanged ones are
         left out), as the operand of the variable's `APPLY` operator."""
         d: dict[str, str] = {}
+        # the keys the step wrote, per map (the model's own record, `kvsm.writes`, which
+        # its digest sums and `kvsm.invariants` rely on): only those can differ, so only
+        # those are compared; None (not known) compares every key
+        w = written_between(a.written, b.written)
+        self._written = w
         if a.nodes is not b.nodes:
-            x = self.map_delta(a.nodes, b.nodes, self.node, self.node_mod)
+            x = self.map_delta(a.nodes, b.nodes, self.node, self.node_mod, self._keys("nodes"))
             if x:
                 d["nodes"] = x
         for v in ("next_id", "clock", "next_rid", "disk_faults"):
@@ -66,11 +75,14 @@ class DeltaEncoder(Encoder):
             if pa - pb or pb - pa:
                 d["l2_free"] = f"<<{intset(pa - pb)}, {intset(pb - pa)}>>"
         if a.objects is not b.objects or a.reloads is not b.reloads:
-            ka = {op.obj for op in a.reloads}
-            kb = {op.obj for op in b.reloads}
-            oa = {k: o for k, o in a.objects.items() if k not in ka}
-            ob = {k: o for k, o in b.objects.items() if k not in kb}
-            x = self.map_delta(oa, ob, self.obj, self.obj_mod)
+            if not a.reloads and not b.reloads:
+                x = self.map_delta(a.objects, b.objects, self.obj, self.obj_mod, self._keys("objects"))
+            else:  # (a reload's object is no spec object)
+                ka = {op.obj for op in a.reloads}
+                kb = {op.obj for op in b.reloads}
+                oa = {k: o for k, o in a.objects.items() if k not in ka}
+                ob = {k: o for k, o in b.objects.items() if k not in kb}
+                x = self.map_delta(oa, ob, self.obj, self.obj_mod)
             if x:
                 d["objects"] = x
         if a.pending is not b.pending:
@@ -84,7 +96,7 @@ class DeltaEncoder(Encoder):
         if a.writes != b.writes:
             d["writes"] = self.seq_delta(a.writes, b.writes)
         if a.requests is not b.requests:
-            x = self.map_delta(a.requests, b.requests, self.request, self.request_mod)
+            x = self.map_delta(a.requests, b.requests, self.request, self.request_mod, self._keys("requests"))
             if x:
                 d["requests"] = x
         if a.write_done != b.write_done:
@@ -103,7 +115,7 @@ class DeltaEncoder(Encoder):
         if a.spills != b.spills:
             d["spills"] = self.spills(b)
         if a.reload_candidates is not b.reload_candidates:
-            x = self.map_delta(a.reload_candidates, b.reload_candidates, self.candidate, None)
+            x = self.map_delta(a.reload_candidates, b.reload_candidates, self.candidate, None, self._keys("reload_candidates"))
             if x:
                 d["reload_candidates"] = x
         if a.reloads != b.reloads or (a.reloads and a.objects is not b.objects):
@@ -140,20 +152,28 @@ class DeltaEncoder(Encoder):
             d["halted"] = self.halted(b)
         return d
 
-    def map_delta(self, a: Any, b: Any, whole: Any, mod: Any) -> str | None:
+    def _keys(self, name: str) -> list[Any] | None:
+        """The keys of map `name` the step wrote, in order; None when not known."""
+        w = self._written
+        return None if w is None else sorted(w[_WRITTEN_INDEX[name]])
+
+    def map_delta(self, a: Any, b: Any, whole: Any, mod: Any, keys: list[Any] | None = None) -> str | None:
         """`<<new or rewritten entries, changed fields of entries, removed keys>>` for
         `ApplyMap`. `mod(old, new)` gives an entry's
         changed fields, None when the spec sees no change, "" to rewrite it whole;
-        without `mod` a changed entry is rewritten whole."""
+        without `mod` a changed entry is rewritten whole. `keys`: the only keys that
+        may differ (default: every key)."""
         upd: list[str] = []
         mods: list[str] = []
-        new = 0
-        for k, v in b.items():
+        if keys is None:  # (in key order, as from `keys`: the same text either way)
+            keys = sorted(set(a.keys()) | set(b.keys()))
+        items = [(k, b[k]) for k in keys if k in b]
+        gone = [k for k in keys if k not in b and k in a]
+        for k, v in items:
             o = a.get(k, _MISSING)
             if o is v:
                 continue
             if o is _MISSING:
-                new += 1
                 upd.append(f"{k} :> {whole(v)}")
                 continue
             if mod is None:
@@ -166,9 +186,6 @@ class DeltaEncoder(Encoder):
                 upd.append(f"{k} :> {whole(v)}")
             else:
                 mods.append(f"{k} :> {m}")
-        gone: list[int] = []
-        if len(a) + new != len(b):
-            gone = [k for k in a.keys() if k not in b]
         if not (upd or mods or gone):
             return None
         f = lambda xs: "(" + " @@ ".join(xs) + ")" if xs else "EmptyFn"  # noqa: E731
@@ -218,6 +235,8 @@ class DeltaEncoder(Encoder):
         """The keys of a content map that differ between a and b: those the step's
         effects name, checked to be all of them (else every key is compared)."""
         ma, mb = getattr(a, name), getattr(b, name)
+        if self._written is not None:  # the keys the step wrote (`delta`)
+            return {k for k in self._written[_WRITTEN_INDEX[name]] if ma.get(k, _MISSING) != mb.get(k, _MISSING)}
         L2 = self.cfg.L2
         keys: set[int] = set()
         for e in b.effects:
@@ -244,7 +263,8 @@ class DeltaEncoder(Encoder):
         return {key for key in set(ma.keys()) | set(mb.keys()) if ma.get(key, _MISSING) != mb.get(key, _MISSING)}
 
     def l3_delta(self, a: ClusterState, b: ClusterState) -> str | None:
-        keys = {k for k in set(a.l3.keys()) | set(b.l3.keys()) if a.l3.get(k, _MISSING) != b.l3.get(k, _MISSING)}
+        cand = self._written[_WRITTEN_INDEX["l3"]] if self._written is not None else set(a.l3.keys()) | set(b.l3.keys())
+        keys = {k for k in cand if a.l3.get(k, _MISSING) != b.l3.get(k, _MISSING)}
         if not keys:
             return None
         per: dict[int, tuple[list[str], list[str]]] = {}
