@@ -151,3 +151,19 @@ def test_validate_successors_refuses_bad_input_naming_it(tmp_path, args, needle)
     paths = {"missing": str(tmp_path / "missing.jsonl"), "bad": str(bad)}
     r = CliRunner().invoke(app, ["validate", *[a.format(**paths) for a in args]])
     assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+
+
+@needs_tlc
+def test_runs_of_one_model_with_other_knobs_share_a_tlc_process_each_with_its_own_constants():
+    """Runs 0 (write-back, slru) and 7 (write-through, lru) of this space: one TLC
+    process, each run's states expanded under its own knobs (a copy of the spec per
+    set of constants); under the other's, the correct model would differ."""
+    logs = []
+    for seed in (0, 7):
+        spec = derive(SPACE, seed)
+        assert spec.schedule == "walk"
+        logs.append((seed, run_task(spec.to_json(), Budget(60, 100_000, 0, "10%").to_json())["log"]))
+    assert dict(derive(SPACE, 0).settings)["policy"] == "write_back" and "policy" not in dict(derive(SPACE, 7).settings)
+    got = successors_runs(logs, limit=24)
+    assert all(v["ok"] for v in got.values()), got
+    assert got[0]["seconds"] == got[7]["seconds"]  # (the seconds of their shared process)

@@ -9,8 +9,8 @@ states are the model's transition relation where the run went: TLC computes the
 spec's successors of up to `SAMPLE` of its states (`log_states`: every one of a short
 log, a sample drawn from the run's seed otherwise), and an edge `(action, next state)`
 that only one side has fails the run as `spec:successors@ACTION`, `at` the step after
-which the log is in that state. Runs of one model with the same knobs (the spec's
-constants, `kvsm.tla.local.group_key`) share one TLC process.
+which the log is in that state. The runs of one model share one TLC process, each
+run's states under its own knobs (`kvsm.tla.local.group_key`, `variant_modules`).
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def _compare(jobs: list[tuple[int, Any]]) -> dict[int, dict[str, Any]]:
 def successors_runs(logs: Sequence[tuple[int, str]], workers: int = 1, limit: int | None = None,
                     last: bool = False) -> dict[int, dict[str, Any]]:
     """Local conform's verdict on each `(seed, log text)`: `ok`, the `states` compared,
-    `seconds` (of its TLC process, shared with the logs of the same constants) and the
+    `seconds` (of its TLC process, shared with the logs of the same model) and the
     earliest `difference` (`step`, `side`: the side that has the edge, `action`, `to`:
-    what the edge changes, `other_side_to`). Logs of the same constants share a TLC
-    process, up to `workers` at once. A group that fails as a whole is decided log by
+    what the edge changes, `other_side_to`). Logs of one model share a TLC process, up
+    to `workers` at once. A group that fails as a whole is decided log by
     log, so that an error is the verdict of the log that caused it. `last`: compare
     each log's last state only."""
     from ..tla.local import SAMPLE, group_key, log_states

@@ -21,6 +21,7 @@ the edges out of each state are compared as sets of `(action, next state)`.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -36,10 +37,10 @@ from .conform import Interner, _changes
 from .encoder import Encoder
 from .errors import TLCError
 from .graph import read_dot
-from .models import ModelConfig, constant_bindings
+from .models import DEFINED_DEFAULTS, ModelConfig, constant_bindings
 from .runner import run_tlc
 from .specmap import canon_model, canon_spec_var
-from .trace import MODULE, SPEC_PARAMS, module_text_many, trace_config
+from .trace import MODULE, SPEC_PARAMS, _wrap, module_text_many, trace_config
 from .values import parse_value, state_parts
 
 LOCAL = "KVLocal"
@@ -52,15 +53,61 @@ PREFIX = "Loc_"  # the prefix of the local module's actions (their dot labels)
 DOMAINS = {"rid": "LocRids", "node": "LocNodes", "at": "SplitOffsets", "rank": "Ranks", "ok": "BOOLEAN", "fits": "BOOLEAN"}
 
 
+# Constants that shape how a state is written and read back (the trace module's
+# helpers and the encoder read them), the prompts and the request ids `LocRids` ranges
+# over: equal for the states of one module. The others (the knobs, the defect) may
+# differ from state to state: each set of them is a copy of the spec (`variant_modules`).
+SHAPE = ("R", "P", "L1", "L2", "L3", "Prompts", "MaxRequests")
+
+
 def group_key(cfg: Config) -> str:
-    """States whose configs have one key share a TLC process: the same constants (a
-    TLC process binds one value to each) and payloads (how a state is read back)."""
-    return repr((cfg.payloads, sorted(constant_bindings(cfg).items())))
+    """States whose configs have one key share a TLC process: the same `SHAPE` and
+    payloads (how a state is read back)."""
+    b = constant_bindings(cfg)
+    return repr((cfg.payloads, sorted((k, v) for k, v in b.items() if k in SHAPE)))
 
 
-def local_module(count: int, prompts: str) -> str:
+SPEC_MODULES = ("KVTree", "KVCache")  # KVCache extends KVTree; each declares constants
+
+
+def variant_modules(k: int, bindings: dict[str, str]) -> dict[str, str]:
+    """Copies of the spec's modules (`KVTree_k`, `KVCache_k`) in which every constant,
+    and every constant KVCache defines with a default, is a definition of its value in
+    `bindings` (`constant_bindings`; an unbound default keeps its definition). An
+    instance of a module with constant parameters would do, but TLC evaluates a
+    constant definition once for all the instances of its module, with the first
+    one's constants: a copy is a module of its own."""
+    from .location import spec_dir
+
+    out = {}
+    for name in SPEC_MODULES:
+        text = (spec_dir() / f"{name}.tla").read_text()
+        text, n = re.subn(rf"^(-+\s*MODULE\s+){name}\b", rf"\g<1>{name}_{k}", text, count=1, flags=re.M)
+        if n != 1:
+            raise TLCError(f"spec/{name}.tla: no module header")
+        for other in SPEC_MODULES:
+            if other != name:
+                text = re.sub(rf"^(EXTENDS\b.*)\b{other}\b", rf"\g<1>{other}_{k}", text, flags=re.M)
+        m = re.search(r"^CONSTANTS\b(.*?)(?=^\s*$|^[A-Z]+\b)", text, flags=re.M | re.S)
+        if m is None:
+            raise TLCError(f"spec/{name}.tla: no CONSTANTS declaration")
+        declared = re.findall(r"^\s*([A-Za-z]\w*)\s*,?", re.sub(r"\\\*[^\n]*", "", m.group(1)), flags=re.M)
+        missing = [c for c in declared if c not in bindings]
+        if missing:
+            raise TLCError(f"spec/{name}.tla: constant {missing[0]} has no value in the config")
+        defs = "".join(f"{c} == {bindings[c]}\n" for c in declared)
+        text = text[: m.start()] + defs + text[m.end():]
+        for c, v in bindings.items():
+            text = re.sub(rf"^{c} == .*$", lambda _: f"{c} == {v}", text, flags=re.M) if c in DEFINED_DEFAULTS else text
+        out[f"{name}_{k}"] = text
+    return out
+
+
+def local_module(count: int, prompts: str, variants: int = 1, of: Sequence[int] = ()) -> str:
     """The module that expands `count` given states (the trace module's `Firsts`) one
-    step with every action of `Next`."""
+    step with every action of `Next`. With several `variants`, state i's actions are
+    those of `V{of[i]}`, an instance of a copy of the spec with its own constants
+    (`variant_modules`): runs with other knobs share one TLC process."""
     lines = [f"---- MODULE {LOCAL} ----", f"EXTENDS {MODULE}", "VARIABLE root", "",
              f"LocPrompts == {prompts}",
              "LocRids == {r \\in DOMAIN requests \\cup DOMAIN reload_candidates : r \\in RequestIds}",
@@ -68,15 +115,24 @@ def local_module(count: int, prompts: str) -> str:
              "",
              f"LocInit == root \\in 1 .. {count} /\\ SetTo(Firsts[root]) /\\ cursor = 0 /\\ bad = {{}} /\\ stretch = 0",
              "Step == root > 0 /\\ root' = 0 /\\ UNCHANGED <<cursor, bad, stretch>>", ""]
+    if variants > 1:
+        lines += [f"V{k} == INSTANCE KVCache_{k}" for k in range(1, variants + 1)]
+        lines += [_wrap("Variant == <<" + ", ".join(map(str, of)) + ">>"), ""]
+
+    def call(op: str) -> str:
+        if variants == 1:
+            return op
+        return "(" + " \\/ ".join(f"(Variant[root] = {k} /\\ V{k}!{op})" for k in range(1, variants + 1)) + ")"
+
     names = []
     for name, params in SPEC_PARAMS.items():
         if name == "Arrive":
-            body = "\\E p \\in Prompts : Arrive(next_rid, p.pages, p.out_pages, PromptNs(p))"
+            body = "\\E p \\in Prompts : " + call("Arrive(next_rid, p.pages, p.out_pages, PromptNs(p))")
         elif params:
             binders = ", ".join(f"{x} \\in {DOMAINS[x]}" for x in params)
-            body = f"\\E {binders} : {name}({', '.join(params)})"
+            body = f"\\E {binders} : " + call(f"{name}({', '.join(params)})")
         else:
-            body = name
+            body = call(name)
         lines.append(f"{PREFIX}{name} == Step /\\ {body}")
         names.append(f"{PREFIX}{name}")
     lines.append("LocNext == " + " \\/ ".join(names))
@@ -100,7 +156,7 @@ class Difference:
     index: int  # the given state's position in the call's `states`
     side: str  # "model" or "spec": the side that has the edge
     action: str
-    to: dict[str, Any]  # what the edge changes (readable), or the whole state
+    to: dict[str, Any]  # what the edge changes (readable)
     other_side_to: list[dict[str, Any]] = field(default_factory=list)  # the other side's edges of that action
 
     def to_json(self) -> dict[str, Any]:
@@ -123,8 +179,9 @@ class LocalResult:
 def local_conform(cfg: Config, states: Sequence[ClusterState], arrivals: Sequence[tuple[tuple[int, ...], int]] = (),
                   timeout: float | None = None) -> LocalResult:
     """Compare the spec's successors of each of `states` with the model's: states of
-    configs with the constants of `cfg` (`group_key`: the runs of one model with the
-    same knobs), which the module binds. `arrivals`: the `(tokens, namespace)` of every arrival that led to
+    configs of `cfg`'s `group_key` (the runs of one model), each expanded under its
+    own config's constants (one copy of the spec per set, `variant_modules`).
+    `arrivals`: the `(tokens, namespace)` of every arrival that led to
     them (the page contents they hold are prefixes of these). A state the spec cannot
     hold raises `MappingError`; TLC's failure `TLCError`."""
     t0 = time.perf_counter()
@@ -146,8 +203,14 @@ def local_conform(cfg: Config, states: Sequence[ClusterState], arrivals: Sequenc
         return LocalResult(0, 0, 0, [], {"model": round(t_model, 3), "tlc": 0.0})
     if any(group_key(s.config) != group_key(cfg) for s in states):
         raise ValueError("local conform: the given states have other constants than the config's")
-    trace = module_text_many(firsts, tok, set(tok.used))
-    text = local_module(len(states), constant_bindings(cfg)["Prompts"])
+    variants: dict[str, int] = {}
+    of = [variants.setdefault(repr(sorted(constant_bindings(s.config).items())), len(variants) + 1) for s in states]
+    modules = {MODULE: module_text_many(firsts, tok, set(tok.used)),
+               LOCAL: local_module(len(states), constant_bindings(cfg)["Prompts"], len(variants), of)}
+    if len(variants) > 1:
+        for b, k in variants.items():
+            some = states[of.index(k)].config
+            modules.update(variant_modules(k, constant_bindings(some)))
     t1 = time.perf_counter()
     spec: list[set[tuple[str, int]]] = [set() for _ in states]
     with tempfile.TemporaryDirectory(prefix="kvsm-local-") as d:
@@ -156,7 +219,7 @@ def local_conform(cfg: Config, states: Sequence[ClusterState], arrivals: Sequenc
         # (128 states of `small`: 1.6 s of CPU, 1.1 of them starting TLC; 468: 2.7 s
         # against 5.1 with both tiers). The serial collector: one thread, small heap.
         res = run_tlc(Path(f"{LOCAL}.tla"), local_config(cfg), workers=1, dump_dot=dot, keep_output=False,
-                      extra_modules={MODULE: trace, LOCAL: text}, timeout=timeout, jvm=("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"))
+                      extra_modules=modules, timeout=timeout, jvm=("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"))
         if res.violation is not None:
             raise TLCError(f"TLC reported {res.violation.property} while computing successors")
         by_fp: dict[str, int] = {}
