@@ -315,31 +315,12 @@ def compared_config(header: Any) -> Config:
     return replace(cfg, prompts=named.prompts)
 
 
-def _sample(names: list[str], limit: int, rng: Any) -> set[int]:
-    """`limit` of the states after 0 .. len(names) steps: half of them spread over the
-    transitions the log takes, each kind's share drawn from the states it is taken
-    from (every state before a rare one: a kind taken a few times in thousands of steps,
-    such as a reload's claim, is where a wrong step or guard of it shows), the rest
-    drawn from all the states."""
-    before: dict[str, list[int]] = {}
-    for i, name in enumerate(names):
-        before.setdefault(name, []).append(i)  # state i is the state before step i + 1
-    per = max(1, limit // (2 * len(before)))
-    want: set[int] = set()
-    for name in sorted(before):
-        idx = before[name]
-        want.update(idx if len(idx) <= per else rng.sample(idx, per))
-    rest = [i for i in range(len(names) + 1) if i not in want]
-    want.update(rng.sample(rest, max(0, min(limit - len(want), len(rest)))))
-    return want
-
-
 def log_states(path: str | Path, limit: int | None = SAMPLE, last: bool = False) -> LogStates:
     """The states a log passes through, replayed by the model: all of them when they
-    are at most `limit` (None: no limit), else `limit` of them (`_sample`) drawn by a
-    generator seeded with the log's seed (the same log, the same states, in a campaign
-    and in `kvsm validate --successors`); a state the log passes through twice is
-    compared once. `last`: the last
+    are at most `limit` (None: no limit), else `limit` of them drawn from the log's
+    steps by a generator seeded with the log's seed (the same log, the same states,
+    in a campaign and in `kvsm validate --successors`); a state the log passes through
+    twice is compared once. `last`: the last
     state only (a shrunk case's, whose difference is there). A log that cannot be read
     raises `LogError`."""
     import random
@@ -357,7 +338,7 @@ def log_states(path: str | Path, limit: int | None = SAMPLE, last: bool = False)
     elif limit is None or n <= limit:
         want = set(range(n))
     else:
-        want = _sample([t.name for t in items], limit, random.Random(f"kvsm-local:{header.seed}"))
+        want = set(random.Random(f"kvsm-local:{header.seed}").sample(range(n), limit))
     s = initial_state(cfg)
     out = LogStates(cfg, [], [], [], len(items))
     seen: set[str] = set()
