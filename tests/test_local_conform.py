@@ -9,7 +9,6 @@ whose last state shows it again."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
