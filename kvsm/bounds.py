@@ -28,6 +28,7 @@ MAX_TRACE_BYTES = 1 << 30  # a trace is read whole
 
 # ---- kvsm validate ---------------------------------------------------------------------------
 MAX_SEGMENTS = 64  # --segments: each segment is a TLC process (a JVM, a second or more to start)
+MAX_SUCCESSOR_STATES = 100_000  # --successors --states: each is written whole into one TLC module and expanded (about 4 ms)
 
 # ---- generated workloads (kvsm/sim/generators.py) -----------------------------------------
 MAX_GENERATED_REQUESTS = 100_000  # `kvsm sim -w GENERATOR -n N`: the requests are made in memory

@@ -169,3 +169,37 @@ def skew_nth_match(monkeypatch: Any, nth: int) -> None:
 
     monkeypatch.setitem(REGISTRY, "Match", replace(right, apply=match))
 
+
+
+def late_write_done() -> Any:
+    """A planted guard mutation: a rank's `WriteDone` waits until every lower rank has
+    finished at least as many writes, so rank 1's is enabled one step later than the
+    spec's (after rank 0's). No invariant breaks and every step the model takes is
+    one the spec takes. Install it with `monkeypatch.setitem(REGISTRY, "WriteDone",
+    late_write_done())`."""
+    from kvsm.transitions import REGISTRY, Rejected
+
+    right = REGISTRY["WriteDone"]
+
+    def apply_(s: ClusterState, t: Transition, *view: Any) -> ClusterState:
+        r = t.rank or 0
+        if any(s.write_done[q] <= s.write_done[r] for q in range(r)):
+            raise Rejected(f"rank {r} waits for the lower ranks' writes")
+        return right.apply(s, t, *view)
+
+    return replace(right, apply=apply_)
+
+
+def skewing_match() -> Any:
+    """A planted wrong next state: every `Match` also moves the clock one tick, which
+    the spec's does not. Install it with `monkeypatch.setitem(REGISTRY, "Match",
+    skewing_match())`."""
+    from kvsm.transitions import REGISTRY
+
+    right = REGISTRY["Match"]
+
+    def apply_(s: ClusterState, t: Transition, *view: Any) -> ClusterState:
+        out = right.apply(s, t, *view)
+        return replace(out, clock=out.clock + 1, _digest=None)
+
+    return replace(right, apply=apply_)

@@ -194,11 +194,16 @@ def test_a_campaign_on_a_local_cluster(tmp_path):
     assert any(k.startswith("rejected: ") for g in cov["guards"].values() for k in g)
     assert set(cov["scenarios"]) == {name for name, _, _ in SCENARIOS}
     assert (tmp_path / "plots" / "coverage.png").stat().st_size > 0 and (tmp_path / "plots" / "failures.png").exists()
-    # the default validation: the runs 10% selects, each log followed by TLC to its end
+    # the default validation: local conform of every walk run, TLC following the other
+    # runs 10% selects to their ends
     v = s["validation"]
     if v["unavailable"] is None:
-        assert v["mode"] == "10%" and v["validated"] == sum("validation" in r for r in _lines(out / "results.jsonl")) >= 1
-        assert v["rejected"] == v["errors"] == 0
+        recs = _lines(out / "results.jsonl")
+        assert v["mode"] == "10%" and v["validated"] == sum("validation" in r for r in recs)
+        assert not any("validation" in r for r in recs if r["spec"]["schedule"] == "walk")
+        loc = v["successors"]
+        assert loc["runs"] == sum("successors" in r for r in recs) == sum(r["spec"]["schedule"] == "walk" for r in recs) >= 1
+        assert v["rejected"] == v["errors"] == loc["differ"] == loc["errors"] == 0
 
 
 def test_with_no_defect_200_runs_over_the_shipped_configs_and_every_fault_kind_find_nothing(tmp_path):

@@ -66,7 +66,8 @@ def test_without_java_the_default_validates_nothing_and_the_summary_says_why(tmp
     r = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "j"), "--json"])
     assert r.exit_code == 0, r.output
     v = json.loads(r.stdout)["validation"]
-    assert v == {"mode": "none", "validated": 0, "rejected": 0, "errors": 0, "seconds": 0.0, "unavailable": "no Java"}
+    assert v == {"mode": "none", "validated": 0, "rejected": 0, "errors": 0, "seconds": 0.0, "unavailable": "no Java",
+                 "successors": {"runs": 0, "states": 0, "differ": 0, "errors": 0}}
     assert all("validation" not in rec and "log" not in rec for rec in _lines(tmp_path / "j" / "results.jsonl"))
     text = render(summarize([], 1, 1.0, None, v), tmp_path)
     from rich.console import Console
@@ -129,6 +130,9 @@ def test_a_log_tlc_rejects_fails_with_the_spec_signature_and_shrinks_to_a_case_t
     # every invariant held: only the spec sees the wrong victim
     assert rec["status"] == "failed" and f["detector"] == "spec" and f["signature"] == "spec:not taken@EvictHost"
     assert f["at"] == rec["validation"]["rejected"]["step"] and "TLC: step" in f["message"]
+    # (local conform sees the wrong victim too, at a sampled state; the run keeps TLC's first rejection)
+    loc = s["validation"].pop("successors")
+    assert loc["runs"] == 1 and loc["errors"] == 0 and rec["successors"]["states"] == loc["states"] > 0
     assert s["validation"] | {"seconds": 0} == {"mode": "all", "validated": 1, "rejected": 1, "errors": 0, "seconds": 0, "unavailable": None}
     assert [g["signature"] for g in s["failures"]] == [f["signature"]] and s["failures"][0]["case"] == rec["case"]
     case = tmp_path / rec["case"]

@@ -62,6 +62,7 @@ def execute_plan(
             settle(validator.add(rec))
         else:
             rec.pop("log", None)
+            rec.pop("log_for", None)
             keep(rec)
 
     def on_shrunk(out: dict[str, Any]) -> None:

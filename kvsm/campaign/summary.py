@@ -13,7 +13,9 @@ kinds of the spec's state graph of `small` that the runs reached, and those neve
 reached: `kvsm.campaign.coverage.against_graph`). `validation` counts the runs whose
 logs TLC followed (`validated`), those it rejected, those it could not decide
 (`errors`) and its seconds, with the campaign's `mode` and, when TLC cannot run here,
-why (`unavailable`, such as "no Java").
+why (`unavailable`, such as "no Java"); its `successors`, the walk runs whose states'
+successors local conform compared (`runs`, `states`, `differ`, `errors`,
+`kvsm.campaign.successors`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
               validation: dict[str, Any] | None = None) -> dict[str, Any]:
     cov = empty()
     val = {"mode": "none", "validated": 0, "rejected": 0, "errors": 0, "seconds": 0.0, "unavailable": None} | (validation or {})
+    val.setdefault("successors", {"runs": 0, "states": 0, "differ": 0, "errors": 0})
     status: Counter = Counter()
     spec: dict[str, Counter] = {k: Counter() for k in ("config", "tiers", "faults", "workload")}
     groups: dict[str, dict[str, Any]] = {}
@@ -62,6 +65,13 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
             val["errors"] += "error" in v
             val["rejected"] += not v["ok"] and "error" not in v
             val["seconds"] += v.get("seconds", 0.0)
+        lv = rec.get("successors")
+        if lv is not None:
+            loc = val["successors"]
+            loc["runs"] += 1
+            loc["states"] += lv.get("states", 0)
+            loc["errors"] += "error" in lv
+            loc["differ"] += not lv["ok"] and "error" not in lv
         sig = failure_signature(rec)
         if sig is not None:
             g = groups.setdefault(sig, {"signature": sig, "runs": [], "case": None, "_size": None})
@@ -101,6 +111,10 @@ def render(s: dict[str, Any], outdir: Path) -> Group:
     if v["unavailable"]:
         note = v["unavailable"]
     head.add_row(f"runs validated by TLC (--validate {v['mode']})", f"{v['validated']} ({note})")
+    loc = v.get("successors") or {}
+    if loc.get("runs"):
+        extra = f", {loc['errors']} undecided" if loc["errors"] else ""
+        head.add_row("walk runs whose successors TLC compared", f"{loc['runs']} ({loc['states']:,} states, {loc['differ']} differ{extra})")
     head.add_row("failure groups", str(len(s["failures"])))
     parts: list[Any] = [head]
     if s["failures"]:

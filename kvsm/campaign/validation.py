@@ -33,6 +33,7 @@ from typing import Any, Sequence
 from .run import Budget, Failure, Outcome
 from .scratch import scratch_dir
 from .spec import RunSpec, command
+from .successors import successors_failure, successors_runs
 
 MODES = ("none", "all", "failed")
 # the default share of runs validated (docs/campaign.md, "The spec as a second
@@ -98,12 +99,35 @@ def tlc_missing() -> str | None:
     return None
 
 
-def run_log(out: Outcome, seed: int, mode: str) -> str | None:
-    """The log TLC follows for a finished run, when `mode` selects it: an ok run's own
-    log; a failed run's transitions up to its failure. None otherwise (a run over its
-    budget, or one that failed on its initial state)."""
+def successors_wanted(mode: str, spec: RunSpec) -> bool:
+    """Whether local conform compares the successors of the states of run `spec`
+    (`kvsm.campaign.successors`): every walk run, under any mode but `none`."""
+    return mode != "none" and spec.schedule == "walk"
+
+
+def log_uses(out: Outcome, spec: RunSpec, mode: str) -> list[str]:
+    """What the campaign does with a finished run's log: `successors` (local conform,
+    an ok walk run's) and `trace` (TLC follows it): every run under `all`, a failed
+    one under `failed`; under a percent, the runs it selects but for the walks that
+    local conform takes, whose long logs would cost TLC five times as much."""
     failed = out.status == "failed" and out.failure is not None
-    if not selected(mode, seed, failed):
+    uses = []
+    if out.status == "ok" and successors_wanted(mode, spec):
+        uses.append("successors")
+    if selected(mode, spec.seed, failed) and not (mode.endswith("%") and uses):
+        uses.append("trace")
+    return uses
+
+
+def run_log(out: Outcome, seed: int, mode: str, uses: Sequence[str] | None = None) -> str | None:
+    """The log the campaign checks for a finished run (`log_uses`; by default, when
+    `mode` selects the run for TLC to follow): an ok run's own log; a failed run's
+    transitions up to its failure. None otherwise (a run over its budget, or one that
+    failed on its initial state)."""
+    failed = out.status == "failed" and out.failure is not None
+    if uses is None:
+        uses = ["trace"] if selected(mode, seed, failed) else []
+    if not uses:
         return None
     if out.status == "ok":
         return out.log
@@ -205,10 +229,18 @@ class Validator:
         recs, self.pending, self.steps = self.pending, [], 0
         if not recs:
             return []
-        got = validate_runs([(r["seed"], r["log"]) for r in recs], self.workers)
+        uses = {r["seed"]: r.pop("log_for", ["trace"]) for r in recs}
+        got = validate_runs([(r["seed"], r["log"]) for r in recs if "trace" in uses[r["seed"]]], self.workers)
+        local = successors_runs([(r["seed"], r["log"]) for r in recs if "successors" in uses[r["seed"]]], self.workers)
         for rec in recs:
-            v = rec["validation"] = got[rec["seed"]]
-            f = spec_failure(v) if rec["status"] == "ok" else None
+            f = None
+            if "trace" in uses[rec["seed"]]:
+                v = rec["validation"] = got[rec["seed"]]
+                f = spec_failure(v) if rec["status"] == "ok" else None
+            if "successors" in uses[rec["seed"]]:
+                lv = rec["successors"] = local[rec["seed"]]
+                if f is None and rec["status"] == "ok":
+                    f = successors_failure(lv, rec.get("command", ""))
             if f is not None:
                 rec["status"], rec["failure"] = "failed", f.to_json()
             if f is None or f.what == "error":
@@ -248,6 +280,22 @@ def _steps_verdict(cfg: Any, seed: int, steps: Sequence[Any], d: str) -> dict[st
     return _one(p)
 
 
+def _judge(what: str, extra: dict[str, Any]) -> Any:
+    """The failure TLC finds in a candidate log `(cfg, seed, steps, dir)`: following it,
+    or for a `successors` failure, local conform at its last state (the workload's
+    header, `extra`, names the prompts it compares `Arrive` with)."""
+    if what != "successors":
+        return lambda cfg, seed, steps, d: spec_failure(_steps_verdict(cfg, seed, steps, d))
+
+    def judge(cfg: Any, seed: int, steps: Sequence[Any], d: str) -> Failure | None:
+        from .shrink import log_text
+
+        v = successors_runs([(seed, log_text(cfg, seed, steps, extra)[0])], last=True)[seed]
+        return successors_failure(v)
+
+    return judge
+
+
 def shrink_rejected(spec: RunSpec, budget: Budget, text: str, failure: dict[str, Any]) -> dict[str, str]:
     """The case of a log TLC rejected: the log cut after the rejected step, then steps
     removed (`ddmin`, a request's or a node's steps first, references re-resolved) while
@@ -269,7 +317,9 @@ def shrink_rejected(spec: RunSpec, budget: Budget, text: str, failure: dict[str,
         header, stream = read_log(p)
         cfg = header.config
         whole = [t for _, _, t, _ in stream]
-        transitions = whole[: max(1, failure["at"])]
+        local = failure["what"] == "successors"  # found at the state after step `at`, which may be the first
+        transitions = whole[: failure["at"] if local else max(1, failure["at"])]
+        judge = _judge(failure["what"], {k: v for k, v in header.extra.items() if k == "workload"})
         best = list(transitions)
         s0 = initial_state(cfg)
         refs = references(cfg, transitions)
@@ -280,20 +330,22 @@ def shrink_rejected(spec: RunSpec, budget: Budget, text: str, failure: dict[str,
             if not taken:
                 return None
             replays += 1
-            f = spec_failure(_steps_verdict(cfg, spec.seed, [t for _, t in taken], d))
+            f = judge(cfg, spec.seed, [t for _, t in taken], d)
             if f is None or f.signature != sig or f.at < 1:
                 return None
             best[:] = [t for _, t in taken[: f.at]]
             return [i for i, _ in taken[: f.at]]
 
         local_min = False
-        if time.perf_counter() < deadline:
+        if transitions and time.perf_counter() < deadline:
 
             def groups(keep: list[int]) -> list[list[int]]:
                 return _request_groups([transitions[i] for i in keep])
 
             _, local_min = ddmin(list(range(len(transitions))), fails, deadline, groups=groups)
     extra = {"campaign": {"seed": spec.seed, "signature": sig, "shrunk": True}}
+    if local and "workload" in header.extra:  # (the prompts `Arrive` is compared with)
+        extra["workload"] = header.extra["workload"]
     case, n = log_text(cfg, spec.seed, best, extra)
     requests = list(prepare(spec.options()).workload.requests)
     sidecar = {
@@ -306,7 +358,7 @@ def shrink_rejected(spec: RunSpec, budget: Budget, text: str, failure: dict[str,
         "spec": spec.to_json(),
         "command": command(spec),
         "replay": None,
-        "validate": "kvsm validate case.jsonl",
+        "validate": "kvsm validate --successors --last case.jsonl" if local else "kvsm validate case.jsonl",
         "cwd": "the case's directory",
         "original": {"command": command(spec), "requests": spec.requests, "transitions": len(whole)},
         "shrunk": {

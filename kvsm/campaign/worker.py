@@ -11,7 +11,7 @@ from typing import Any
 from .run import Budget, execute
 from .shrink import shrink
 from .spec import RunSpec, command, resolve
-from .validation import run_log, selected
+from .validation import log_uses, run_log, selected, successors_wanted
 
 
 def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
     t0 = time.perf_counter()
     spec = resolve(RunSpec.from_json(spec_json))
     budget = Budget(**budget_json)
-    out = execute(spec, budget, keep_log=selected(budget.validate, spec.seed, False))
+    out = execute(spec, budget, keep_log=selected(budget.validate, spec.seed, False) or successors_wanted(budget.validate, spec))
     rec: dict[str, Any] = {
         "seed": spec.seed,
         "status": out.status,
@@ -34,9 +34,10 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
         rec["failure"] = out.failure.to_json()
         rec["case_files"] = shrink(spec, budget, out)
     rec["coverage"] = out.coverage
-    log = run_log(out, spec.seed, budget.validate)
+    uses = log_uses(out, spec, budget.validate)
+    log = run_log(out, spec.seed, budget.validate, uses)
     if log is not None:  # for the campaign to validate (kvsm.campaign.validation)
-        rec["log"] = log
+        rec["log"], rec["log_for"] = log, uses
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..bounds import MAX_SEGMENTS
+from ..bounds import MAX_SEGMENTS, MAX_SUCCESSOR_STATES
 from .common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, bug_option, output_option, bug_or_exit, busy, console, emit_json, err, fail, warn_old_log
 
 MODEL_HELP = (
@@ -125,6 +125,42 @@ def _print_validate(res: Any, log: Path, as_json: bool) -> None:
             )
 
 
+def _successors(logs: list[Path], limit: Optional[int], last: bool, bug: Optional[str], as_json: bool) -> None:
+    """`kvsm validate --successors`: local conform at each log's states."""
+    from ..log import LogError
+    from ..tla.canon import MappingError
+    from ..tla.errors import TLCError, TLCUnavailable
+    from ..tla.local import SAMPLE, local_log
+
+    if bug is not None:
+        raise _fail("--successors compares the model the log was written with; --bug does not apply")
+    differ = False
+    for log in logs:
+        try:
+            with busy(f"validate --successors: TLC expands the states of {log}"):
+                ls, res = local_log(log, limit or SAMPLE, last)
+        except LogError as e:
+            raise _fail(str(e), EXIT_INPUT if e.malformed else EXIT_FAILED) from None
+        except MappingError as e:
+            raise _fail(str(e)) from None
+        except (TLCError, TLCUnavailable) as e:
+            raise _tlc_failed(e) from None
+        diffs = [{"step": ls.steps[d.index], **{k: v for k, v in d.to_json().items() if k != "index"}} for d in res.differences]
+        differ = differ or bool(diffs)
+        if as_json:
+            emit_json({"log": str(log), "ok": res.ok, "steps": ls.length, "states": res.states, "spec_edges": res.spec_edges,
+                       "model_edges": res.model_edges, "differences": diffs, "seconds": res.seconds})
+            continue
+        for d in diffs:
+            other = "spec" if d["side"] == "model" else "model"
+            err.print(f"[red]{log}: from the state after step {d['step']}, only the {d['side']} steps by {d['action']}[/red] "
+                      f"to {d['to']}; the {other}'s {d['action']} steps: {d['other_side_to'] or 'none'}", highlight=False)
+        if res.ok:
+            console.print(f"[green]{log}: the spec and the model have the same {res.spec_edges} steps out of {res.states} states[/green] "
+                          f"(of {ls.length + 1} the log passes through)", highlight=False)
+    raise typer.Exit(EXIT_FAILED if differ else 0)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def check(
@@ -197,11 +233,15 @@ def register(app: typer.Typer) -> None:
         segments: Optional[int] = typer.Option(None, "--segments", min=1, max=MAX_SEGMENTS, help=f"stretches of each log checked apart, each by a TLC process of its own, at most {MAX_SEGMENTS} (default: one per worker for a long log)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object per log, one a line"),
         bug: Optional[str] = bug_option(),
+        successors: bool = typer.Option(False, "--successors", help="local conform instead: compare the spec's successors of the log's states with the model's (every action, one step), as `kvsm conform` compares edges"),
+        states: Optional[int] = typer.Option(None, "--states", min=1, max=MAX_SUCCESSOR_STATES, help="with --successors: the log's states compared at most, drawn from its seed when it has more (default 128)"),
+        last: bool = typer.Option(False, "--last", help="with --successors: the log's last state only (a shrunk case's)"),
     ) -> None:
         """Decide with TLC whether each log is a behaviour of the spec: every step, from the
         model's state before it, to the model's state after it (with --bug, of the spec
         with that defect; the correct spec by default, whatever defect the log was
-        written with). Exit 1 if any log is not."""
+        written with). Exit 1 if any log is not. With --successors, whether the spec and
+        the model have the same steps out of the log's states; exit 1 if any differ."""
         from ..log import LogError
         from ..tla.errors import TLCError, TLCUnavailable
         from ..tla.validate import validate as do_validate, validate_many
@@ -209,6 +249,11 @@ def register(app: typer.Typer) -> None:
         bug_or_exit(bug)
         for log in logs:
             warn_old_log(log)
+        if successors:
+            _successors(logs, states, last, bug, as_json)
+            return
+        if states is not None or last:
+            raise _fail(f"{'--states' if states is not None else '--last'} goes with --successors")
         what = "segments" if len(logs) == 1 else "TLC processes"
 
         def on_segment(done: int, total: int) -> None:
