@@ -29,7 +29,7 @@ from ..checking import Checker
 from ..log import Header, dumps, end_line, transition_line
 from ..resolve import references, replay_kept
 from ..sim.options import prepare
-from ..sim.trace import TraceRequest
+from ..sim.trace import NAMESPACE_FIELD, TraceRequest
 from ..state import ClusterState, Rejected, initial_state
 from ..transitions import Transition, apply
 from .run import Budget, Outcome, _Held, _track_held, execute, signature
@@ -108,9 +108,11 @@ def ddmin(
 
 
 def trace_text(requests: Sequence[TraceRequest]) -> str:
-    """Requests as a Mooncake trace (`kvsm sim --workload FILE` reads it back)."""
+    """Requests as a Mooncake trace (`kvsm sim --workload FILE` reads it back), each with
+    its namespace where it has one (a run with tenants: the file carries the spread)."""
     return "".join(
-        json.dumps({"timestamp": r.timestamp, "input_length": r.input_length, "output_length": r.output_length, "hash_ids": list(r.hash_ids)}) + "\n"
+        json.dumps({"timestamp": r.timestamp, "input_length": r.input_length, "output_length": r.output_length, "hash_ids": list(r.hash_ids),
+                    **({NAMESPACE_FIELD: r.ns} if r.ns else {})}) + "\n"
         for r in requests
     )
 

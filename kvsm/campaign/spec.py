@@ -9,7 +9,8 @@ ones included), the rank count, the victim order, and the config's knobs (`SETTI
 prepared backups, the commit call, thresholds, the L3 limits, and with
 `knobs = reference` the fidelity knobs' reference values). The same space and number
 give the same `RunSpec` on every machine, and `command(spec)` is the `kvsm sim` command
-that reproduces the run alone.
+that reproduces the run alone. A run that does not walk may also spread its workload
+over tenants (`TENANT_SHARE`), drawn apart.
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ WALK_REQUESTS = 16
 # takes it in hundreds.
 WALK_LIFT_SHARE = 0.5
 WALK_LIFT = ("walk_weights", "EvictHost:1,Rollback:1")
+# Tenants (docs/sim.md, "Tenants"): one run in two whose workload is not its config's
+# prompts (drawn from its own stream `kvsm-campaign-tenants:<seed>`, so that it moves no
+# other draw) spreads its requests over `TENANTS` namespaces (`kvsm sim --tenants N`),
+# `TENANT_MIXES` of them on prompt families every tenant shares (`--tenant-mix X`): the
+# same block ids in several namespaces, where a tier whose key ignores the namespace
+# breaks invariant 15 Isolation. A walk keeps its model's prompts, and their namespaces
+# where the model has them (`tenants`): another spread would be another model.
+TENANT_SHARE = 0.5
+TENANTS = (2, 3, 8)
+TENANT_MIXES = (0.5, 1.0)
 
 
 class SpaceError(ValueError):
@@ -221,11 +232,16 @@ class RunSpec:
     prompts: tuple[float | None, float | None, float | None] | None = None
     schedule: str = "auto"  # `kvsm sim --schedule` (records before swarm runs: auto)
     settings: tuple[tuple[str, Any], ...] = ()  # config fields, as `kvsm sim --set`
+    tenants: int | None = None  # `kvsm sim --tenants` (None: the workload as it is)
+    tenant_mix: float | None = None  # `kvsm sim --tenant-mix`, with tenants
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["prompts"] = list(self.prompts) if self.prompts is not None else None
         d["settings"] = dict(self.settings)
+        for k in ("tenants", "tenant_mix"):  # a run without tenants: the record it always had
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
@@ -238,7 +254,8 @@ class RunSpec:
 
     def options(self, check: bool = False, workload: str | None = None) -> SimOptions:
         """The simulator's options (`workload` replaces the workload by a trace file, whose
-        requests are then all simulated); tier sizes in prompts are resolved first."""
+        requests are then all simulated, each in the namespace the file gives it: no
+        tenants spread); tier sizes in prompts are resolved first."""
         if self.prompts is not None:
             return resolve(self).options(check, workload)
         return SimOptions(
@@ -257,6 +274,8 @@ class RunSpec:
             bug=self.bug,
             schedule=self.schedule,
             settings=self.settings,
+            tenants=None if workload else self.tenants,
+            tenant_mix=None if workload else self.tenant_mix,
         )
 
 
@@ -264,18 +283,29 @@ def derive(space: Space, seed: int) -> RunSpec:
     """The run numbered `seed` of the campaign `space` (a pure function of both)."""
     spec = _draw(space, seed)
     if space.schedule != SWARM_SCHEDULE:
-        return spec
+        return _draw_tenants(spec)
     # (drawn apart, so that a run that does not walk is the run its number always gave)
     walk = random.Random(f"kvsm-campaign-walk:{seed}")
     models = walk_models(space)
     if walk.random() >= WALK_SHARE or not models:
-        return replace(spec, schedule="random")
+        return _draw_tenants(replace(spec, schedule="random"))
     # a walk run walks one of the campaign's models, its other features drawn for that model
     config = walk.choice(models)
     run = walk_run(_draw(replace(space, configs=(config,)), seed), space)
     if run.schedule == "walk" and walk.random() < WALK_LIFT_SHARE:
         run = replace(run, settings=run.settings + (WALK_LIFT,))
     return run
+
+
+def _draw_tenants(spec: RunSpec) -> RunSpec:
+    """`spec`, spread over tenants in `TENANT_SHARE` of the runs whose workload is not the
+    config's prompts (from the run's own tenants stream: no other draw moves)."""
+    rng = random.Random(f"kvsm-campaign-tenants:{spec.seed}")
+    on = rng.random() < TENANT_SHARE
+    n, mix = rng.choice(TENANTS), rng.choice(TENANT_MIXES)
+    if not on or spec.workload == CONFIG_PROMPTS:
+        return spec
+    return replace(spec, tenants=n, tenant_mix=mix)
 
 
 def _draw(space: Space, seed: int) -> RunSpec:
@@ -403,6 +433,8 @@ def command(spec: RunSpec, workload: str | None = None) -> str:
     for flag, v in (("--ranks", o.ranks), ("--l1-pages", o.l1_pages), ("--l2-pages", o.l2_pages), ("--l3-pages", o.l3_pages), ("--eviction", o.eviction)):
         if v is not None:
             args += [flag, str(v)]
+    if o.tenants is not None:
+        args += ["--tenants", str(o.tenants), "--tenant-mix", f"{o.tenant_mix:g}"]
     if o.faults != "none":
         args += ["--faults", o.faults]
     if o.schedule != "auto":

@@ -8,7 +8,7 @@ lowest seed's among equals),
 `workers` and `seconds` are this invocation's. `coverage` is `kvsm.campaign.coverage`'s
 totals plus `runs` (how many ended `ok`, `failed`, `budget`, `killed`, `error`; how many
 were retried on another worker; the workers lost meanwhile) and `spec` (runs per config,
-tier set, fault mix and workload) and `graph` (the transition kinds and ordered pairs of
+tier set, fault mix, workload and tenant count, `kvsm sim --tenants`: 1 without) and `graph` (the transition kinds and ordered pairs of
 kinds of the spec's state graph of `small` that the runs reached, and those never
 reached: `kvsm.campaign.coverage.against_graph`). `validation` counts the runs whose
 logs TLC followed (`validated`), those it rejected, those it could not decide
@@ -47,6 +47,7 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
     val.setdefault("successors", {"runs": 0, "states": 0, "differ": 0, "errors": 0})
     status: Counter = Counter()
     spec: dict[str, Counter] = {k: Counter() for k in ("config", "tiers", "faults", "workload")}
+    tenants: Counter = Counter()
     groups: dict[str, dict[str, Any]] = {}
     runs = transitions = retried = 0
     for rec in records:
@@ -59,6 +60,8 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
         for k in spec:
             if rec.get("spec") and k in rec["spec"]:
                 spec[k][str(rec["spec"][k])] += 1
+        if rec.get("spec"):  # runs that spread their workload over tenants test isolation
+            tenants[str(rec["spec"].get("tenants") or 1)] += 1
         v = rec.get("validation")
         if v is not None:
             val["validated"] += 1
@@ -81,6 +84,7 @@ def summarize(records: Iterable[dict[str, Any]], workers: int, seconds: float, l
                 g["case"], g["_size"] = rec["case"], key
     cov["runs"] = {s: status.get(s, 0) for s in STATUSES} | {"retried": retried, "workers_lost": list(lost or [])}
     cov["spec"] = {k: dict(sorted(v.items())) for k, v in spec.items()}
+    cov["spec"]["tenants"] = dict(sorted(tenants.items(), key=lambda kv: int(kv[0])))
     cov["graph"] = against_graph(cov)
     failures = []
     for g in sorted(groups.values(), key=lambda g: (-len(g["runs"]), g["signature"])):
@@ -102,6 +106,10 @@ def render(s: dict[str, Any], outdir: Path) -> Group:
     rate = s["transitions"] / s["seconds"] if s["seconds"] else 0.0
     head.add_row("runs (ok / failed / over budget / killed / error)", f"{s['runs']} ({r['ok']} / {r['failed']} / {r['budget']} / {r['killed']} / {r['error']})")
     head.add_row("runs retried on another worker", str(r["retried"]))
+    per = cov["spec"].get("tenants", {})
+    spread = sum(v for k, v in per.items() if k != "1")
+    head.add_row("runs with tenants (--tenants N > 1: isolation tested)",
+                 f"{spread}" + (f" ({', '.join(f'{k}: {v}' for k, v in per.items() if k != '1')})" if spread else ""))
     if r["workers_lost"]:
         head.add_row("workers lost", ", ".join(r["workers_lost"]))
     head.add_row("transitions", f"{s['transitions']:,}")
