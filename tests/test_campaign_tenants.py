@@ -115,3 +115,17 @@ def test_with_l3_key_tokens_a_tenant_run_breaks_isolation_and_reproduces_with_th
     # the fixed key: the same runs, tenants and all, keep namespaces apart
     s, recs = _campaign(tmp_path, "namespace")
     assert s["failures"] == [] and s["coverage"]["spec"]["tenants"] == tenants
+
+
+def test_reference_knobs_draw_the_token_disk_key_last_and_only_with_l3(monkeypatch):
+    """`--knobs reference` draws `l3_key = tokens` (the reference's disk key) as its last
+    draw: only where the run has L3, and every other feature is the one the run has
+    without that draw."""
+    space = make_space(knobs="reference", schedule="random")
+    specs = [derive(space, s) for s in range(200)]
+    with_key = [sp for sp in specs if ("l3_key", "tokens") in sp.settings]
+    assert with_key and all(sp.tiers == "l1,l2,l3" for sp in with_key)
+    assert len(with_key) < len([sp for sp in specs if sp.tiers == "l1,l2,l3"])  # drawn, not always
+    monkeypatch.setattr(campaign_spec, "L3_KEY_DRAW", ("l3_key", (None,), "l1,l2,l3"))
+    without = [derive(space, s) for s in range(200)]
+    assert without == [replace(sp, settings=tuple(kv for kv in sp.settings if kv[0] != "l3_key")) for sp in specs]

@@ -85,6 +85,9 @@ KNOB_FIELDS = tuple(REFERENCE_KNOBS) + ("prepared_backups",)
 _SETTING_TIERS = {key: needs for key, _, needs in SETTINGS}
 _WALK_SETTINGS = frozenset(KNOB_FIELDS + ("commit_call", "policy", "carry_host_hit", "write_back_evict"))
 KNOB_MODES = ("fixed", "reference")
+# with `knobs = reference`, the reference's disk key (finding 7) where the run has L3:
+# drawn last, so that it moves no other draw
+L3_KEY_DRAW = ("l3_key", (None, "tokens"), "l1,l2,l3")
 # `--schedule swarm` (the default): a run walks one of the campaign's TLC models
 # (`WALK_SHARE` of the runs, `walk_models`, `walk_run`) or takes the random schedule, with
 # a bias drawn from its number. Half: the walks reach the orders the simulator's runs
@@ -386,6 +389,7 @@ def _draw_settings(rng: random.Random, space: Space, config: str, tiers: str) ->
     if space.knobs == "reference":
         table += [(k, (None,) + tuple(v for v in KNOB_VALUES if v != "fixed"), "l1") for k in KNOBS]
         table.append(("commit_call", (None, "reference"), "l1"))
+        table.append(L3_KEY_DRAW)
     out: dict[str, Any] = {}
     for key, values, needs in table:
         v = rng.choice(values)
