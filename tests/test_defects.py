@@ -271,7 +271,9 @@ def _gpu_log(name: str, tmp_path: Path) -> Path:
 
 # defects whose byte witness is a search of minutes (the whole `loads` graph to its 20th
 # step): left to `pytest -m exhaustive`
-HEAVY_WITNESS = {"backup_host_uaf"}
+HEAVY_WITNESS = {"backup_host_uaf",
+                 # the same reload_read check of the bytes as finding 7's test (tests/test_tenants.py)
+                 "l3_key_no_ns"}
 
 
 @pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
