@@ -185,6 +185,15 @@ BUGS = (
     # under write_back_evict = sync: a device victim whose write-back finds no host room
     # is evicted as though it were backed
     "write_back_fail_evict",
+    # tenant isolation (docs/defects.md): a walk that finds no child of its namespace
+    # takes a host-only child of another namespace with the same symbol (the host tier
+    # looked up by tokens alone)
+    "host_key_no_ns",
+    # namespaces 2j-1 (LoRA adapter j) and 2j (cache salt j) share one tree key (the
+    # adapter name and the salt joined without a delimiter: `ns_key_partner`)
+    "lora_salt_collision",
+    # the L3 key covers the tokens alone whatever `l3_key` says (`Config.l3_by_tokens`)
+    "l3_key_no_ns",
 )
 
 # Defects under which a rank decides a replicated step (its victims, its host room, its L3
@@ -264,6 +273,12 @@ class Config:
     @property
     def device_pages(self) -> int:
         return self.R * self.L1
+
+    @property
+    def l3_by_tokens(self) -> bool:
+        """An L3 key covers the token chain alone: `l3_key = "tokens"`, or the defect
+        `l3_key_no_ns` (the namespace dropped from the L3 key whatever the knob)."""
+        return self.l3_key == "tokens" or self.bug == "l3_key_no_ns"
 
     def to_json(self, all_fields: bool = False) -> dict[str, Any]:
         """The config as JSON; a fidelity knob at its default is left out unless

@@ -35,7 +35,9 @@ class Defect:
     model: str  # the TLC model where it is reachable: ci, l3, or a spec/ .cfg path
     invariant: str  # the invariant (or detector) meant to catch it
     sim: dict[str, Any]  # kvsm sim options it needs (SimOptions fields)
-    gpu: str | None  # "bytes" (a load gets wrong KV), "ranks" (ranks disagree), or None
+    # "bytes" (a load gets wrong KV), "reload" (an L3 read gets another namespace's KV, at the
+    # counterexample's last step), "ranks" (ranks disagree), or None
+    gpu: str | None
     why_no_gpu: str = ""  # when gpu is None: why the backend cannot see it
     sim_seed: int = 0  # the first seed of 0..199 whose run catches it (benchmarks/defects.py)
     sim_detector: str = "invariant"  # what catches it there: invariant, divergence or stuck
@@ -50,6 +52,11 @@ SPEC = "spec"
 # under the write-back policy, pools that make a load-back evict unbacked device leaves
 _WRITE_BACK_SIM = {"tiers": "l1,l2", "workload": "multi-turn", "l1_pages": 32, "l2_pages": 16,
                    "settings": (("policy", "write_back"), ("write_back_evict", "sync"))}
+
+# the simulator run of the tenant-isolation defects: two tenants sharing every prompt
+# (`--tenants 2`, mix 1), the L3 key the fixed one (so that under the reference profile,
+# whose key covers the tokens, finding 7, only the defect leaks)
+_TENANT_SIM = {"tenants": 2, "settings": (("l3_key", "namespace"),)}
 
 CATALOGUE: dict[str, Defect] = {
     d.name: d
@@ -193,6 +200,31 @@ CATALOGUE: dict[str, Defect] = {
                 "step of the model copies it; no byte moves wrong, a KV is lost"
             ),
         ),
+        Defect(
+            "host_key_no_ns", f"{SPEC}/MC_tenants.cfg", "15 Isolation",
+            _TENANT_SIM | {"tiers": "l1,l2"}, None,
+            tracker="vLLM issue 44250",
+            why_no_gpu=(
+                "every page moves as the model says: a load-back copies the other namespace's "
+                "node's host pages, which hold the KV that node claims, and the backend checks a "
+                "loaded page against its node's claim; what is wrong is whose request holds the "
+                "node, which no copy shows"
+            ),
+        ),
+        Defect(
+            "lora_salt_collision", f"{SPEC}/MC_tenant_salt.cfg", "15 Isolation",
+            _TENANT_SIM | {"tiers": "l1,l2", "tenants": 3}, None,
+            tracker="vLLM issue 44701",
+            why_no_gpu=(
+                "the request is put on the colliding namespace's node, whose pages hold the KV "
+                "that node claims; no copy moves a byte the backend can find wrong"
+            ),
+        ),
+        Defect(
+            "l3_key_no_ns", f"{SPEC}/MC_tenants.cfg", "15 Isolation",
+            _TENANT_SIM | {"tiers": "l1,l2,l3", "l1_pages": 32, "l2_pages": 64}, "reload",
+            tracker="LMCache issue 2961",
+        ),
     )
 }
 # The simulator runs of the catalogue: the default config, this many requests of the
@@ -254,6 +286,9 @@ REFERENCE_UNREACHABLE: dict[str, str] = {
         "the write-back policy's synchronous write-back (write_back_evict = sync); the "
         "reference profile writes through with prepared backups"
     ),
+    "host_key_no_ns": "one prompt, in namespace 0: no second namespace to leak into",
+    "lora_salt_collision": "one prompt, in namespace 0: no pair of namespaces to collide",
+    "l3_key_no_ns": "one prompt, in namespace 0: no second namespace to read another's disk entries",
 }
 
 # options a defect needs under the reference profile beyond its own, and why

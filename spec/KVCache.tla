@@ -95,7 +95,7 @@ ASSUME /\ R \in Nat \ {0} /\ P \in Nat \ {0} /\ L1 \in Nat \ {0} /\ L2 \in Nat \
                   "l3_no_min", "wallclock_tiebreak", "backup_host_uaf",
                   "load_host_release", "lease_expiry_free",
                   "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host",
-                  "write_back_fail_evict"}
+                  "write_back_fail_evict", "host_key_no_ns", "lora_salt_collision", "l3_key_no_ns"}
        /\ WriteBackEvict \in {"locked", "sync", "deferred", "deferred_fixed"}
        \* an L3 reload reserves a run and a spill reads one (L2Alloc: KVTree)
        /\ L2Alloc = "run" \/ L3 = 0
@@ -1922,7 +1922,7 @@ Running == halted = ""
 \*     its whole path is, and Content says what those pages hold), and every
 \*     page an L3 reload has read holds the KV its key names in the reload's
 \*     namespace (under L3Key = "tokens" a key names the tokens alone).
-ReloadContent(op, i) == IF L3Key = "tokens" THEN NsPre(op.ns) \o op.hashes[i] ELSE op.hashes[i]
+ReloadContent(op, i) == IF L3ByTokens THEN NsPre(op.ns) \o op.hashes[i] ELSE op.hashes[i]
 Isolation ==
     /\ \A n \in DOMAIN nodes :
           (nodes[n].parent \in DOMAIN nodes /\ nodes[n].parent # Root) => nodes[nodes[n].parent].ns = nodes[n].ns

@@ -142,11 +142,14 @@ NsPre(k) == IF k = 0 THEN <<>> ELSE <<-k>>
    hash over token ids). A definition a model overrides in its cfg, as L2Alloc. *)
 L3Key == "namespace"
 ASSUME L3Key \in {"namespace", "tokens"}
+\* Keys cover the tokens alone: L3Key = "tokens", or the defect l3_key_no_ns (the
+\* namespace dropped from the L3 key whatever L3Key says).
+L3ByTokens == L3Key = "tokens" \/ Bug = "l3_key_no_ns"
 \* What an L3 key of namespace k's pages starts with: the namespace, or nothing
-\* when keys cover the tokens alone (L3Key = "tokens").
-KeyPre(k) == IF L3Key = "tokens" THEN <<>> ELSE NsPre(k)
+\* when keys cover the tokens alone.
+KeyPre(k) == IF L3ByTokens THEN <<>> ELSE NsPre(k)
 \* The L3 key that names content c (its prefix without the namespace under "tokens").
-KeyOf(c) == IF L3Key = "tokens" /\ c # <<>> /\ c[1] < 0 THEN Tail(c) ELSE c
+KeyOf(c) == IF L3ByTokens /\ c # <<>> /\ c[1] < 0 THEN Tail(c) ELSE c
 
 \* The page hashes (L3 keys) of n's pages: the prefix through each, after KeyPre.
 NodeHashes(ns, n) ==
@@ -157,9 +160,26 @@ NodeHashes(ns, n) ==
 \* The hashes of the pages `tokens` that follow the prefix `base`.
 Chain(base, tokens) == [i \in 1 .. Len(tokens) |-> base \o SubSeq(tokens, 1, i)]
 
+(* The tenant-isolation defects that let a walk leave its namespace (kvsm's
+   `other_child`): where n has no child of namespace k for sym, under
+   lora_salt_collision the child of the namespace whose tree key is k's (odd 2j-1,
+   LoRA adapter j, and even 2j, cache salt j, joined without a delimiter: both
+   "j"), under host_key_no_ns a host-only child (off L1, backed) of any namespace
+   (the host tier looked up by tokens alone), the least namespace first. *)
+SaltKey(k) == (k + 1) \div 2
+OtherChildren(ns, n, sym, k) ==
+    IF Bug = "lora_salt_collision"
+    THEN {c \in Children(ns, n) : ns[c].key[1] = sym /\ ns[c].ns # k /\ SaltKey(ns[c].ns) = SaltKey(k)}
+    ELSE IF Bug = "host_key_no_ns"
+    THEN {c \in Children(ns, n) : ns[c].key[1] = sym /\ ns[c].ns # k /\ ns[c].dev = <<>> /\ ns[c].host # NoObject}
+    ELSE {}
+
 ChildWith(ns, n, sym, k) ==
     LET cs == {c \in Children(ns, n) : ns[c].key[1] = sym /\ ns[c].ns = k}
-    IN IF cs = {} THEN NoNode ELSE CHOOSE c \in cs : TRUE
+    IN IF cs # {} THEN CHOOSE c \in cs : TRUE
+       ELSE IF Bug \notin {"lora_salt_collision", "host_key_no_ns"} THEN NoNode
+       ELSE LET os == OtherChildren(ns, n, sym, k)
+            IN IF os = {} THEN NoNode ELSE CHOOSE c \in os : \A d \in os : ns[c].ns <= ns[d].ns
 
 \* The least j >= i where a and b differ after j elements (or one of them ends).
 CommonLen(a, b, i) ==

@@ -106,6 +106,9 @@ TLC_PROPERTY = {
     "host_hit_unpinned": "HostPages",
     "loadback_evicts_own_host": "DevicePages",
     "write_back_fail_evict": "Residency",
+    "host_key_no_ns": "Isolation",
+    "lora_salt_collision": "Isolation",
+    "l3_key_no_ns": "Isolation",
 }
 
 
@@ -152,7 +155,8 @@ def test_tlc_catches_the_defect_and_its_counterexample_replays_to_the_same_viola
 # the field bugs' cross-check (TLC's validate of the counterexample, a JVM run of its
 # own): left to `pytest -m exhaustive` to keep their default cost within budget
 FIELD_VALIDATE_EXHAUSTIVE = {"backup_host_uaf", "load_host_release", "lease_expiry_free", "reload_fail_double_free",
-                             "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict"}
+                             "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict",
+                             "host_key_no_ns", "lora_salt_collision", "l3_key_no_ns"}
 
 
 @pytest.mark.tlc
@@ -174,7 +178,11 @@ def test_the_correct_model_and_the_correct_spec_refuse_the_counterexample_at_the
 # the defects' own models, each checked without its defect (the L3 ones take minutes;
 # MC_loads is checked clean in the default run by tests/test_fidelity.py already)
 _HEAVY_MODEL_OF = ("l3_no_min", "reload_stale_anchor", "load_uaf", "backup_host_uaf", "load_host_release",
-                   "host_hit_unpinned", "loadback_evicts_own_host")
+                   "host_hit_unpinned", "loadback_evicts_own_host",
+                   # MC_tenants and MC_tenant_salt with liveness (25 s each): the Python
+                   # model's graphs of both are checked clean by tests/test_tenant_defects.py
+                   # and tests/test_tenants.py conforms MC_tenants
+                   "host_key_no_ns", "lora_salt_collision")
 # one entry per model, heavy when any defect of it is (a model two defects share was
 # checked twice before, once in the default run)
 DEFECT_MODELS = sorted(
@@ -198,7 +206,9 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 # the two L3 defects' models have hundreds of thousands of states, and the field bugs'
 # conform runs take minutes of TLC: whole-graph runs left to `pytest -m exhaustive`
 HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
-                 "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict"}
+                 "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict",
+                 # the tenant defects: a minute of TLC each (MC_tenants, MC_tenant_salt)
+                 "host_key_no_ns", "lora_salt_collision", "l3_key_no_ns"}
 
 
 @pytest.mark.tlc
@@ -261,7 +271,9 @@ def _gpu_log(name: str, tmp_path: Path) -> Path:
 
 # defects whose byte witness is a search of minutes (the whole `loads` graph to its 20th
 # step): left to `pytest -m exhaustive`
-HEAVY_WITNESS = {"backup_host_uaf"}
+HEAVY_WITNESS = {"backup_host_uaf",
+                 # the same reload_read check of the bytes as finding 7's test (tests/test_tenants.py)
+                 "l3_key_no_ns"}
 
 
 @pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
@@ -280,6 +292,9 @@ def test_the_gpu_backend_catches_the_defect_on_real_bytes_or_by_the_ranks_digest
     assert f["transition"] == last, f
     if CATALOGUE[name].gpu == "bytes":
         assert f["kind"] == "verify" and "loaded from host page" in f["message"], f
+    elif CATALOGUE[name].gpu == "reload":
+        # the L3 read's bytes are not the KV the key names in the reload's namespace
+        assert (f["kind"], f["op"]) == ("verify", "reload_read") and "does not hold content" in f["message"], f
     else:
         assert f["kind"] in ("rejected", "digest") and f["rank"] != 0, f
     # the same log replayed by ranks without the defect: the correct model refuses it

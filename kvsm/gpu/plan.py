@@ -194,7 +194,7 @@ def _check_reload(state: Any, r: int, b: Batch) -> None:
     `l3_key = "namespace"`; under "tokens" a disk entry another namespace wrote under the
     key holds other bytes, which the read's check then names: invariant 15)."""
     cfg = state.config
-    L2, by_tokens = cfg.L2, cfg.l3_key == "tokens"
+    L2, by_tokens = cfg.L2, cfg.l3_by_tokens
     k = len(state.reload_done[r]) - 1
     ns = state.reloads[k].ns if 0 <= k < len(state.reloads) else 0
     ghost = [state.host_content.get(p) for p in b.host]

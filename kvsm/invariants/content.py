@@ -85,7 +85,7 @@ def whole(w: Any) -> None:
     for p in s.dev_content.keys():
         if p not in owner or owner[p] == "the free list":
             w.bad(I, _free(p))
-    by_tokens = s.config.l3_key == "tokens"
+    by_tokens = s.config.l3_by_tokens
     for (r, h), c in s.l3.items():
         if c != h and not prefixes.key_holds(by_tokens, h, c):
             w.bad(I, _disk(r, h))
@@ -97,7 +97,7 @@ def holds(s: Any, l3_ok: bool) -> bool:
     (`kvsm.invariants.fast`; `l3_ok`: every disk entry holds the KV its hash names)."""
     if not l3_ok:
         return False
-    by_tokens = s.config.l3_key == "tokens"
+    by_tokens = s.config.l3_by_tokens
     for staged in s.spill_staged:
         for op_pages in staged:
             for h, c in op_pages:
@@ -111,7 +111,7 @@ def disks_hold(s: Any, wrong: int) -> bool:
     whose content is not their hash (each checked here when keys cover tokens alone)."""
     if not wrong:
         return True
-    if s.config.l3_key != "tokens":
+    if not s.config.l3_by_tokens:
         return False
     return all(prefixes.key_holds(True, h, c) for (_, h), c in s.l3.items())
 
@@ -193,7 +193,7 @@ def step_pages(d: Any) -> None:
         if c is None:
             d.l3_removed = d.l3_removed or key in B.l3
             continue
-        if c != key[1] and not prefixes.key_holds(A.config.l3_key == "tokens", key[1], c):
+        if c != key[1] and not prefixes.key_holds(A.config.l3_by_tokens, key[1], c):
             d.bad(I, _disk(key[0], key[1]))
     if A.spill_staged != B.spill_staged:
-        _staging(d, A.spill_staged, A.config.l3_key == "tokens", B.spill_staged)
+        _staging(d, A.spill_staged, A.config.l3_by_tokens, B.spill_staged)

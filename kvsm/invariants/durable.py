@@ -15,7 +15,7 @@ I = 8
 def l3_keys_of(n: Any, cfg: Any) -> tuple[int, ...]:
     """Node `n`'s pages' L3 keys: their content identities, or under `l3_key = "tokens"`
     their token chain (`kvsm.content.tokens_key`)."""
-    if not n.ns or cfg.l3_key != "tokens":
+    if not n.ns or not cfg.l3_by_tokens:
         return n.hashes
     return tuple(content.tokens_key(h, n.ns) for h in n.hashes)
 

@@ -61,7 +61,7 @@ def _reload_bad(s: Any, op: Any) -> str | None:
     obj = s.objects.get(op.obj)
     if obj is None:
         return None
-    want = content.l3_contents(s.config.l3_key == "tokens", op.ns, op.hashes)
+    want = content.l3_contents(s.config.l3_by_tokens, op.ns, op.hashes)
     hc, L2 = s.host_content, s.config.L2
     for i in range(min(obj.length, len(want))):
         page = obj.page(i)

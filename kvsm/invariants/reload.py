@@ -48,7 +48,7 @@ def _chained(s: Any, op: Any, chain: Any) -> bool:
     """Whether a reload's hashes chain from its first page's over its tokens, and its key
     is its last page's hash. Its hashes are L3 keys: its namespace's identities, or under
     `l3_key = "tokens"` the token chain (namespace 0's)."""
-    ns = 0 if s.config.l3_key == "tokens" else op.ns
+    ns = 0 if s.config.l3_by_tokens else op.ns
     if not ns:
         return op.hashes[1:] == chain(op.hashes[0], op.tokens[1:]) and op.key == op.hashes[-1]
     from .. import content

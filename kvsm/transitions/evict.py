@@ -23,7 +23,7 @@ from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
 from .eviction import evict_device_node, evict_host_node, first_victim, write_back
-from .tree import enqueue_spill
+from .tree import NS_WALK_BUGS, enqueue_spill, other_child
 from .request import drop_hit, match_key, request_in
 
 
@@ -139,6 +139,8 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     tokens = match_key(req.tokens)
     while i < len(tokens):
         cid = cur.children.get(child_key(req.ns, tokens[i]))
+        if cid is None and s.config.bug in NS_WALK_BUGS:
+            cid = other_child(s.nodes, cur, req.ns, tokens[i], s.config.bug)
         if cid is None:
             break
         child = s.nodes[cid]

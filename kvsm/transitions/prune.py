@@ -38,7 +38,7 @@ def live_cuts(s: ClusterState) -> set[tuple[int, int]]:
     out = set()
     for req in s.requests.values():
         if req.phase in (QUEUED, MATCHED):
-            cut = walk_key(s.nodes, match_key(req.tokens) if req.phase == QUEUED else req.tokens, ns=req.ns).cut
+            cut = walk_key(s.nodes, match_key(req.tokens) if req.phase == QUEUED else req.tokens, ns=req.ns, bug=s.config.bug).cut
             if cut is not None:
                 out.add(cut)
     return out
@@ -96,7 +96,7 @@ def stale_cut(s: ClusterState, rid: int) -> tuple[int, int] | None:
     None when the key leaves no node there or leaves it at a page boundary."""
     req = s.requests[rid]
     key = match_key(req.tokens) if req.phase == QUEUED else req.tokens
-    w = walk_key(s.nodes, key, ns=req.ns)
+    w = walk_key(s.nodes, key, ns=req.ns, bug=s.config.bug)
     if w.cut is None:
         return None
     nid, at = w.cut

@@ -30,7 +30,7 @@ from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejecte
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
-from .tree import walk_key
+from .tree import NS_WALK_BUGS, other_child, walk_key
 from .eviction import evict_host_to_fit, host_page_free
 from .spill import l3_contents, l3_keys, need_l3
 
@@ -43,12 +43,14 @@ def reload_target(s: ClusterState, rid: int) -> Candidate | None:
     """What a reload for queued request `rid` would fetch: the suffix of its key below the
     deepest whole node it matches (the anchor), if its key diverges at a node boundary."""
     req = s.requests[rid]
-    w = walk_key(s.nodes, req.tokens, ns=req.ns)
+    w = walk_key(s.nodes, req.tokens, ns=req.ns, bug=s.config.bug)
     if w.cut is not None or w.covered >= len(req.tokens):
         return None
     anchor = w.full[-1] if w.full else ROOT_ID
     tokens = req.tokens[w.covered :]
-    hashes = content.chain_in(req.ns, s.nodes[anchor].last_content, tokens)
+    a = s.nodes[anchor]
+    # (the anchor is of the request's namespace but under a defect of NS_WALK_BUGS)
+    hashes = content.chain_in(req.ns, content.rebase(a.last_content, a.ns, req.ns), tokens)
     return Candidate(anchor, tokens, l3_keys(s.config, req.ns, hashes), req.ns)
 
 
@@ -77,7 +79,8 @@ def attach_ok(s: ClusterState, anchor: int, tokens: tuple[int, ...], first_hash:
     return (
         a is not None
         and content.child_key(ns, tokens[0]) not in a.children
-        and l3_keys(s.config, ns, content.chain_in(ns, a.last_content, tokens[:1]))[0] == first_hash
+        and (s.config.bug not in NS_WALK_BUGS or other_child(s.nodes, a, ns, tokens[0], s.config.bug) is None)
+        and l3_keys(s.config, ns, content.chain_in(ns, content.rebase(a.last_content, a.ns, ns), tokens[:1]))[0] == first_hash
     )
 
 

@@ -87,7 +87,7 @@ def match(s: ClusterState, t: Transition) -> ClusterState:
     req = request_in(tx, rid, (QUEUED,))
     if rid in s.reload_candidates or any(rid in op.waiters for op in s.reloads):
         raise Rejected(f"request {rid} waits for an L3 reload decision")
-    w = walk_key(tx.nodes, match_key(req.tokens), ns=req.ns)
+    w = walk_key(tx.nodes, match_key(req.tokens), ns=req.ns, bug=tx.cfg.bug)
     path = list(w.full)
     for nid in path:
         tx.touch(nid)
@@ -198,7 +198,7 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
                 # its forward reads the matched pages, so it waits for their copies
                 raise Rejected(f"request {rid} matched node {nid}, whose load-back is still in flight")
     tokens = req.tokens
-    w = walk_key(tx.nodes, tokens, ns=req.ns)
+    w = walk_key(tx.nodes, tokens, ns=req.ns, bug=tx.cfg.bug)
     path = list(w.full)
     covered = w.covered
     stop = False
@@ -229,7 +229,9 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         n = tx.node(nid)
         dev = tx.alloc_positions(p0, n.pages)
         tx.set_dev(nid, dev)
-        tx.fill_devs(dev, n.hashes)
+        # the request computed these pages: its namespace's KV (another namespace's node
+        # is on its path only under a defect of NS_WALK_BUGS)
+        tx.fill_devs(dev, n.hashes if n.ns == req.ns else tuple(content.rebase(h, n.ns, req.ns) for h in n.hashes))
     for nid in path:
         if wt and nid in on_l1_before:  # touched and hit: one copy of the node
             tx.clock += 1
@@ -245,7 +247,8 @@ def insert(s: ClusterState, t: Transition, view: int | None = None) -> ClusterSt
         # an attached prepared backup brings the node id taken for it in advance
         nid = prep if attach else tx.new_id()
         dev = tx.alloc_positions(pos, len(new_tokens))
-        hashes = content.chain_in(req.ns, parent.last_content, new_tokens)
+        # (the parent is of the request's namespace but under a defect of NS_WALK_BUGS)
+        hashes = content.chain_in(req.ns, content.rebase(parent.last_content, parent.ns, req.ns), new_tokens)
         tx.clock += 1
         tx.add_child(
             Node(

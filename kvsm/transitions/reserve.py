@@ -189,7 +189,7 @@ def prepare_length(s: ClusterState, rid: int) -> int:
     tree already holds, splits included (the reference's
     `_probe_existing_radix_prefix_len_no_split`, which its lock's prefix never exceeds)."""
     req = s.requests[rid]
-    w = walk_key(s.nodes, req.tokens, ns=req.ns)
+    w = walk_key(s.nodes, req.tokens, ns=req.ns, bug=s.config.bug)
     return len(req.tokens) - w.covered - (w.cut[1] if w.cut is not None else 0)
 
 

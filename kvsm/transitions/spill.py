@@ -36,12 +36,12 @@ def l3_keys(cfg: Config, ns: int, hashes: tuple[int, ...]) -> tuple[int, ...]:
     """The L3 keys of pages of namespace `ns` whose content identities are `hashes`: the
     identities themselves, or under `l3_key = "tokens"` (the reference) their token chain,
     the same in every namespace (`kvsm.content.tokens_key`)."""
-    return content.l3_keys(cfg.l3_key == "tokens", ns, hashes)
+    return content.l3_keys(cfg.l3_by_tokens, ns, hashes)
 
 
 def l3_contents(cfg: Config, ns: int, keys: tuple[int, ...]) -> tuple[int, ...]:
     """The content identities of namespace `ns`'s pages whose L3 keys are `keys`."""
-    return content.l3_contents(cfg.l3_key == "tokens", ns, keys)
+    return content.l3_contents(cfg.l3_by_tokens, ns, keys)
 
 
 def _spillable(tx: Tx, nid: int) -> bool:

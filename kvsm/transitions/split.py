@@ -30,7 +30,7 @@ def demanded_splits(s: ClusterState) -> set[tuple[int, int]]:
     for req in s.requests.values():
         if req.phase in (QUEUED, MATCHED):
             key = match_key(req.tokens) if req.phase == QUEUED else req.tokens
-            cut = walk_key(s.nodes, key, ns=req.ns).cut
+            cut = walk_key(s.nodes, key, ns=req.ns, bug=s.config.bug).cut
             if cut is not None and not split_blocked_by_backup(s.config, cut[0], s.pending):
                 out.add(cut)
     return out

@@ -24,15 +24,54 @@ class KeyWalk:
     cut: tuple[int, int] | None
 
 
-def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0, ns: int = 0) -> KeyWalk:
+# The tenant-isolation defects that change where a walk goes (docs/defects.md): under
+# each, a node with no child of the walk's namespace for a symbol may lead to a child of
+# another namespace (`other_child`), the spec's `ChildWith`.
+NS_WALK_BUGS = frozenset({"host_key_no_ns", "lora_salt_collision"})
+
+
+def ns_key_partner(ns: int) -> int | None:
+    """Under `lora_salt_collision`: the namespace whose tree key is namespace `ns`'s. A
+    namespace k > 0 stands for a tenant identity, odd k = 2j-1 for LoRA adapter j (no
+    salt), even k = 2j for cache salt j (no adapter); the defect's key joins adapter name
+    and salt without a delimiter, so both read "j": 2j-1 and 2j collide. Namespace 0
+    (neither) has no partner."""
+    if not ns:
+        return None
+    return ns + 1 if ns % 2 else ns - 1
+
+
+def other_child(nodes: Any, cur: Node, ns: int, sym: int, bug: str) -> int | None:
+    """The child of `cur` for page symbol `sym` that a walk of namespace `ns` takes when
+    `cur` has none of its own namespace, under a defect of NS_WALK_BUGS (None otherwise):
+    under `lora_salt_collision` the child of the partner namespace (`ns_key_partner`);
+    under `host_key_no_ns` (the host tier looked up by tokens alone) a host-only child
+    (off L1, backed) of any namespace, the least namespace first."""
+    if bug == "lora_salt_collision":
+        p = ns_key_partner(ns)
+        return None if p is None else cur.children.get(child_key(p, sym))
+    if bug == "host_key_no_ns":
+        best = None
+        for cid in cur.children.values():
+            c = nodes[cid]
+            if c.key[0] == sym and c.ns != ns and not c.dev and c.host is not None and (best is None or c.ns < nodes[best].ns):
+                best = cid
+        return best
+    return None
+
+
+def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0, ns: int = 0, bug: str = "none") -> KeyWalk:
     """Where `tokens` (namespace `ns`'s) lead from node `start`, `offset` pages down: a walk
-    never leaves its namespace (children of another namespace are keyed apart)."""
+    never leaves its namespace (children of another namespace are keyed apart), but
+    under a defect of NS_WALK_BUGS (`other_child`)."""
     full: list[int] = []
     i = offset
     cur = nodes[start]
     cut = None
     while i < len(tokens):
         cid = cur.children.get(tokens[i] if not ns else child_key(ns, tokens[i]))
+        if cid is None and bug in NS_WALK_BUGS:
+            cid = other_child(nodes, cur, ns, tokens[i], bug)
         if cid is None:
             break
         child = nodes[cid]
