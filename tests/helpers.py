@@ -203,3 +203,20 @@ def skewing_match() -> Any:
         return replace(out, clock=out.clock + 1, _digest=None)
 
     return replace(right, apply=apply_)
+
+
+def run_case_command(case, command: str):
+    """A campaign case's `kvsm sim` command (`case.json`'s `command`) run through the CLI
+    in the case's directory, where its `workload.jsonl` is: the CliRunner result."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from kvsm.cli import app
+
+    cwd = os.getcwd()
+    os.chdir(case)
+    try:
+        return CliRunner().invoke(app, command.split()[1:])
+    finally:
+        os.chdir(cwd)

@@ -32,7 +32,7 @@ from kvsm.replay import replay
 from kvsm.sim.faults import KINDS
 from kvsm.transitions import REGISTRY
 
-from .helpers import overlocking_insert
+from .helpers import overlocking_insert, run_case_command
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"runs", "transitions", "failures", "coverage", "validation", "workers", "seconds"}
@@ -352,12 +352,7 @@ def test_a_planted_defect_is_found_grouped_and_shrunk_into_a_case_that_fails_the
         assert [v["line"] for v in res.violations] == [text.count("\n") - 1] * len(res.violations)
         assert res.violations[0]["transition"].startswith("Insert") and res.violations[0]["violation"].startswith("3 Locks")
         # and so does the simulator on the shrunk workload, with the command the case gives
-        cwd = os.getcwd()
-        os.chdir(case)
-        try:
-            r = CliRunner().invoke(app, side["command"].split()[1:])
-        finally:
-            os.chdir(cwd)
+        r = run_case_command(case, side["command"])
         assert r.exit_code == 1 and "3 Locks" in r.output, r.output
     smallest = min(group["runs"], key=lambda k: (recs[k]["case_size"]["transitions"], k))
     assert group["case"] == recs[smallest]["case"]

@@ -8,7 +8,6 @@ nothing."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import replace
 
@@ -23,6 +22,8 @@ from kvsm.campaign.spec import TENANT_MIXES, TENANTS, RunSpec, command, derive, 
 from kvsm.campaign.summary import render
 from kvsm.cli import app
 from kvsm.replay import replay
+
+from .helpers import run_case_command
 
 # an L3 cluster with every knob fixed but the disk key (`kvsm.config.L3_KEYS`)
 CONFIG = """R = 2
@@ -105,12 +106,7 @@ def test_with_l3_key_tokens_a_tenant_run_breaks_isolation_and_reproduces_with_th
             assert any(json.loads(x).get("args", {}).get("ns") for x in (case / "case.jsonl").read_text().splitlines())
             res = replay(case / "case.jsonl", check=True)
             assert res.violations and res.violations[0]["violation"].startswith("15 Isolation")
-            cwd = os.getcwd()
-            os.chdir(case)
-            try:
-                r = CliRunner().invoke(app, side["command"].split()[1:])
-            finally:
-                os.chdir(cwd)
+            r = run_case_command(case, side["command"])
             assert r.exit_code == 1 and "15 Isolation" in r.output, r.output[-800:]
     # the fixed key: the same runs, tenants and all, keep namespaces apart
     s, recs = _campaign(tmp_path, "namespace")
