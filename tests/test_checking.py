@@ -447,3 +447,29 @@ def test_a_state_whose_writes_are_not_known_is_checked_from_scratch(logs):
             return
         assert ck.step(t, after, lineno) is None
     raise AssertionError("the log is too short")
+
+
+def test_a_step_that_breaks_ownership_and_a_state_invariant_is_reported_with_both():
+    """The checker names every invariant a step breaks, its effects' (11 Ownership) and
+    its state's, as the whole-state check does: the failed `ReloadDone` of
+    `reload_fail_double_free` (the corpus case) poisons a shared host page from one rank
+    and leaves it free while its object holds it."""
+    from dataclasses import replace as _replace
+
+    from kvsm.corpus.format import read_case
+    from kvsm.invariants import step_violations
+
+    case = read_case(str(Path(__file__).resolve().parents[1] / "traces" / "defect-reload-fail-double-free.txt"))
+    cfg = _replace(case.config, bug=case.bug)
+    s = initial_state(cfg)
+    checker = Checker(s)
+    found = None
+    for t in case.steps:
+        s = apply(s, t)
+        found = checker.step(t, s)
+        if found is not None:
+            break
+    assert found is not None and t is case.steps[-1]
+    names = [v.split(":")[0] for v in found.violations]
+    assert "11 Ownership" in names and "6 HostPages" in names
+    assert step_violations(t.rank, s) and [v.split(":")[0] for v in violations(s)] == ["6 HostPages"]

@@ -132,12 +132,13 @@ class Checker:
         before, self.state = self.state, after
         st = self.stats
         st.step += 1
-        bad = step_violations(t.rank, after)
+        owned = step_violations(t.rank, after)
         st.owned_steps += 1
-        known = True
-        if not bad:
-            bad = self._local(before, after)
-            known = bad is not None
+        local = self._local(before, after)
+        known = local is not None
+        # every invariant the step broke: its effects' (11) and its state's, as the
+        # whole-state check would name them
+        bad = owned + (local or [])
         if bad:
             return Finding(at, t, bad, "step")
         self._since.append((at, t, after))
