@@ -208,7 +208,10 @@ def test_every_shipped_model_is_clean_without_a_defect(model):
 HEAVY_CONFORM = {"l3_no_min", "reload_stale_anchor", "backup_host_uaf", "load_host_release", "lease_expiry_free",
                  "reload_fail_double_free", "failed_store_visible", "host_hit_unpinned", "loadback_evicts_own_host", "write_back_fail_evict",
                  # the tenant defects: a minute of TLC each (MC_tenants, MC_tenant_salt)
-                 "host_key_no_ns", "lora_salt_collision", "l3_key_no_ns"}
+                 "host_key_no_ns", "lora_salt_collision", "l3_key_no_ns",
+                 # the slowest of ci's (35-55 s each on the CI machine): the default run keeps
+                 # double_free, load_uaf, evict_pending, split_pending and wallclock_tiebreak
+                 "duplicate_ack", "skip_collective", "local_host_alloc"}
 
 
 @pytest.mark.tlc
