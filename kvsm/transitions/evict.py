@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..content import child_key
 from ..planner import TreeView, plan
 from ..state import MATCHED, ClusterState, LoadOp, Rejected, lane_of
 from ..victims import evict_write_back, held_on_l1, in_rank_order, rank_order_key, sync_write_back, victim_order
@@ -23,7 +22,7 @@ from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, cluster_view, rank_of, register
 from .eviction import evict_device_node, evict_host_node, first_victim, write_back
-from .tree import NS_WALK_BUGS, enqueue_spill, other_child
+from .tree import child_for, enqueue_spill
 from .request import drop_hit, match_key, request_in
 
 
@@ -138,9 +137,7 @@ def host_run(s: ClusterState, rid: int) -> tuple[list[int], int]:
     i = depth
     tokens = match_key(req.tokens)
     while i < len(tokens):
-        cid = cur.children.get(child_key(req.ns, tokens[i]))
-        if cid is None and s.config.bug in NS_WALK_BUGS:
-            cid = other_child(s.nodes, cur, req.ns, tokens[i], s.config.bug)
+        cid = child_for(s.nodes, cur, req.ns, tokens[i], s.config.bug)
         if cid is None:
             break
         child = s.nodes[cid]

@@ -30,7 +30,7 @@ from ..state import QUEUED, ROOT_ID, Candidate, ClusterState, Node, Obj, Rejecte
 from ..tx import Tx
 from .transition import Transition
 from .registry import Spec, rank_of, register
-from .tree import NS_WALK_BUGS, other_child, walk_key
+from .tree import child_for, walk_key
 from .eviction import evict_host_to_fit, host_page_free
 from .spill import l3_contents, l3_keys, need_l3
 
@@ -78,8 +78,7 @@ def attach_ok(s: ClusterState, anchor: int, tokens: tuple[int, ...], first_hash:
     a = s.nodes.get(anchor)
     return (
         a is not None
-        and content.child_key(ns, tokens[0]) not in a.children
-        and (s.config.bug not in NS_WALK_BUGS or other_child(s.nodes, a, ns, tokens[0], s.config.bug) is None)
+        and child_for(s.nodes, a, ns, tokens[0], s.config.bug) is None
         and l3_keys(s.config, ns, content.chain_in(ns, content.rebase(a.last_content, a.ns, ns), tokens[:1]))[0] == first_hash
     )
 

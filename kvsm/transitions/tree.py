@@ -60,6 +60,16 @@ def other_child(nodes: Any, cur: Node, ns: int, sym: int, bug: str) -> int | Non
     return None
 
 
+def child_for(nodes: Any, cur: Node, ns: int, sym: int, bug: str = "none") -> int | None:
+    """The child of `cur` a walk of namespace `ns` takes for page symbol `sym`: the one of
+    its namespace, or under a defect of NS_WALK_BUGS `other_child`'s (the spec's
+    `ChildWith`)."""
+    cid = cur.children.get(child_key(ns, sym))
+    if cid is None and bug in NS_WALK_BUGS:
+        cid = other_child(nodes, cur, ns, sym, bug)
+    return cid
+
+
 def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: int = 0, ns: int = 0, bug: str = "none") -> KeyWalk:
     """Where `tokens` (namespace `ns`'s) lead from node `start`, `offset` pages down: a walk
     never leaves its namespace (children of another namespace are keyed apart), but
@@ -69,9 +79,7 @@ def walk_key(nodes: Any, tokens: tuple[int, ...], start: int = ROOT_ID, offset: 
     cur = nodes[start]
     cut = None
     while i < len(tokens):
-        cid = cur.children.get(tokens[i] if not ns else child_key(ns, tokens[i]))
-        if cid is None and bug in NS_WALK_BUGS:
-            cid = other_child(nodes, cur, ns, tokens[i], bug)
+        cid = child_for(nodes, cur, ns, tokens[i], bug)
         if cid is None:
             break
         child = nodes[cid]
