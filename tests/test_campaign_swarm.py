@@ -14,13 +14,14 @@ from typer.testing import CliRunner
 
 from kvsm.campaign.coverage import Coverage, against_graph, empty, merge
 from kvsm.campaign.run import Budget, execute
-from kvsm.campaign.spec import KNOB_FIELDS, SWARM, WALK_LIFT, WALK_REQUESTS, WORKLOADS, command, derive, make_space, walk_models
+from kvsm.campaign.spec import (KNOB_FIELDS, SWARM, WALK_LIFT, WALK_REQUESTS, WALK_WIDE_PAGES, WORKLOADS, command, derive, make_space,
+                                walk_models)
 from kvsm.campaign.spec_graph import compute, dumps, load
 from kvsm.campaign.summary import summarize
 from kvsm.cli import app
 from kvsm.config import load_config
 from kvsm.state import initial_state
-from kvsm.transitions import Transition, names_for, successors
+from kvsm.transitions import Transition, apply, names_for, successors
 
 T = Transition.make
 
@@ -169,7 +170,10 @@ def test_half_of_swarm_runs_walk_a_tlc_model_of_the_campaign_and_the_rest_keep_t
         assert not {k for k, _ in sp.settings} & {"write_threshold", "load_back_threshold", "reload_ttl", "spill_inflight"}
         cmd = command(sp)
         assert "--schedule walk" in cmd and "--workload config-prompts" in cmd
+        # the model's device, or one a page per lane wider (WALK_WIDE_SHARE)
+        assert sp.l1_pages in (None, cfg.L1 + WALK_WIDE_PAGES) and ("--l1-pages" in cmd) == (sp.l1_pages is not None)
     assert {sp.config for sp in walks} == {"small", "l3"}
+    assert 0.35 * len(walks) <= sum(sp.l1_pages is not None for sp in walks) <= 0.65 * len(walks)
     # a campaign of configs none of which is a TLC model never walks
     assert all(derive(make_space(["default"]), s).schedule == "random" for s in range(40))
     # a campaign told another schedule never walks
@@ -191,6 +195,31 @@ def test_a_walk_run_catches_the_reload_defects_and_reproduces_from_its_command()
     assert out.failure.detector == "invariant" and "Tree" in out.failure.what
     res = CliRunner().invoke(app, command(spec).split()[1:])
     assert res.exit_code != 0 and out.failure.what in res.output
+
+
+def test_a_wide_walk_evicts_with_two_victims_to_choose_from_where_the_models_device_never_does(tmp_path):
+    """small holds one device page per lane, so an eviction there has one victim and the
+    victim order is never compared with the spec's; a wide walk (one page more) chooses."""
+    from kvsm.campaign.worker import run_task
+    from kvsm.log import read_log
+
+    space = make_space(["small"], ["l1,l2"], requests=(2, 3))
+    choices = {}
+    for seed in (4, 8):  # wide, then the model's device
+        spec = derive(space, seed)
+        assert spec.schedule == "walk" and (spec.l1_pages is not None) == (seed == 4)
+        rec = run_task(spec.to_json(), Budget(60, 100_000, 0, "10%").to_json())
+        path = tmp_path / f"{seed}.jsonl"
+        path.write_text(rec["log"])
+        header, stream = read_log(path)
+        s, evictions, chose = initial_state(header.config), 0, 0
+        for _, _, t, _ in stream:
+            if t.name == "EvictDevice":
+                evictions += 1
+                chose += len(s.dev_index) >= 2
+            s = apply(s, t)
+        choices[seed] = (evictions, chose)
+    assert choices[4][1] > 0 and choices[8][0] > 0 and choices[8][1] == 0, choices
 
 
 def test_lifted_walks_take_the_pairs_of_small_s_graph_the_models_weights_leave_out():

@@ -106,6 +106,35 @@ def test_a_worker_sends_back_the_log_of_a_selected_run_only():
             assert rec["log"].count("\n") == rec["transitions"] + 2  # header, transitions, end line
 
 
+def test_a_walk_runs_worker_sends_the_states_local_conform_compares_as_a_replay_gives_them(tmp_path):
+    from kvsm.tla.local import log_states
+
+    space = make_space(["small"], ["l1,l2"], ["none"], requests=(2, 3))
+    spec = derive(space, 8)
+    assert spec.schedule == "walk"
+    rec = run_task(spec.to_json(), Budget(60, 100_000, 0, "10%").to_json())
+    assert rec["log_for"] == ["successors"]
+    p = tmp_path / "run.jsonl"
+    p.write_text(rec["log"])
+    ls, again = rec["local_states"], log_states(p)
+    assert ls.steps == again.steps and [s.digest() for s in ls.states] == [s.digest() for s in again.states]
+    assert ls.arrivals == again.arrivals and ls.length == again.length == rec["transitions"]
+
+
+def test_a_full_batch_waits_for_the_last_runs_when_fewer_than_a_batch_are_left(monkeypatch):
+    flushed = []
+    monkeypatch.setattr(validation.Validator, "flush", lambda self: flushed.append(len(self.pending)) or [])
+    v = validation.Validator(1)
+    n = validation.BATCH_LOGS
+    for i in range(n):  # full with a batch's worth still to come: validated now
+        v.add({"seed": i, "transitions": 1}, left=2 * n - 1 - i)
+    assert flushed == [n]
+    v.pending.clear()
+    for i in range(n):  # full with fewer left: the campaign's last flush takes them
+        v.add({"seed": n + i, "transitions": 1}, left=n - 1 - i)
+    assert flushed == [n] and len(v.pending) == n
+
+
 # ---- rejections --------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from kvsm.campaign.successors import successors_failure, successors_runs
 from kvsm.campaign.validation import tlc_missing
 from kvsm.campaign.worker import run_task
 from kvsm.cli import app
-from kvsm.tla.local import SAMPLE, log_states
+from kvsm.tla.local import SAMPLE, log_states, spread_sample
 from kvsm.transitions import REGISTRY
 
 from .helpers import late_write_done, skewing_match
@@ -63,6 +63,23 @@ def test_a_walk_runs_log_goes_to_local_conform_and_the_sample_is_the_seeds(tmp_p
     assert whole.steps[0] == 0 and len(whole.states) == len({s.digest() for s in whole.states}) > len(a.states)
     # the walk's config-prompts workload: Arrive is compared with the config's prompts
     assert a.config.prompts and not json.loads(rec["log"].split("\n", 1)[0])["config"]["prompts"]
+
+
+def test_the_sample_gives_every_transition_taken_its_share_of_the_states_it_leaves_from():
+    """A rare transition's states (those the log takes it from) are all sampled when
+    they are fewer than an equal share; a uniform sample would take 2 of these 10 on
+    average. The sample has `limit` states, is the generator's alone, and a frequent
+    transition gives the rest."""
+    import random
+
+    names = ["WriteDone"] * 900 + ["ReloadReserve"] * 10 + ["Commit"] * 89
+    random.Random(0).shuffle(names)
+    got = spread_sample(names, 128, random.Random("kvsm-local:3"))
+    assert len(got) == 128 and got == spread_sample(names, 128, random.Random("kvsm-local:3"))
+    by = lambda n: {i for i, x in enumerate(names) if x == n}  # noqa: E731
+    commits, writes = len(got & by("Commit")), len(got & by("WriteDone"))
+    assert by("ReloadReserve") <= got and commits + writes == 128 - 11 and abs(commits - writes) <= 1
+    assert len(names) in got  # the last state, a group of its own
 
 
 @needs_tlc
@@ -154,15 +171,16 @@ def test_validate_successors_refuses_bad_input_naming_it(tmp_path, args, needle)
 
 @needs_tlc
 def test_runs_of_one_model_with_other_knobs_share_a_tlc_process_each_with_its_own_constants():
-    """Runs 0 (write-back, slru) and 7 (write-through, lru) of this space: one TLC
-    process, each run's states expanded under its own knobs (a copy of the spec per
-    set of constants); under the other's, the correct model would differ."""
+    """Runs 0 (write-back, slru), 8 (write-through, lru) and 4 (a device a page per lane
+    wider) of this space: one TLC process, each run's states written with its own
+    device's pages and expanded under its own constants (a copy of the spec per set);
+    under another run's, the correct model would differ."""
     logs = []
-    for seed in (0, 7):
+    for seed in (0, 8, 4):
         spec = derive(SPACE, seed)
-        assert spec.schedule == "walk"
+        assert spec.schedule == "walk" and (spec.l1_pages is None) == (seed != 4)
         logs.append((seed, run_task(spec.to_json(), Budget(60, 100_000, 0, "10%").to_json())["log"]))
-    assert dict(derive(SPACE, 0).settings)["policy"] == "write_back" and "policy" not in dict(derive(SPACE, 7).settings)
+    assert dict(derive(SPACE, 0).settings)["policy"] == "write_back" and "policy" not in dict(derive(SPACE, 8).settings)
     got = successors_runs(logs, limit=24)
     assert all(v["ok"] for v in got.values()), got
-    assert got[0]["seconds"] == got[7]["seconds"]  # (the seconds of their shared process)
+    assert got[0]["seconds"] == got[8]["seconds"] == got[4]["seconds"]  # (the seconds of their shared process)

@@ -57,12 +57,16 @@ def execute_plan(
                 job = ShrinkJob(rec, log)
                 jobs[job.to_json()["job"]] = job
 
+    left = [len(todo)]
+
     def on_result(rec: dict[str, Any]) -> None:
+        left[0] -= 1
         if "log" in rec and validator is not None and rec.get("status") in ("ok", "failed"):
-            settle(validator.add(rec))
+            settle(validator.add(rec, left[0]))
         else:
             rec.pop("log", None)
             rec.pop("log_for", None)
+            rec.pop("local_states", None)
             keep(rec)
 
     def on_shrunk(out: dict[str, Any]) -> None:

@@ -110,6 +110,13 @@ WALK_REQUESTS = 16
 # takes it in hundreds.
 WALK_LIFT_SHARE = 0.5
 WALK_LIFT = ("walk_weights", "EvictHost:1,Rollback:1")
+# One walk run in two (the walk stream's last draw) holds `WALK_WIDE_PAGES` more device
+# pages per lane than its model (`kvsm sim --l1-pages`): the models' one page per lane
+# leaves one node on the device, so an eviction never chooses between two victims, and
+# the victim order (slru's protection of twice-hit nodes, the order's first) is never
+# compared with the spec's.
+WALK_WIDE_SHARE = 0.5
+WALK_WIDE_PAGES = 1
 # Tenants (docs/sim.md, "Tenants"): one run in two whose workload is not its config's
 # prompts (drawn from its own stream `kvsm-campaign-tenants:<seed>`, so that it moves no
 # other draw) spreads its requests over `TENANTS` namespaces (`kvsm sim --tenants N`),
@@ -297,6 +304,8 @@ def derive(space: Space, seed: int) -> RunSpec:
     run = walk_run(_draw(replace(space, configs=(config,)), seed), space)
     if run.schedule == "walk" and walk.random() < WALK_LIFT_SHARE:
         run = replace(run, settings=run.settings + (WALK_LIFT,))
+    if run.schedule == "walk" and walk.random() < WALK_WIDE_SHARE:
+        run = replace(run, l1_pages=load_config(config).L1 + WALK_WIDE_PAGES)
     return run
 
 

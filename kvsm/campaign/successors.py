@@ -54,54 +54,85 @@ def _compare(jobs: list[tuple[int, Any]]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def prepared_states(text: str) -> Any:
+    """The states local conform compares for a log's text (`log_states` with the default
+    sample), replayed where the run ran: a campaign's worker sends them with the run's
+    record, so that the campaign's process, which runs TLC for every walk, does not
+    replay them one log after another. None when the log cannot be replayed (the
+    campaign replays it again and says why)."""
+    from ..tla.local import SAMPLE, log_states
+
+    with tempfile.TemporaryDirectory(prefix="kvsm-states-", dir=scratch_dir()) as d:
+        p = Path(d) / "run.jsonl"
+        p.write_text(text)
+        try:
+            return log_states(p, SAMPLE)
+        except Exception:  # noqa: BLE001 - decided again, with its reason, by successors_runs
+            return None
+
+
 def successors_runs(logs: Sequence[tuple[int, str]], workers: int = 1, limit: int | None = None,
-                    last: bool = False) -> dict[int, dict[str, Any]]:
+                    last: bool = False, prepared: dict[int, Any] | None = None) -> dict[int, dict[str, Any]]:
     """Local conform's verdict on each `(seed, log text)`: `ok`, the `states` compared,
     `seconds` (of its TLC process, shared with the logs of the same model) and the
     earliest `difference` (`step`, `side`: the side that has the edge, `action`, `to`:
     what the edge changes, `other_side_to`). Logs of one model share a TLC process, up
     to `workers` at once. A group that fails as a whole is decided log by
     log, so that an error is the verdict of the log that caused it. `last`: compare
-    each log's last state only."""
-    from ..tla.local import SAMPLE, group_key, log_states
+    each log's last state only. `prepared`: a log's states already replayed
+    (`prepared_states`, by seed; the default sample)."""
+    from ..log import read_log
+    from ..tla.local import SAMPLE, compared_config, group_key, log_states
     from ..tla.runner import stop_all
 
     out: dict[int, dict[str, Any]] = {}
-    groups: dict[str, list[tuple[int, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="kvsm-successors-", dir=scratch_dir()) as d:
-        for seed, text in logs:
-            p = Path(d) / f"run-{seed}.jsonl"
-            p.write_text(text)
-            try:
-                ls = log_states(p, limit or SAMPLE, last=last)
-                key = group_key(ls.config)
-            except Exception as e:  # noqa: BLE001 - said as the run's verdict; the campaign goes on
-                out[seed] = verdict_error(e)
-                continue
-            groups.setdefault(key, []).append((seed, ls))
+    groups: dict[str, list[tuple[int, Path]]] = {}
+    ready = {} if prepared is None or last or (limit or SAMPLE) != SAMPLE else {k: v for k, v in prepared.items() if v is not None}
 
-    def decide(jobs: list[tuple[int, Any]]) -> dict[int, dict[str, Any]]:
-        try:
-            return _compare(jobs)
-        except Exception as e:  # noqa: BLE001 - a group's error: decided log by log below
-            if len(jobs) == 1:
-                return {jobs[0][0]: verdict_error(e)}
+    def decide(jobs: list[tuple[int, Path]]) -> dict[int, dict[str, Any]]:
+        # a group's logs are replayed here, in the pool: one group's replay goes on
+        # while another's TLC process runs
         got: dict[int, dict[str, Any]] = {}
-        for job in jobs:
+        states = []
+        for seed, p in jobs:
+            try:
+                ls = ready.get(seed)
+                states.append((seed, ls if ls is not None else log_states(p, limit or SAMPLE, last=last)))
+            except Exception as e:  # noqa: BLE001 - said as the run's verdict; the campaign goes on
+                got[seed] = verdict_error(e)
+        if not states:
+            return got
+        try:
+            return {**got, **_compare(states)}
+        except Exception as e:  # noqa: BLE001 - a group's error: decided log by log below
+            if len(states) == 1:
+                return {**got, states[0][0]: verdict_error(e)}
+        for job in states:
             try:
                 got.update(_compare([job]))
             except Exception as e:  # noqa: BLE001
                 got[job[0]] = verdict_error(e)
         return got
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        try:
-            for got in pool.map(decide, groups.values()):
-                out.update(got)
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all()
-            raise
+    with tempfile.TemporaryDirectory(prefix="kvsm-successors-", dir=scratch_dir()) as d:
+        for seed, text in logs:
+            p = Path(d) / f"run-{seed}.jsonl"
+            p.write_text(text)
+            try:
+                ls = ready.get(seed)
+                key = group_key(ls.config if ls is not None else compared_config(read_log(p)[0]))
+            except Exception as e:  # noqa: BLE001 - said as the run's verdict; the campaign goes on
+                out[seed] = verdict_error(e)
+                continue
+            groups.setdefault(key, []).append((seed, p))
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            try:
+                for got in pool.map(decide, groups.values()):
+                    out.update(got)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
     return out
 
 

@@ -26,6 +26,7 @@ import json
 import re
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -218,10 +219,14 @@ class Validator:
         self.pending: list[dict[str, Any]] = []
         self.steps = 0
 
-    def add(self, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    def add(self, rec: dict[str, Any], left: int | None = None) -> list[dict[str, Any]]:
+        """Collect `rec`; validate the batch once it is full, unless fewer than
+        `BATCH_LOGS` runs are `left`: the last flush takes them with it, one TLC start
+        per model at the campaign's end instead of two."""
         self.pending.append(rec)
         self.steps += rec.get("transitions", 0)
-        if len(self.pending) >= BATCH_LOGS or self.steps >= BATCH_STEPS:
+        full = len(self.pending) >= BATCH_LOGS or self.steps >= BATCH_STEPS
+        if full and (left is None or left >= BATCH_LOGS):
             return self.flush()
         return []
 
@@ -230,8 +235,12 @@ class Validator:
         if not recs:
             return []
         uses = {r["seed"]: r.pop("log_for", ["trace"]) for r in recs}
-        got = validate_runs([(r["seed"], r["log"]) for r in recs if "trace" in uses[r["seed"]]], self.workers)
-        local = successors_runs([(r["seed"], r["log"]) for r in recs if "successors" in uses[r["seed"]]], self.workers)
+        # the two kinds at once: each waits on its TLC processes most of its time
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            traced = pool.submit(validate_runs, [(r["seed"], r["log"]) for r in recs if "trace" in uses[r["seed"]]], self.workers)
+            ready = {r["seed"]: r.pop("local_states", None) for r in recs}
+            local = successors_runs([(r["seed"], r["log"]) for r in recs if "successors" in uses[r["seed"]]], self.workers, prepared=ready)
+            got = traced.result()
         for rec in recs:
             f = None
             if "trace" in uses[rec["seed"]]:

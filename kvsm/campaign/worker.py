@@ -11,6 +11,7 @@ from typing import Any
 from .run import Budget, execute
 from .shrink import shrink
 from .spec import RunSpec, command, resolve
+from .successors import prepared_states
 from .validation import log_uses, run_log, selected, successors_wanted
 
 
@@ -38,6 +39,8 @@ def run_task(spec_json: dict[str, Any], budget_json: dict[str, Any]) -> dict[str
     log = run_log(out, spec.seed, budget.validate, uses)
     if log is not None:  # for the campaign to validate (kvsm.campaign.validation)
         rec["log"], rec["log_for"] = log, uses
+        if "successors" in uses:
+            rec["local_states"] = prepared_states(log)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 
