@@ -234,7 +234,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object per log, one a line"),
         bug: Optional[str] = bug_option(),
         successors: bool = typer.Option(False, "--successors", help="local conform instead: compare the spec's successors of the log's states with the model's (every action, one step), as `kvsm conform` compares edges"),
-        states: Optional[int] = typer.Option(None, "--states", min=1, max=MAX_SUCCESSOR_STATES, help="with --successors: the log's states compared at most, drawn from its seed when it has more (default 128)"),
+        states: Optional[int] = typer.Option(None, "--states", min=1, max=MAX_SUCCESSOR_STATES, help="with --successors: the log's states compared at most, when it has more: an equal share for each transition taken from them, drawn from its seed (default 128)"),
         last: bool = typer.Option(False, "--last", help="with --successors: the log's last state only (a shrunk case's)"),
     ) -> None:
         """Decide with TLC whether each log is a behaviour of the spec: every step, from the
