@@ -26,7 +26,6 @@ import json
 import re
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -235,12 +234,9 @@ class Validator:
         if not recs:
             return []
         uses = {r["seed"]: r.pop("log_for", ["trace"]) for r in recs}
-        # the two kinds at once: each waits on its TLC processes most of its time
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            traced = pool.submit(validate_runs, [(r["seed"], r["log"]) for r in recs if "trace" in uses[r["seed"]]], self.workers)
-            ready = {r["seed"]: r.pop("local_states", None) for r in recs}
-            local = successors_runs([(r["seed"], r["log"]) for r in recs if "successors" in uses[r["seed"]]], self.workers, prepared=ready)
-            got = traced.result()
+        ready = {r["seed"]: r.pop("local_states", None) for r in recs}  # replayed on the workers
+        got = validate_runs([(r["seed"], r["log"]) for r in recs if "trace" in uses[r["seed"]]], self.workers)
+        local = successors_runs([(r["seed"], r["log"]) for r in recs if "successors" in uses[r["seed"]]], self.workers, prepared=ready)
         for rec in recs:
             f = None
             if "trace" in uses[rec["seed"]]:
