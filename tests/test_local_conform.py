@@ -67,8 +67,8 @@ def test_a_walk_runs_log_goes_to_local_conform_and_the_sample_is_the_seeds(tmp_p
 
 def test_the_sample_gives_every_transition_taken_its_share_of_the_states_it_leaves_from():
     """A rare transition's states (those the log takes it from) are all sampled when
-    they are fewer than an equal share; a uniform sample would take 2 of these 10 on
-    average. The sample has `limit` states, is the generator's alone, and a frequent
+    they are fewer than an equal share; a uniform sample would take about 1 of these 10
+    (128 of 1,001 states). The sample has `limit` states, is the generator's alone, and a frequent
     transition gives the rest."""
     import random
 

@@ -57,12 +57,13 @@ def execute_plan(
                 job = ShrinkJob(rec, log)
                 jobs[job.to_json()["job"]] = job
 
-    left = [len(todo)]
+    left = len(todo)  # runs without a result yet
 
     def on_result(rec: dict[str, Any]) -> None:
-        left[0] -= 1
+        nonlocal left
+        left -= 1
         if "log" in rec and validator is not None and rec.get("status") in ("ok", "failed"):
-            settle(validator.add(rec, left[0]))
+            settle(validator.add(rec, left))
         else:
             rec.pop("log", None)
             rec.pop("log_for", None)

@@ -117,9 +117,10 @@ def successors_runs(logs: Sequence[tuple[int, str]], workers: int = 1, limit: in
     with tempfile.TemporaryDirectory(prefix="kvsm-successors-", dir=scratch_dir()) as d:
         for seed, text in logs:
             p = Path(d) / f"run-{seed}.jsonl"
-            p.write_text(text)
+            ls = ready.get(seed)
+            if ls is None:  # (a log whose states came replayed is not read again)
+                p.write_text(text)
             try:
-                ls = ready.get(seed)
                 key = group_key(ls.config if ls is not None else compared_config(read_log(p)[0]))
             except Exception as e:  # noqa: BLE001 - said as the run's verdict; the campaign goes on
                 out[seed] = verdict_error(e)
