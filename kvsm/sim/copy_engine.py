@@ -14,7 +14,9 @@ starts the write, at a time of its own (and no later than the copy's end), and i
 `"lockstep"` every rank appends it when the write is handed to the engines, in one step
 (`Cluster.append_acks`). A backup pending longer than the write timeout is overdue (the
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
-it yet. A load-back is asynchronous as in the model: each rank's load stream copies the
+it yet: a write whose stall or copy has not begun gives its time back, and the writes
+behind it move up (each keeps its drawn stall and duration); one that has begun holds
+its engine to its end. A load-back is asynchronous as in the model: each rank's load stream copies the
 pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
 `LoadDone(r)` is an event at the tick its copy ends, and the request's forward pass
 (its prefill) ends no earlier than the last rank's copy.
@@ -40,9 +42,21 @@ class Job:
 
     rank: int
     node: int
-    cancelled: bool = False
+    begin_ms: float = 0.0  # when its engine takes it up: its stall, if drawn, then its copy
+    stall_ms: float = 0.0  # the stall drawn before it (0: none)
+    copy_ms: float = 0.0  # its drawn duration
+    cancelled: bool = False  # rolled back, or moved up (a new Job stands for it): its events are void
     finished: bool = False  # its copy ended (its WriteDone may wait for an attach)
     acked: bool = False  # its rank appended its final ack (ack_append = reference)
+
+    @property
+    def start_ms(self) -> float:
+        """When its copy starts (after its stall)."""
+        return self.begin_ms + self.stall_ms
+
+    @property
+    def end_ms(self) -> float:
+        return self.start_ms + self.copy_ms
 
 
 @dataclass
@@ -145,15 +159,21 @@ class CopyEngine:
         rt = self.rng
         now_ms = tick * tm.tick_ms
         for r in range(self.R):
-            start = max(now_ms, self.busy_ms[r]) + self.draws.stall_ms()
+            begin = max(now_ms, self.busy_ms[r])
+            stall = self.draws.stall_ms()
             ms = max(0.1, lanes[r] * tm.write_ms_per_page) * rt.uniform(1 - tm.write_jitter, 1 + tm.write_jitter)
             ms *= self.draws.write_slowdown()
-            self.busy_ms[r] = start + ms
-            job = Job(rank=r, node=nid)
+            job = Job(rank=r, node=nid, begin_ms=begin, stall_ms=stall, copy_ms=ms)
             self.jobs[r].append(job)
-            if self.per_rank_acks:
-                self.events.push(tm.after(tick, start), WRITE, Ack(job))
-            self.events.push(tm.after(tick, start + ms), WRITE, job)
+            self._schedule(job, tick)
+
+    def _schedule(self, job: Job, tick: int) -> None:
+        """The events of `job` (its ack when its copy starts, its end), from tick `tick`."""
+        tm = self.timing
+        self.busy_ms[job.rank] = job.end_ms
+        if self.per_rank_acks:
+            self.events.push(tm.after(tick, job.start_ms), WRITE, Ack(job))
+        self.events.push(tm.after(tick, job.end_ms), WRITE, job)
 
     def write_done(self, job: Job | Ack) -> None:
         """Rank `job.rank`'s write `job` ended (unless it was cancelled meanwhile), or, for
@@ -214,5 +234,35 @@ class CopyEngine:
                 for j in q:
                     if j.node in nodes:
                         j.cancelled = True
-                self.jobs[r] = deque(j for j in q if not j.cancelled)
+                self._move_up(r, q)
                 self._drain(r)
+
+    def _move_up(self, r: int, q: deque[Job]) -> None:
+        """Rank `r`'s FIFO `q` without its cancelled writes. A write its engine has taken up
+        (its stall or copy began), cancelled or not, holds the engine to its end; each
+        write not taken up yet begins when the engine is free, keeping its drawn stall and
+        duration (a new `Job` with new events stands for it when it moves; the old one's
+        events are void). A cancelled write that was not taken up costs no time: its
+        stall was to come before it, and it will not come."""
+        tick = self.cluster.tick
+        now_ms = tick * self.timing.tick_ms
+        free = now_ms
+        for j in q:
+            if j.begin_ms <= now_ms:
+                free = max(free, j.end_ms)
+        kept: deque[Job] = deque()
+        self.busy_ms[r] = free
+        for j in q:
+            if j.cancelled:
+                continue
+            if j.begin_ms <= now_ms or j.begin_ms == free:
+                kept.append(j)
+                free = max(free, j.end_ms)
+                self.busy_ms[r] = free
+                continue
+            moved = Job(rank=r, node=j.node, begin_ms=free, stall_ms=j.stall_ms, copy_ms=j.copy_ms, acked=j.acked)
+            j.cancelled = True
+            kept.append(moved)
+            self._schedule(moved, tick)
+            free = moved.end_ms
+        self.jobs[r] = kept
