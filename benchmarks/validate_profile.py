@@ -14,7 +14,14 @@ first step measures the parsing alone. CPU seconds are the Java process's (wait4
 the least of `--repeat` runs of each variant: a run of a few seconds varies by a
 second or more with the JIT compiler's and the collector's work.
 
+`--sampler` instead follows the module as written once under Java's own sampling
+profiler (JDK Flight Recorder, whose `jfr` reader comes with a JDK, not a JRE) and its
+collector log, and says where TLC's Java threads were: the share of samples in each of
+TLC's hot spots (comparing functions, with the sorting of their domains; looking names
+up along context chains; `@@`; SANY's parse) and the collector's pauses in seconds.
+
     python benchmarks/validate_profile.py LOG [--actions Insert,LoadBack] [--segments 2] [--repeat 3] [--json]
+    python benchmarks/validate_profile.py LOG --sampler [--json]
 
 With no LOG, the log of `kvsm sim --ranks 4 --tiers l1,l2` over the bundled trace.
 """
@@ -24,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 from kvsm.tla.canon import SPEC_VARIABLES  # noqa: E402
 from kvsm.tla.trace import CODE, _apply  # noqa: E402
+from kvsm.tla.runner import run_tlc  # noqa: E402
+from kvsm.tla.trace import MODULE  # noqa: E402
 from kvsm.tla.validate import TraceModules, run_segment  # noqa: E402
 
 TAKE = "/\\ Take(Steps[cursor])"
@@ -62,12 +73,53 @@ def first_step_only(text: str) -> str:
     return text.replace("/\\ cursor < Starts[stretch + 1]\n", "/\\ cursor < 2\n").replace("cursor = Len(Steps) + 1", "cursor = 2")
 
 
+# TLC's hot spots in a trace module's run: a sample counts for the first of these, in
+# this order, that is anywhere on its stack (sorting a domain happens inside a
+# comparison), so each sample counts once.
+HOT = (
+    ("sorting function domains", ("tlc2.value.impl.FcnRcdValue.normalize",)),
+    ("comparing functions", ("tlc2.value.impl.FcnRcdValue.equals",)),
+    ("@@ (TLC.CombineFcn)", ("tlc2.module.TLC.CombineFcn",)),
+    ("name look-ups (Context.lookup)", ("tlc2.util.Context.lookup",)),
+    ("SANY (parsing the module)", ("tla2sany.",)),
+)
+
+
+def sampled(text: str, config: Any, steps: int, tmp: Path) -> dict[str, Any]:
+    """Where TLC's threads were while following `text`, by JFR's execution samples, and
+    the collector's pauses (the serial collector validate uses)."""
+    jfr = shutil.which("jfr")
+    if jfr is None:
+        raise SystemExit("--sampler needs `jfr`, the flight recorder's reader that comes with a JDK (a JRE has none)")
+    rec, gc = tmp / "tlc.jfr", tmp / "gc.log"
+    res = run_tlc(Path(f"{MODULE}.tla"), config, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
+            simulate={"num": 1, "depth": steps + 1, "seed": 0},
+            jvm=("-XX:+UseSerialGC", f"-XX:StartFlightRecording=filename={rec},settings=profile", f"-Xlog:gc:file={gc}"))
+    out = subprocess.run([jfr, "print", "--events", "jdk.ExecutionSample", str(rec)], check=True,
+                         capture_output=True, text=True).stdout
+    counts: Counter[str] = Counter()
+    samples = out.split("jdk.ExecutionSample")[1:]
+    for s in samples:
+        frames = re.findall(r"^\s+([\w.$<>]+)\(", s, re.M)
+        label = next((name for name, marks in HOT for f in frames if f.startswith(marks)), "the rest")
+        counts[label] += 1
+    pauses = [float(m) for m in re.findall(r"Pause .* ([0-9.]+)ms$", gc.read_text(), re.M)]
+    n = max(1, len(samples))
+    return {
+        "cpu_seconds": round(res.cpu_seconds or 0.0, 1),
+        "samples": len(samples),
+        "share": {name: round(counts[name] / n, 3) for name, _ in HOT + (("the rest", ()),)},
+        "gc_pause_seconds": round(sum(pauses) / 1000, 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log", nargs="?")
     ap.add_argument("--actions", help="comma-separated transitions (default: every transition of the segment)")
     ap.add_argument("--segments", type=int, default=2, help="cut the log as validate would into this many; the first is profiled")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each variant; the least CPU time counts")
+    ap.add_argument("--sampler", action="store_true", help="where TLC's threads spend the module as written (JFR; needs a JDK)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvsm-vprof-") as tmp:
@@ -82,6 +134,10 @@ def main() -> int:
         counts = Counter(t.name for t in modules.steps)
         names = a.actions.split(",") if a.actions else [n for n, _ in counts.most_common()]
         out: dict[str, Any] = {"log": log, "steps": seg.steps, "load_before": [round(x, 2) for x in os.getloadavg()]}
+        if a.sampler:
+            out["sampler"] = sampled(text, modules.config, seg.steps, Path(tmp))
+            print(json.dumps(out))
+            return 0
 
         def cpu(variant: str, steps: int = seg.steps) -> float:
             runs = []
