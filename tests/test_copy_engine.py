@@ -31,6 +31,7 @@ def _engine(now_tick: int, jobs: list[Job]) -> CopyEngine:
     e.R = 1
     e.jobs = [deque(jobs)]
     e.busy_ms = [max(j.end_ms for j in jobs)]
+    e.held_ms = [0.0]
     return e
 
 
@@ -78,6 +79,19 @@ def test_rolling_back_every_write_not_taken_up_frees_the_engine_at_the_end_of_th
     a.cancelled = True  # A began: rolling it back does not give its copy's time back
     e._move_up(0, e.jobs[0])
     assert list(e.jobs[0]) == [] and e.busy_ms[0] == 100
+
+
+def test_a_rolled_back_write_still_in_progress_holds_the_engine_for_the_writes_behind_it():
+    a, b, c = _fifo()
+    e = _engine(2, [a, b, c])
+    a.cancelled = True  # A began at 0 and copies until 100 ms: it left the FIFO, not the engine
+    e._move_up(0, e.jobs[0])
+    assert list(e.jobs[0]) == [b, c]
+    e.cluster.tick = 3  # 60 ms, A still copying
+    b.cancelled = True
+    e._move_up(0, e.jobs[0])
+    (moved,) = e.jobs[0]
+    assert moved.node == 3 and moved.begin_ms == 100 and e.busy_ms[0] == 200
 
 
 def test_a_run_whose_stalls_outlast_the_write_timeout_still_ends():

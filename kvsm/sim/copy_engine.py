@@ -89,6 +89,7 @@ class CopyEngine:
         self.rng = random.Random(f"kvsm-sim:timing:{seed}")
         self.jobs: list[deque[Job]] = [deque() for _ in range(self.R)]  # per rank, in `writes` order
         self.busy_ms = [0.0] * self.R  # when each rank's last submitted write ends
+        self.held_ms = [0.0] * self.R  # until when a rolled-back write it had taken up holds each engine
         self.load_busy_ms = [0.0] * self.R  # when each rank's last load-back copy ends
         self.reserved_at: dict[int, int] = {}  # node -> tick of its Reserve
         self.loads_started = 0  # load-backs handed to the load streams
@@ -246,7 +247,10 @@ class CopyEngine:
         stall was to come before it, and it will not come."""
         tick = self.cluster.tick
         now_ms = tick * self.timing.tick_ms
-        free = now_ms
+        for j in q:
+            if j.begin_ms <= now_ms and j.cancelled:  # left the FIFO, not the engine
+                self.held_ms[r] = max(self.held_ms[r], j.end_ms)
+        free = max(now_ms, self.held_ms[r])
         for j in q:
             if j.begin_ms <= now_ms:
                 free = max(free, j.end_ms)
