@@ -43,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kvsm.log import LogError  # noqa: E402
 from kvsm.tla.canon import SPEC_VARIABLES  # noqa: E402
 from kvsm.tla.trace import CODE, _apply  # noqa: E402
 from kvsm.tla.runner import run_tlc  # noqa: E402
@@ -129,8 +130,11 @@ def main() -> int:
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             subprocess.run([sys.executable, "-m", "kvsm.cli", "sim", "--ranks", "4", "--tiers", "l1,l2", "-o", log],
                            check=True, env=env, stdout=subprocess.DEVNULL)
-        modules = TraceModules(log, a.segments, a.segments, None)
-        seg, text = next(iter(modules))
+        try:
+            modules = TraceModules(log, a.segments, a.segments, None)
+            seg, text = next(iter(modules))
+        except LogError as e:
+            raise SystemExit(f"validate_profile.py: {e}") from None
         counts = Counter(t.name for t in modules.steps)
         names = a.actions.split(",") if a.actions else [n for n, _ in counts.most_common()]
         out: dict[str, Any] = {"log": log, "steps": seg.steps, "load_before": [round(x, 2) for x in os.getloadavg()]}
