@@ -16,10 +16,10 @@ starts the write, at a time of its own (and no later than the copy's end), and i
 loop rolls it back), and a rolled-back backup leaves the engines that have not written
 it yet: a write whose stall or copy has not begun gives its time back, and the writes
 behind it move up (each keeps its drawn stall and duration); one that has begun holds
-its engine to its end. A load-back is asynchronous as in the model: each rank's load stream copies the
-pages in its lane, in load-back order, taking `load_ms_per_page` a page; its
-`LoadDone(r)` is an event at the tick its copy ends, and the request's forward pass
-(its prefill) ends no earlier than the last rank's copy.
+its engine to its end. A load-back is asynchronous as in the model: each rank's load
+stream copies the pages in its lane, in load-back order, taking `load_ms_per_page` a
+page; its `LoadDone(r)` is an event at the tick its copy ends, and the request's
+forward pass (its prefill) ends no earlier than the last rank's copy.
 """
 
 from __future__ import annotations
@@ -247,22 +247,19 @@ class CopyEngine:
         stall was to come before it, and it will not come."""
         tick = self.cluster.tick
         now_ms = tick * self.timing.tick_ms
-        for j in q:
-            if j.begin_ms <= now_ms and j.cancelled:  # left the FIFO, not the engine
-                self.held_ms[r] = max(self.held_ms[r], j.end_ms)
         free = max(now_ms, self.held_ms[r])
         for j in q:
-            if j.begin_ms <= now_ms:
+            if j.begin_ms <= now_ms:  # taken up: the engine is its until its end
                 free = max(free, j.end_ms)
+                if j.cancelled:  # it leaves the FIFO, not the engine
+                    self.held_ms[r] = max(self.held_ms[r], j.end_ms)
         kept: deque[Job] = deque()
-        self.busy_ms[r] = free
         for j in q:
             if j.cancelled:
                 continue
             if j.begin_ms <= now_ms or j.begin_ms == free:
                 kept.append(j)
                 free = max(free, j.end_ms)
-                self.busy_ms[r] = free
                 continue
             moved = Job(rank=r, node=j.node, begin_ms=free, stall_ms=j.stall_ms, copy_ms=j.copy_ms, acked=j.acked)
             j.cancelled = True
@@ -270,3 +267,4 @@ class CopyEngine:
             self._schedule(moved, tick)
             free = moved.end_ms
         self.jobs[r] = kept
+        self.busy_ms[r] = free
