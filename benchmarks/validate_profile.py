@@ -46,8 +46,6 @@ sys.path.insert(0, str(ROOT))
 from kvsm.log import LogError  # noqa: E402
 from kvsm.tla.canon import SPEC_VARIABLES  # noqa: E402
 from kvsm.tla.trace import CODE, _apply  # noqa: E402
-from kvsm.tla.runner import run_tlc  # noqa: E402
-from kvsm.tla.trace import MODULE  # noqa: E402
 from kvsm.tla.validate import TraceModules, run_segment  # noqa: E402
 
 TAKE = "/\\ Take(Steps[cursor])"
@@ -93,9 +91,9 @@ def sampled(text: str, config: Any, steps: int, tmp: Path) -> dict[str, Any]:
     if jfr is None:
         raise SystemExit("--sampler needs `jfr`, the flight recorder's reader that comes with a JDK (a JRE has none)")
     rec, gc = tmp / "tlc.jfr", tmp / "gc.log"
-    res = run_tlc(Path(f"{MODULE}.tla"), config, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
-            simulate={"num": 1, "depth": steps + 1, "seed": 0},
-            jvm=("-XX:+UseSerialGC", f"-XX:StartFlightRecording=filename={rec},settings=profile", f"-Xlog:gc:file={gc}"))
+    res = run_segment(text, config, steps, jvm_extra=(f"-XX:StartFlightRecording=filename={rec},settings=profile", f"-Xlog:gc:file={gc}"))
+    if res.violation is not None:
+        raise SystemExit(f"TLC reported {res.violation.property} on the module as written: validate rejects this log")
     out = subprocess.run([jfr, "print", "--events", "jdk.ExecutionSample", str(rec)], check=True,
                          capture_output=True, text=True).stdout
     counts: Counter[str] = Counter()

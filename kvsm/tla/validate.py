@@ -236,16 +236,16 @@ class TraceModules:
             yield st.seg, text
 
 
-def run_segment(text: str, config: ModelConfig, steps: int) -> TLCResult:
+def run_segment(text: str, config: ModelConfig, steps: int, jvm_extra: Sequence[str] = ()) -> TLCResult:
     """TLC follows one trace module of `steps` states after its first (steps, and the
     jumps between its stretches). The serial collector: a module's heap is its Steps
     constant and one state, and parallel collectors would multiply the memory of
     parallel runs. TLC follows it in its simulation mode: one behaviour as long as the
     module's (every state has one successor), with no fingerprint of each state to take
-    and keep (a fifth of TLC's time here)."""
+    and keep (a fifth of TLC's time here). `jvm_extra`: more JVM options (a profiler's)."""
     return run_tlc(
         Path(f"{MODULE}.tla"), config, workers=1, deadlock=True, extra_modules={MODULE: text}, view=True,
-        jvm=("-XX:+UseSerialGC",), simulate={"num": 1, "depth": steps + 1, "seed": 0},
+        jvm=("-XX:+UseSerialGC", *jvm_extra), simulate={"num": 1, "depth": steps + 1, "seed": 0},
     )
 
 
